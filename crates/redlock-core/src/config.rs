@@ -1,0 +1,329 @@
+//! The coordinator's configuration and the checks on every value a caller passes in.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::drift::{drift, DEFAULT_DRIFT_FACTOR};
+use crate::error::ConfigError;
+use crate::report::NodeName;
+
+/// The longest key a round accepts, in bytes.
+///
+/// Redis takes keys up to 512 MB, but every round sends the key to every node, several
+/// times; a longer key is almost always a bug (an unbounded value used as a lock name).
+/// Hash long resource names into a key instead.
+pub const MAX_KEY_LEN: usize = 4096;
+
+/// The longest TTL a round accepts. Locks are leases: a TTL of a year is a bug, and keeping
+/// TTLs bounded keeps every `Instant` computed from them far from overflow.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// How long a node gets to answer one command, unless configured otherwise.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Configuration of a [`Coordinator`](crate::Coordinator).
+///
+/// ```
+/// use std::time::Duration;
+/// let config = redlock_core::Config {
+///     nodes: vec!["redis://127.0.0.1:7001".into(), "redis://127.0.0.1:7002".into(),
+///                 "redis://127.0.0.1:7003".into()],
+///     node_timeout: Duration::from_millis(50),
+///     ..Default::default()
+/// };
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The independent Redis masters, as URLs: `redis://[user:pass@]host:port[/db]`,
+    /// `rediss://` with the `tls` feature, `redis+unix:///path` with `unix-sockets`.
+    /// The quorum is `nodes.len() / 2 + 1`. No default: an empty list is an error.
+    pub nodes: Vec<String>,
+    /// How long one node gets to answer one command, and to connect. A node slower than
+    /// this counts as failed for that round. Defaults to 100 ms; the Redlock spec suggests
+    /// 5-50 ms for a 10 s TTL on a local network. It must be well below the TTL.
+    pub node_timeout: Duration,
+    /// The clock drift allowance as a fraction of the TTL, in `[0, 1)`. Defaults to 0.01;
+    /// 2 ms are always added on top (see [`drift`](crate::drift())).
+    pub drift_factor: f64,
+    /// The longest pause between two reconnection attempts to a node that went away.
+    /// Defaults to 1 s.
+    pub reconnect_max_delay: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            nodes: Vec::new(),
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            reconnect_max_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A node URL that passed the checks, with the name it is reported under.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) name: NodeName,
+    pub(crate) fred: fred::types::config::Config,
+}
+
+impl Config {
+    /// Checks every value without connecting anywhere.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.endpoints().map(|_| ())
+    }
+
+    /// Validates the configuration and parses every node URL.
+    pub(crate) fn endpoints(&self) -> Result<Vec<Endpoint>, ConfigError> {
+        if self.nodes.is_empty() {
+            return Err(ConfigError::NoNodes);
+        }
+        if self.node_timeout.is_zero() {
+            return Err(ConfigError::ZeroNodeTimeout);
+        }
+        if !(0.0..1.0).contains(&self.drift_factor) {
+            return Err(ConfigError::DriftFactor {
+                factor: self.drift_factor,
+            });
+        }
+        if self.reconnect_max_delay.is_zero() {
+            return Err(ConfigError::ZeroReconnectDelay);
+        }
+        let mut seen = HashSet::new();
+        let mut endpoints = Vec::with_capacity(self.nodes.len());
+        for url in &self.nodes {
+            let endpoint = parse_node(url)?;
+            // Two URLs naming one server would let one server cast two votes.
+            let identity = format!(
+                "{:?}/{}",
+                endpoint.fred.server,
+                endpoint.fred.database.unwrap_or(0)
+            );
+            if !seen.insert(identity) {
+                return Err(ConfigError::DuplicateNode {
+                    node: endpoint.name.to_string(),
+                });
+            }
+            endpoints.push(endpoint);
+        }
+        Ok(endpoints)
+    }
+
+    /// Checks a TTL against this configuration and returns it truncated to whole
+    /// milliseconds (the precision of `PX`).
+    pub fn check_ttl(&self, ttl: Duration) -> Result<Duration, ConfigError> {
+        check_ttl(ttl, self.drift_factor, self.node_timeout)
+    }
+}
+
+fn parse_node(url: &str) -> Result<Endpoint, ConfigError> {
+    let trimmed = url.trim();
+    if trimmed.is_empty() {
+        return Err(ConfigError::InvalidUrl {
+            url: String::new(),
+            reason: "the URL is empty".into(),
+        });
+    }
+    let name = NodeName::redacted(trimmed);
+    let invalid = |reason: String| ConfigError::InvalidUrl {
+        url: name.to_string(),
+        reason,
+    };
+    let parsed = url::Url::parse(trimmed).map_err(|e| invalid(e.to_string()))?;
+    match parsed.scheme() {
+        "redis" | "valkey" => {}
+        "rediss" | "valkeys" if cfg!(feature = "tls") => {}
+        "rediss" | "valkeys" => {
+            return Err(invalid("TLS URLs need redlock-core's `tls` feature".into()));
+        }
+        "redis+unix" | "valkey+unix" if cfg!(feature = "unix-sockets") => {}
+        "redis+unix" | "valkey+unix" => {
+            return Err(invalid(
+                "unix socket URLs need redlock-core's `unix-sockets` feature".into(),
+            ));
+        }
+        other => {
+            return Err(invalid(format!(
+                "unsupported scheme `{other}`: Redlock needs standalone masters, \
+                 written redis://host:port (no cluster or sentinel URLs)"
+            )));
+        }
+    }
+    let fred = fred::types::config::Config::from_url(trimmed)
+        .map_err(|e| invalid(e.details().to_string()))?;
+    if fred.server.is_clustered() || fred.server.is_sentinel() {
+        return Err(invalid(
+            "Redlock needs standalone masters, not a cluster or sentinel set".into(),
+        ));
+    }
+    Ok(Endpoint { name, fred })
+}
+
+/// Checks a TTL: not zero, at most [`MAX_TTL`], and long enough that the drift allowance
+/// plus one node timeout leave some validity. Returns it truncated to whole milliseconds.
+pub fn check_ttl(
+    ttl: Duration,
+    drift_factor: f64,
+    node_timeout: Duration,
+) -> Result<Duration, ConfigError> {
+    let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+    if ttl.is_zero() {
+        return Err(ConfigError::ZeroTtl);
+    }
+    if ttl > MAX_TTL {
+        return Err(ConfigError::TtlTooLong { ttl, max: MAX_TTL });
+    }
+    let drift = drift(ttl, drift_factor);
+    // A round that waits one full node timeout must still end with validity left, or every
+    // round with one slow node would be lost by construction.
+    if ttl <= drift + node_timeout {
+        return Err(ConfigError::TtlTooShort {
+            ttl,
+            drift,
+            node_timeout,
+        });
+    }
+    Ok(ttl)
+}
+
+/// Checks a lock key: not empty, at most [`MAX_KEY_LEN`] bytes.
+pub fn check_key(key: &str) -> Result<(), ConfigError> {
+    if key.is_empty() {
+        return Err(ConfigError::EmptyKey);
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(ConfigError::KeyTooLong {
+            len: key.len(),
+            max: MAX_KEY_LEN,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(nodes: &[&str]) -> Config {
+        Config {
+            nodes: nodes.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn accepts_plain_urls_with_auth_and_db() {
+        let c = config(&[
+            "redis://127.0.0.1:7001",
+            "redis://user:secret@127.0.0.1:7002/3",
+            "redis://localhost",
+        ]);
+        let endpoints = c.endpoints().unwrap();
+        assert_eq!(endpoints.len(), 3);
+        assert_eq!(
+            endpoints[1].name.to_string(),
+            "redis://user:***@127.0.0.1:7002/3"
+        );
+    }
+
+    #[test]
+    fn rejects_an_empty_node_list() {
+        assert!(matches!(config(&[]).validate(), Err(ConfigError::NoNodes)));
+    }
+
+    #[test]
+    fn rejects_unparsable_and_unsupported_urls() {
+        for bad in [
+            "",
+            "not a url",
+            "http://127.0.0.1:80",
+            "redis-cluster://127.0.0.1:7000",
+            "127.0.0.1:7001",
+        ] {
+            let err = config(&[bad]).validate().unwrap_err();
+            assert!(
+                matches!(err, ConfigError::InvalidUrl { .. }),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_duplicates_and_keeps_the_password_out_of_the_message() {
+        let err = config(&["redis://:pw@127.0.0.1:7001", "redis://:pw@127.0.0.1:7001/0"])
+            .validate()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::DuplicateNode { .. }));
+        assert!(!err.to_string().contains("pw@"), "{err}");
+    }
+
+    #[test]
+    fn different_databases_on_one_server_are_not_duplicates_but_ports_matter() {
+        assert!(
+            config(&["redis://127.0.0.1:7001/0", "redis://127.0.0.1:7001/1"])
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            config(&["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"])
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn rejects_bad_drift_factors_and_timeouts() {
+        for f in [-0.1, 1.0, f64::NAN, f64::INFINITY] {
+            let c = Config {
+                drift_factor: f,
+                ..config(&["redis://127.0.0.1:7001"])
+            };
+            assert!(
+                matches!(c.validate(), Err(ConfigError::DriftFactor { .. })),
+                "{f}"
+            );
+        }
+        let c = Config {
+            node_timeout: Duration::ZERO,
+            ..config(&["redis://127.0.0.1:7001"])
+        };
+        assert!(matches!(c.validate(), Err(ConfigError::ZeroNodeTimeout)));
+    }
+
+    #[test]
+    fn ttl_checks() {
+        let t = Duration::from_millis(100);
+        assert!(matches!(
+            check_ttl(Duration::ZERO, 0.01, t),
+            Err(ConfigError::ZeroTtl)
+        ));
+        assert!(matches!(
+            check_ttl(Duration::from_micros(900), 0.01, t),
+            Err(ConfigError::ZeroTtl)
+        ));
+        assert!(matches!(
+            check_ttl(Duration::from_millis(100), 0.01, t),
+            Err(ConfigError::TtlTooShort { .. })
+        ));
+        assert!(matches!(
+            check_ttl(MAX_TTL * 2, 0.01, t),
+            Err(ConfigError::TtlTooLong { .. })
+        ));
+        assert_eq!(
+            check_ttl(Duration::from_micros(1_000_999), 0.01, t).unwrap(),
+            Duration::from_millis(1000)
+        );
+    }
+
+    #[test]
+    fn key_checks() {
+        assert!(matches!(check_key(""), Err(ConfigError::EmptyKey)));
+        assert!(matches!(
+            check_key(&"k".repeat(MAX_KEY_LEN + 1)),
+            Err(ConfigError::KeyTooLong { .. })
+        ));
+        assert!(check_key(&"k".repeat(MAX_KEY_LEN)).is_ok());
+    }
+}

@@ -1,0 +1,119 @@
+//! Errors: invalid input, and rounds that did not reach their goal.
+
+use std::time::Duration;
+
+use crate::report::RoundReport;
+
+/// A configuration value or a request argument that cannot work. Nothing was sent to any
+/// node. Each message names the value and what to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No node URLs were given.
+    #[error(
+        "no Redis nodes configured: give the URLs of N independent masters (N = 3 or 5 is typical)"
+    )]
+    NoNodes,
+    /// A node URL could not be used.
+    #[error("node URL `{url}` is not usable: {reason}; write it as redis://[user:password@]host:port[/db]")]
+    InvalidUrl {
+        /// The URL, with any password masked.
+        url: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The same server (and database) appears twice.
+    #[error("node `{node}` is listed twice: each node must be a distinct, independent master, or one server would cast two votes")]
+    DuplicateNode {
+        /// The repeated node, with any password masked.
+        node: String,
+    },
+    /// The per-node timeout is zero.
+    #[error("the per-node timeout is zero: set it to a few times the network round trip (for example 50ms)")]
+    ZeroNodeTimeout,
+    /// The reconnection delay is zero.
+    #[error("the maximum reconnection delay is zero: set it to at least a few milliseconds (for example 1s)")]
+    ZeroReconnectDelay,
+    /// The drift factor is outside `[0, 1)`.
+    #[error("drift factor {factor} is outside [0, 1): use a small fraction such as 0.01 (1 % of the TTL)")]
+    DriftFactor {
+        /// The rejected factor.
+        factor: f64,
+    },
+    /// The TTL is zero (or below one millisecond, the precision of `PX`).
+    #[error("the lock TTL is zero (or under 1ms): give the lock a lifetime, for example 10s")]
+    ZeroTtl,
+    /// The TTL exceeds [`MAX_TTL`](crate::MAX_TTL).
+    #[error("the lock TTL of {ttl:?} is longer than the maximum {max:?}: locks are leases; use a shorter TTL and extend it while you work")]
+    TtlTooLong {
+        /// The rejected TTL.
+        ttl: Duration,
+        /// The maximum.
+        max: Duration,
+    },
+    /// The TTL leaves no validity once drift and one node timeout are taken off.
+    #[error("the lock TTL of {ttl:?} leaves no validity: the drift allowance ({drift:?}) plus one per-node timeout ({node_timeout:?}) use it all; use a TTL many times the node timeout, or a shorter node timeout")]
+    TtlTooShort {
+        /// The rejected TTL.
+        ttl: Duration,
+        /// The drift allowance for that TTL.
+        drift: Duration,
+        /// The configured per-node timeout.
+        node_timeout: Duration,
+    },
+    /// The key is empty.
+    #[error("the lock key is empty: name the resource the lock protects")]
+    EmptyKey,
+    /// The key is longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN).
+    #[error("the lock key is {len} bytes long, more than the maximum {max}: hash long resource names into a shorter key")]
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// The Redis client for a node could not be created.
+    #[error("could not create the client for node `{node}`: {reason}")]
+    Client {
+        /// The node, with any password masked.
+        node: String,
+        /// fred's explanation.
+        reason: String,
+    },
+}
+
+/// Why a round failed. Rounds never panic and never report success without a quorum.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Invalid configuration or request; nothing was sent.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Fewer than a quorum of nodes accepted. For an acquisition, everything that was set
+    /// has been (or is being) rolled back on every node.
+    #[error("{report}; {}", report.advice())]
+    NoQuorum {
+        /// What each node answered.
+        report: Box<RoundReport>,
+    },
+    /// A quorum accepted, but the round took so long that no validity was left once the
+    /// drift allowance was taken off. An acquisition is rolled back; an extension leaves
+    /// the lock with the validity it had before.
+    #[error("{report}; the round used up the whole TTL of {ttl:?}: use a longer TTL or a shorter node timeout, and look for slow nodes in the report")]
+    ValidityExhausted {
+        /// What each node answered.
+        report: Box<RoundReport>,
+        /// The TTL the round asked for.
+        ttl: Duration,
+    },
+}
+
+impl Error {
+    /// The per-node report of the round, when a round was run.
+    pub fn report(&self) -> Option<&RoundReport> {
+        match self {
+            Error::Config(_) => None,
+            Error::NoQuorum { report } | Error::ValidityExhausted { report, .. } => Some(report),
+        }
+    }
+}

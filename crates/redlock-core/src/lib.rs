@@ -1,0 +1,67 @@
+//! One Redlock round over N independent Redis masters, done right.
+//!
+//! `redlock-core` is the mechanism: a [`Coordinator`] fans a command out to every node
+//! concurrently, decides as soon as a quorum (`N/2 + 1`) has accepted or can no longer
+//! accept, takes clock drift off the validity, and rolls back on every node whatever a lost
+//! (or cancelled) round set, including on nodes that answer late. It never retries: retry,
+//! renewal and guards are policy, and live in `redlock-client`.
+//!
+//! # Guarantees
+//! - never reports success with fewer than a quorum of confirmed `SET NX` (G1);
+//! - validity is `ttl - (now - t0) - drift` with `t0` read before the first send, and a
+//!   round succeeds only if it is positive (G2);
+//! - only ever deletes or extends a key that holds its own token (G3);
+//! - after a failed or cancelled acquisition, runs compare-and-delete on all N nodes (G4);
+//! - tokens are random UUIDs, unique per attempt (G5).
+//!
+//! # Assumptions (outside them mutual exclusion can break)
+//! - standalone masters, the same N for every client (H1);
+//! - no key vanishes before its TTL: `appendfsync always` or delayed restarts,
+//!   `maxmemory-policy noeviction`, no `FLUSHALL` (H2);
+//! - server clock rates within the drift budget, no wall-clock jumps (H3);
+//! - the holder stops using the lock before its validity ends (H4): use fencing at the
+//!   resource if a holder can pause.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), redlock_core::Error> {
+//! use std::time::Duration;
+//! use redlock_core::{Config, Coordinator, Error};
+//!
+//! let coordinator = Coordinator::connect(Config {
+//!     nodes: (7001..=7005).map(|p| format!("redis://127.0.0.1:{p}")).collect(),
+//!     ..Default::default()
+//! })
+//! .await?;
+//! match coordinator.acquire("report:2026-11", Duration::from_secs(10)).await {
+//!     Ok(lock) => {
+//!         println!("valid for {:?}", lock.remaining());
+//!         coordinator.release(&lock).await?;
+//!     }
+//!     Err(Error::NoQuorum { report }) => println!("not acquired: {report}"),
+//!     Err(other) => return Err(other),
+//! }
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs, missing_debug_implementations)]
+
+mod config;
+mod coordinator;
+mod drift;
+mod error;
+mod lock;
+mod node;
+mod quorum;
+mod report;
+mod round;
+mod scripts;
+mod token;
+
+pub use config::{check_key, check_ttl, Config, DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN, MAX_TTL};
+pub use coordinator::Coordinator;
+pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
+pub use error::{ConfigError, Error};
+pub use lock::Lock;
+pub use quorum::quorum;
+pub use report::{CleanupOutcome, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport};
+pub use token::Token;

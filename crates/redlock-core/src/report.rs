@@ -1,0 +1,320 @@
+//! What each node did in a round, and how the round ended.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+/// A node's URL with any password masked, as it appears in reports, errors and logs.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct NodeName(Arc<str>);
+
+impl NodeName {
+    pub(crate) fn redacted(url: &str) -> Self {
+        let shown = match url::Url::parse(url) {
+            Ok(mut parsed) if parsed.password().is_some() => {
+                let _ = parsed.set_password(Some("***"));
+                parsed.to_string()
+            }
+            // Unusable input is rejected elsewhere; never echo what may hold a password.
+            Ok(parsed) if parsed.cannot_be_a_base() && url.contains('@') => {
+                "<unparsable URL>".to_string()
+            }
+            Ok(_) => url.to_string(),
+            Err(_) if url.contains('@') => "<unparsable URL>".to_string(),
+            Err(_) => url.to_string(),
+        };
+        NodeName(shown.into())
+    }
+
+    /// The masked URL.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// Which kind of round a report describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RoundKind {
+    /// `SET key token NX PX ttl` on every node.
+    Acquire,
+    /// Compare-and-`PEXPIRE` on every node.
+    Extend,
+    /// Compare-and-delete on every node.
+    Release,
+}
+
+impl fmt::Display for RoundKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RoundKind::Acquire => "acquire",
+            RoundKind::Extend => "extend",
+            RoundKind::Release => "release",
+        })
+    }
+}
+
+/// What one node answered in one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeOutcome {
+    /// The node set our key.
+    Acquired,
+    /// The key is held by another owner (acquire).
+    HeldByOther,
+    /// The node extended our key.
+    Extended,
+    /// The node deleted our key.
+    Released,
+    /// The key is not ours on this node: absent, expired or held by another owner
+    /// (extend, release). A release counts it as done; an extension as failed.
+    NotHeld,
+    /// No answer within the per-node timeout. The command may still run on the node later,
+    /// which is why failed acquisitions are rolled back on every node.
+    TimedOut,
+    /// The connection failed or is down; the node is reconnected in the background.
+    ConnectionError(String),
+    /// The node answered with an error (for example `NOAUTH`, `OOM`, `READONLY`).
+    ServerError(String),
+    /// The round was decided before this node answered; see
+    /// [`RoundReport::settled`] for what it answered later.
+    Pending,
+}
+
+impl NodeOutcome {
+    /// Whether the node reached the server and got a definite answer about the key.
+    pub fn is_answer(&self) -> bool {
+        matches!(
+            self,
+            NodeOutcome::Acquired
+                | NodeOutcome::HeldByOther
+                | NodeOutcome::Extended
+                | NodeOutcome::Released
+                | NodeOutcome::NotHeld
+        )
+    }
+
+    fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            NodeOutcome::TimedOut | NodeOutcome::ConnectionError(_)
+        )
+    }
+}
+
+impl fmt::Display for NodeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeOutcome::Acquired => f.write_str("acquired"),
+            NodeOutcome::HeldByOther => f.write_str("held by another owner"),
+            NodeOutcome::Extended => f.write_str("extended"),
+            NodeOutcome::Released => f.write_str("released"),
+            NodeOutcome::NotHeld => f.write_str("not held by us"),
+            NodeOutcome::TimedOut => f.write_str("timed out"),
+            NodeOutcome::ConnectionError(e) => write!(f, "connection error: {e}"),
+            NodeOutcome::ServerError(e) => write!(f, "server error: {e}"),
+            NodeOutcome::Pending => f.write_str("no answer yet when the round was decided"),
+        }
+    }
+}
+
+/// What the rollback of a failed acquisition did on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CleanupOutcome {
+    /// Our key was there and was deleted.
+    Removed,
+    /// Our key was not there (never set, or already gone); nothing to do.
+    NotPresent,
+    /// The delete could not be confirmed before the key's own TTL ran out; the key (if it
+    /// was set) expires by itself by then.
+    Failed(String),
+}
+
+impl fmt::Display for CleanupOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CleanupOutcome::Removed => f.write_str("rolled back"),
+            CleanupOutcome::NotPresent => f.write_str("nothing to roll back"),
+            CleanupOutcome::Failed(e) => {
+                write!(f, "rollback failed ({e}); the key expires with its TTL")
+            }
+        }
+    }
+}
+
+/// One node's part in a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeReport {
+    /// The node.
+    pub node: NodeName,
+    /// What it answered.
+    pub outcome: NodeOutcome,
+    /// Time from the start of the round to the answer (`None` while pending).
+    pub latency: Option<Duration>,
+    /// The answer arrived after the round had been decided.
+    pub late: bool,
+    /// What the rollback did, for a rolled-back acquisition.
+    pub cleanup: Option<CleanupOutcome>,
+}
+
+impl fmt::Display for NodeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.node, self.outcome)?;
+        if let Some(latency) = self.latency {
+            write!(f, " after {latency:.1?}")?;
+        }
+        if self.late {
+            f.write_str(" (late)")?;
+        }
+        if let Some(cleanup) = &self.cleanup {
+            write!(f, ", {cleanup}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The state that a round's node tasks keep filling in after the round is decided.
+#[derive(Debug, Clone)]
+pub(crate) struct Tail {
+    pub(crate) nodes: Vec<NodeReport>,
+    pub(crate) open: usize,
+}
+
+/// The report of one round: each node's outcome at the moment the round was decided.
+#[derive(Debug, Clone)]
+pub struct RoundReport {
+    /// The kind of round.
+    pub kind: RoundKind,
+    /// The key (without any secret; tokens are never reported).
+    pub key: Arc<str>,
+    /// The number of nodes that had to accept.
+    pub quorum: usize,
+    /// The number of nodes that accepted before the decision.
+    pub accepted: usize,
+    /// Every node, in configuration order.
+    pub nodes: Vec<NodeReport>,
+    /// Time from the first send to the decision.
+    pub elapsed: Duration,
+    /// The validity left at the decision (`ttl - elapsed - drift`), when positive and
+    /// the round had a TTL.
+    pub validity: Option<Duration>,
+    pub(crate) tail: Option<watch::Receiver<Tail>>,
+}
+
+impl RoundReport {
+    /// Whether a quorum accepted and (for rounds with a TTL) validity was left.
+    pub fn succeeded(&self) -> bool {
+        self.accepted >= self.quorum && (self.kind == RoundKind::Release || self.validity.is_some())
+    }
+
+    /// Waits until every node has answered or timed out and every rollback has finished,
+    /// then returns the complete report: late answers marked `late`, rollbacks in
+    /// `cleanup`. Never needed for correctness (the work happens whether or not anyone
+    /// waits); useful for tests, diagnostics and graceful shutdown.
+    pub async fn settled(&self) -> RoundReport {
+        let mut report = self.clone();
+        if let Some(mut rx) = report.tail.take() {
+            // An error means every node task has ended: the state is final either way.
+            let _ = rx.wait_for(|tail| tail.open == 0).await;
+            report.nodes = rx.borrow().nodes.clone();
+        }
+        report
+    }
+
+    /// What a caller should do about a round that failed, in one sentence.
+    pub fn advice(&self) -> String {
+        let n = self.nodes.len();
+        let refused = self
+            .nodes
+            .iter()
+            .filter(|r| matches!(r.outcome, NodeOutcome::HeldByOther | NodeOutcome::NotHeld))
+            .count();
+        let unreachable = self
+            .nodes
+            .iter()
+            .filter(|r| r.outcome.is_unreachable())
+            .count();
+        let server = self
+            .nodes
+            .iter()
+            .filter(|r| matches!(r.outcome, NodeOutcome::ServerError(_)))
+            .count();
+        let mut advice = Vec::new();
+        if refused > 0 {
+            advice.push(match self.kind {
+                RoundKind::Acquire => "the lock is held by another owner: retry after a randomized delay (redlock-client's `lock` does this)",
+                _ => "the lock is no longer ours (it expired or was taken over): stop using the protected resource and acquire it again",
+            });
+        }
+        if unreachable > 0 {
+            advice.push("some nodes did not answer in time: check that they are up and reachable, or raise the per-node timeout if they are only slow");
+        }
+        if server > 0 {
+            advice.push("some nodes answered with an error: see the node's message (authentication, memory or read-only replica)");
+        }
+        if advice.is_empty() {
+            advice.push("retry");
+        }
+        let mut text = advice.join("; ");
+        if self.kind == RoundKind::Release && n > 0 {
+            text.push_str("; keys not deleted expire by themselves at the end of their TTL");
+        }
+        text
+    }
+}
+
+impl fmt::Display for RoundReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} \"{}\": {} of {} nodes accepted (quorum {}) in {:.1?}",
+            self.kind,
+            self.key,
+            self.accepted,
+            self.nodes.len(),
+            self.quorum,
+            self.elapsed
+        )?;
+        if let Some(validity) = self.validity {
+            write!(f, ", validity {validity:.1?}")?;
+        }
+        f.write_str(" [")?;
+        for (i, node) in self.nodes.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{node}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_names_mask_passwords() {
+        assert_eq!(
+            NodeName::redacted("redis://u:secret@h:1/2").as_str(),
+            "redis://u:***@h:1/2"
+        );
+        assert_eq!(NodeName::redacted("redis://h:1").as_str(), "redis://h:1");
+        assert_eq!(NodeName::redacted("x:y@z ::").as_str(), "<unparsable URL>");
+    }
+}

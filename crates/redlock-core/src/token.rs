@@ -1,0 +1,71 @@
+//! Lock tokens: the proof of ownership that every compare-and-delete checks.
+
+use std::fmt;
+
+use fred::bytes_utils::Str;
+
+/// A random value that identifies one acquisition attempt.
+///
+/// A UUID v4 (122 random bits from the operating system's generator): unguessable and never
+/// reused, so a stale holder can never delete or extend a newer holder's key. Its `Debug`
+/// and `Display` show only a prefix, so logs do not carry a value that could release the
+/// lock.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Token(Str);
+
+impl Token {
+    /// A fresh random token.
+    pub fn random() -> Self {
+        Token(Str::from(uuid::Uuid::new_v4().simple().to_string()))
+    }
+
+    /// A token from a caller's own value (for example one stored to release a lock from
+    /// another process). It must be unique per acquisition: reusing a token lets two
+    /// attempts pass for one owner.
+    pub fn from_string(value: impl Into<String>) -> Self {
+        Token(Str::from(value.into()))
+    }
+
+    /// The full value, as stored in Redis.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub(crate) fn as_fred(&self) -> &Str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token({self})")
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let prefix: String = self.0.chars().take(8).collect();
+        write!(f, "{prefix}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_tokens_are_unique_and_128_bit_hex() {
+        let a = Token::random();
+        let b = Token::random();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), 32);
+        assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn debug_and_display_do_not_leak_the_token() {
+        let t = Token::from_string("0123456789abcdef0123456789abcdef");
+        assert_eq!(t.to_string(), "01234567…");
+        assert!(!format!("{t:?}").contains("89abcdef0123"));
+    }
+}

@@ -1,0 +1,195 @@
+//! Rounds under process faults: nodes killed (SIGKILL) and paused (SIGSTOP).
+
+use std::time::Duration;
+
+use redlock_core::{CleanupOutcome, Config, Coordinator, Error, NodeOutcome, Token};
+use redlock_testkit::NodeSet;
+
+const TTL: Duration = Duration::from_secs(30);
+
+async fn coordinator(set: &NodeSet, node_timeout: Duration) -> Coordinator {
+    let config = Config {
+        nodes: set.urls(),
+        node_timeout,
+        ..Default::default()
+    };
+    Coordinator::connect(config).await.expect("valid config")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_killed_still_acquires() {
+    let set = NodeSet::start(5).await.unwrap();
+    let c = coordinator(&set, Duration::from_millis(500)).await;
+    set.node(1).kill().unwrap();
+    set.node(3).kill().unwrap();
+
+    let lock = c
+        .acquire("minority-killed", TTL)
+        .await
+        .expect("three of five nodes are a quorum");
+    let settled = lock.report().settled().await;
+    for i in [1, 3] {
+        assert!(!settled.nodes[i].outcome.is_answer(), "{settled}");
+    }
+    c.release(&lock).await.unwrap().settled().await;
+    assert!(set.nodes_holding("minority-killed").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_paused_acquires_without_waiting_for_the_paused_nodes() {
+    let set = NodeSet::start(5).await.unwrap();
+    // A per-node timeout far longer than a healthy round: if the round waited for the
+    // paused nodes, they would show up as timed out, not as pending.
+    let c = coordinator(&set, Duration::from_secs(3)).await;
+    set.node(0).pause().unwrap();
+    set.node(4).pause().unwrap();
+
+    let lock = c
+        .acquire("minority-paused", TTL)
+        .await
+        .expect("three of five nodes are a quorum");
+    let report = lock.report();
+    assert_eq!(report.nodes[0].outcome, NodeOutcome::Pending, "{report}");
+    assert_eq!(report.nodes[4].outcome, NodeOutcome::Pending, "{report}");
+    assert_eq!(report.accepted, 3, "{report}");
+    c.release(&lock).await.unwrap();
+
+    set.node(0).resume().unwrap();
+    set.node(4).resume().unwrap();
+    // Once resumed, the queued SET and then the release's compare-and-delete run in order.
+    c.quiesce().await;
+    assert!(set.nodes_holding("minority-paused").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_down_fails_and_leaves_no_key_on_live_nodes() {
+    let set = NodeSet::start(5).await.unwrap();
+    let c = coordinator(&set, Duration::from_millis(300)).await;
+    for i in [0, 2, 4] {
+        set.node(i).kill().unwrap();
+    }
+    let err = c.acquire("majority-down", TTL).await.unwrap_err();
+    let Error::NoQuorum { report } = &err else {
+        panic!("expected NoQuorum, got {err}")
+    };
+    assert!(report.accepted < 3, "{report}");
+    assert!(err.to_string().contains("did not answer in time"), "{err}");
+    // Not `settled()`: rollbacks on the dead nodes rightly go on retrying until the TTL
+    // ends (a node restarted with persistence could still hold our key). With a 30 s TTL,
+    // only the rollback can remove the keys on the live nodes within this bounded poll.
+    let mut left = vec![1, 3];
+    for _ in 0..100 {
+        left = set.nodes_holding("majority-down").await;
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(left.is_empty(), "keys left on live nodes {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_reply_after_a_lost_round_is_rolled_back() {
+    let set = NodeSet::start(5).await.unwrap();
+    let c = coordinator(&set, Duration::from_secs(5)).await;
+    // Three nodes refuse at once (another owner), so the round is lost while node 3, paused,
+    // has our SET queued and node 4 has accepted it.
+    for i in 0..3 {
+        set.node(i)
+            .set("late", "someone-else", Some(60_000))
+            .await
+            .unwrap();
+    }
+    set.node(3).pause().unwrap();
+    let err = c
+        .acquire_with_token("late", Token::random(), TTL)
+        .await
+        .unwrap_err();
+    let Error::NoQuorum { report } = err else {
+        panic!("expected NoQuorum")
+    };
+    assert_eq!(report.nodes[3].outcome, NodeOutcome::Pending, "{report}");
+
+    set.node(3).resume().unwrap();
+    let settled = report.settled().await;
+    assert!(settled.nodes[3].late, "{settled}");
+    assert_eq!(settled.nodes[3].outcome, NodeOutcome::Acquired, "{settled}");
+    assert_eq!(
+        settled.nodes[3].cleanup,
+        Some(CleanupOutcome::Removed),
+        "{settled}"
+    );
+    assert_eq!(
+        settled.nodes[4].cleanup,
+        Some(CleanupOutcome::Removed),
+        "{settled}"
+    );
+    assert_eq!(
+        set.nodes_holding("late").await,
+        vec![0, 1, 2],
+        "only the other owner's keys remain"
+    );
+    for i in 0..3 {
+        assert_eq!(
+            set.node(i).get("late").await.unwrap().as_deref(),
+            Some("someone-else")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_paused_past_its_timeout_ends_up_without_our_key() {
+    let set = NodeSet::start(5).await.unwrap();
+    let c = coordinator(&set, Duration::from_millis(200)).await;
+    for i in 0..3 {
+        set.node(i)
+            .set("paused-long", "someone-else", Some(60_000))
+            .await
+            .unwrap();
+    }
+    set.node(3).pause().unwrap();
+    // Three refusals: lost at once. Node 3 then times out with our SET still queued on its
+    // socket; the rollback is queued behind it and retried until the node answers. The
+    // 30 s TTL means a key that escaped the rollback would still be there at the end.
+    let err = c.acquire("paused-long", TTL).await.unwrap_err();
+    let report = err.report().unwrap().clone();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    set.node(3).resume().unwrap();
+    let settled = report.settled().await;
+    assert!(
+        matches!(
+            settled.nodes[3].cleanup,
+            Some(CleanupOutcome::Removed | CleanupOutcome::NotPresent)
+        ),
+        "{settled}"
+    );
+    assert!(
+        set.node(3).get("paused-long").await.unwrap().is_none(),
+        "our key survived on the resumed node"
+    );
+    assert!(set.node(4).get("paused-long").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_round_leaves_no_key_behind() {
+    let set = NodeSet::start(5).await.unwrap();
+    let c = coordinator(&set, Duration::from_secs(2)).await;
+    for i in 2..5 {
+        set.node(i).pause().unwrap();
+    }
+    // Nodes 0 and 1 accept; the round then waits for the paused majority. Drop it there.
+    let round = c.acquire("dropped", TTL);
+    let dropped = tokio::time::timeout(Duration::from_millis(300), round).await;
+    assert!(
+        dropped.is_err(),
+        "the round cannot decide while a majority is paused"
+    );
+    for i in 2..5 {
+        set.node(i).resume().unwrap();
+    }
+    c.quiesce().await;
+    assert!(
+        set.nodes_holding("dropped").await.is_empty(),
+        "a cancelled round left keys behind"
+    );
+}

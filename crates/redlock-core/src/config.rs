@@ -49,6 +49,10 @@ pub struct Config {
     /// The longest pause between two reconnection attempts to a node that went away.
     /// Defaults to 1 s.
     pub reconnect_max_delay: Duration,
+    /// When set, every release (and every last release of a reentrant lock) publishes the
+    /// released key on this channel, on each node where it deleted the key, so that waiting
+    /// clients can try again at once. Defaults to `None` (publish nothing).
+    pub release_channel: Option<String>,
 }
 
 impl Default for Config {
@@ -58,6 +62,7 @@ impl Default for Config {
             node_timeout: DEFAULT_NODE_TIMEOUT,
             drift_factor: DEFAULT_DRIFT_FACTOR,
             reconnect_max_delay: Duration::from_secs(1),
+            release_channel: None,
         }
     }
 }
@@ -90,6 +95,9 @@ impl Config {
         }
         if self.reconnect_max_delay.is_zero() {
             return Err(ConfigError::ZeroReconnectDelay);
+        }
+        if self.release_channel.as_deref() == Some("") {
+            return Err(ConfigError::EmptyChannel);
         }
         let mut seen = HashSet::new();
         let mut endpoints = Vec::with_capacity(self.nodes.len());

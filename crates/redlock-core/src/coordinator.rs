@@ -6,15 +6,17 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 use futures::future::join_all;
 
+use crate::batch;
 use crate::config::{check_key, Config};
 use crate::drift::drift;
 use crate::error::{ConfigError, Error};
+use crate::inspect::Inspection;
 use crate::lock::Lock;
 use crate::node::Node;
 use crate::quorum::quorum;
 use crate::report::{NodeName, RoundKind};
 use crate::round::{self, Busy, Forward, Op};
-use crate::scripts::{EXTEND, RELEASE};
+use crate::scripts::{Script, ACQUIRE_MANY, REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE};
 use crate::token::Token;
 
 const STARTUP_WAIT: Duration = Duration::from_millis(500);
@@ -118,23 +120,79 @@ impl Coordinator {
         token: Token,
         ttl: Duration,
     ) -> Result<Lock, Error> {
-        check_key(key)?;
+        let spec = Spec::new(&[key], token, None)?;
         let ttl = self.inner.config.check_ttl(ttl)?;
-        let ttl_ms = ttl.as_millis() as u64;
+        let forward = Forward::SetNx {
+            token: spec.token_value(),
+            ttl_ms: ttl.as_millis() as u64,
+        };
+        self.acquire_spec(spec, forward, ttl).await
+    }
+
+    /// One acquisition round over several keys, all or nothing: each node sets every key or
+    /// none (one script per node), and the lock is won when a quorum of nodes set them all.
+    /// Rolled back like [`acquire_with_token`](Self::acquire_with_token).
+    pub async fn acquire_many<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        token: Token,
+        ttl: Duration,
+    ) -> Result<Lock, Error> {
+        let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
+        let spec = Spec::new(&keys, token, None)?;
+        let ttl = self.inner.config.check_ttl(ttl)?;
+        let forward = Forward::Script {
+            script: &ACQUIRE_MANY,
+            args: vec![spec.token_value(), (ttl.as_millis() as i64).into()],
+        };
+        self.acquire_spec(spec, forward, ttl).await
+    }
+
+    /// One acquisition round of a reentrant lock: succeeds when the key is free or already
+    /// held by `owner`, adding one hold (identified by `token`) either way. Each hold is
+    /// released on its own; the key goes with the last one. A key is used either reentrantly
+    /// or not: a plain lock and a reentrant lock on one key see each other as taken.
+    pub async fn acquire_reentrant(
+        &self,
+        key: &str,
+        owner: &str,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<Lock, Error> {
+        if owner.is_empty() {
+            return Err(ConfigError::EmptyOwner.into());
+        }
+        let spec = Spec::new(&[key], token, Some(owner.into()))?;
+        let ttl = self.inner.config.check_ttl(ttl)?;
+        let forward = Forward::Script {
+            script: &REENTRANT_ACQUIRE,
+            args: vec![
+                owner.into(),
+                spec.token_value(),
+                (ttl.as_millis() as i64).into(),
+            ],
+        };
+        self.acquire_spec(spec, forward, ttl).await
+    }
+
+    async fn acquire_spec(
+        &self,
+        spec: Spec,
+        forward: Forward,
+        ttl: Duration,
+    ) -> Result<Lock, Error> {
         let op = Op {
             kind: RoundKind::Acquire,
-            name: key.into(),
-            keys: vec![Key::from(key)],
-            forward: Forward::SetNx {
-                token: token_value(&token),
-                ttl_ms,
-            },
-            undo: Some((&RELEASE, vec![token_value(&token)])),
+            name: spec.name.clone(),
+            keys: spec.fred_keys(),
+            forward,
+            // A rollback publishes nothing: nobody held the lock, so nobody waits for it.
+            undo: Some(spec.release(None)),
             ttl: Some(ttl),
             drift_factor: self.inner.config.drift_factor,
         };
         let finished = round::run(&self.inner.nodes, op, &self.inner.busy).await;
-        self.lock_from(finished, key, token, ttl)
+        self.lock_from(finished, spec, ttl)
     }
 
     /// One extension round: compare-and-`PEXPIRE` to `ttl` on every node, counted like an
@@ -143,35 +201,70 @@ impl Coordinator {
     /// validity it had, and the caller should stop using it by then and release it.
     pub async fn extend(&self, lock: &Lock, ttl: Duration) -> Result<Lock, Error> {
         let ttl = self.inner.config.check_ttl(ttl)?;
-        let op = Op {
-            kind: RoundKind::Extend,
-            name: lock.key.clone(),
-            keys: vec![Key::from(&*lock.key)],
-            forward: Forward::Script {
-                script: &EXTEND,
-                args: vec![token_value(&lock.token), (ttl.as_millis() as i64).into()],
-            },
-            undo: None,
-            ttl: Some(ttl),
-            drift_factor: self.inner.config.drift_factor,
-        };
-        let finished = round::run(&self.inner.nodes, op, &self.inner.busy).await;
-        self.lock_from(finished, &lock.key, lock.token.clone(), ttl)
+        let mut results = self.extend_checked(&[(lock, ttl)]).await;
+        results.pop().expect("one result per lock")
     }
 
-    /// Releases a lock: compare-and-delete on every node. Returns once a quorum of nodes no
-    /// longer hold our key; the remaining nodes finish in the background. It only ever
-    /// deletes a key that still holds this lock's token, so a late release never touches a
-    /// newer holder.
+    /// Extends several locks in one round: one script call per node for all of them, each
+    /// lock decided on its own by the same quorum and validity rules as
+    /// [`extend`](Self::extend). Returns one result per lock, in order.
+    pub async fn extend_many(&self, locks: &[(&Lock, Duration)]) -> Vec<Result<Lock, Error>> {
+        let mut checked = Vec::with_capacity(locks.len());
+        let mut errors = Vec::new();
+        for (i, (lock, ttl)) in locks.iter().enumerate() {
+            match self.inner.config.check_ttl(*ttl) {
+                Ok(ttl) => checked.push((*lock, ttl)),
+                Err(e) => errors.push((i, e)),
+            }
+        }
+        let mut results = self.extend_checked(&checked).await.into_iter();
+        let mut errors = errors.into_iter().peekable();
+        (0..locks.len())
+            .map(|i| match errors.next_if(|(at, _)| *at == i) {
+                Some((_, e)) => Err(e.into()),
+                None => results.next().expect("one result per checked lock"),
+            })
+            .collect()
+    }
+
+    async fn extend_checked(&self, locks: &[(&Lock, Duration)]) -> Vec<Result<Lock, Error>> {
+        if locks.is_empty() {
+            return Vec::new();
+        }
+        let finished =
+            batch::extend(&self.inner.nodes, locks, self.inner.config.drift_factor).await;
+        locks
+            .iter()
+            .zip(finished)
+            .map(|((lock, ttl), finished)| {
+                let spec = Spec {
+                    keys: lock.keys.clone(),
+                    name: lock.name.clone(),
+                    token: lock.token.clone(),
+                    owner: lock.owner.clone(),
+                };
+                self.lock_from(finished, spec, *ttl)
+            })
+            .collect()
+    }
+
+    /// Releases a lock: compare-and-delete on every node (for a reentrant lock: drops this
+    /// hold, and the key with the last one). Returns once a quorum of nodes no longer hold
+    /// it; the remaining nodes finish in the background. It only ever deletes a key that
+    /// still holds this lock's token, so a late release never touches a newer holder.
     pub async fn release(&self, lock: &Lock) -> Result<crate::RoundReport, Error> {
+        let spec = Spec {
+            keys: lock.keys.clone(),
+            name: lock.name.clone(),
+            token: lock.token.clone(),
+            owner: lock.owner.clone(),
+        };
+        let (script, args) = spec.release(self.inner.config.release_channel.as_deref());
         let op = Op {
             kind: RoundKind::Release,
-            name: lock.key.clone(),
-            keys: vec![Key::from(&*lock.key)],
-            forward: Forward::Script {
-                script: &RELEASE,
-                args: vec![token_value(&lock.token)],
-            },
+            name: spec.name.clone(),
+            keys: spec.fred_keys(),
+            forward: Forward::Script { script, args },
             undo: None,
             ttl: None,
             drift_factor: self.inner.config.drift_factor,
@@ -184,6 +277,20 @@ impl Coordinator {
                 report: Box::new(finished.report),
             })
         }
+    }
+
+    /// Reads a key's state from every node (`PTTL`, under the per-node timeout): whether a
+    /// quorum holds it and for how long. A snapshot: it may change right after.
+    pub async fn inspect(&self, key: &str) -> Result<Inspection, Error> {
+        check_key(key)?;
+        let ttls = join_all(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| async move { (node.name.clone(), node.pttl(Key::from(key)).await) }),
+        )
+        .await;
+        Ok(Inspection::new(key, ttls))
     }
 
     /// Waits until no round of this coordinator has work left in the background (late
@@ -202,16 +309,17 @@ impl Coordinator {
     fn lock_from(
         &self,
         finished: round::Finished,
-        key: &str,
-        token: Token,
+        spec: Spec,
         ttl: Duration,
     ) -> Result<Lock, Error> {
         let report = Box::new(finished.report);
         if finished.won {
             let valid_until = finished.t0 + ttl - self.drift(ttl);
             return Ok(Lock {
-                key: key.into(),
-                token,
+                keys: spec.keys,
+                name: spec.name,
+                token: spec.token,
+                owner: spec.owner,
                 ttl,
                 valid_until,
                 report: *report,
@@ -225,6 +333,53 @@ impl Coordinator {
     }
 }
 
-fn token_value(token: &Token) -> Value {
-    Value::String(token.as_fred().clone())
+/// The identity of a lock: what its scripts are built from.
+struct Spec {
+    keys: Arc<[Arc<str>]>,
+    name: Arc<str>,
+    token: Token,
+    owner: Option<Arc<str>>,
+}
+
+impl Spec {
+    fn new(keys: &[&str], token: Token, owner: Option<Arc<str>>) -> Result<Spec, ConfigError> {
+        if keys.is_empty() {
+            return Err(ConfigError::NoKeys);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for key in keys {
+            check_key(key)?;
+            if !seen.insert(*key) {
+                return Err(ConfigError::DuplicateKey {
+                    key: (*key).to_string(),
+                });
+            }
+        }
+        Ok(Spec {
+            keys: keys.iter().map(|k| Arc::from(*k)).collect(),
+            name: keys.join(", ").into(),
+            token,
+            owner,
+        })
+    }
+
+    fn fred_keys(&self) -> Vec<Key> {
+        self.keys.iter().map(|k| Key::from(&**k)).collect()
+    }
+
+    fn token_value(&self) -> Value {
+        Value::String(self.token.as_fred().clone())
+    }
+
+    /// The compare-and-delete for this lock, publishing on `channel` when given.
+    fn release(&self, channel: Option<&str>) -> (&'static Script, Vec<Value>) {
+        let channel = Value::from(channel.unwrap_or(""));
+        match &self.owner {
+            Some(owner) => (
+                &REENTRANT_RELEASE,
+                vec![Value::from(&**owner), self.token_value(), channel],
+            ),
+            None => (&RELEASE, vec![self.token_value(), channel]),
+        }
+    }
 }

@@ -72,6 +72,23 @@ pub enum ConfigError {
         /// The maximum.
         max: usize,
     },
+    /// A lock over several keys was requested with none.
+    #[error("no keys given: a lock over several keys needs at least one")]
+    NoKeys,
+    /// A key appears twice in one lock.
+    #[error("key `{key}` appears twice in one lock: list each resource once")]
+    DuplicateKey {
+        /// The repeated key.
+        key: String,
+    },
+    /// A reentrant lock was requested with an empty owner.
+    #[error(
+        "the owner of a reentrant lock is empty: give each owner a unique, non-empty identity"
+    )]
+    EmptyOwner,
+    /// The release notification channel is empty.
+    #[error("the release notification channel is empty: name a channel, or set it to None to publish nothing")]
+    EmptyChannel,
     /// The Redis client for a node could not be created.
     #[error("could not create the client for node `{node}`: {reason}")]
     Client {

@@ -45,10 +45,12 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod batch;
 mod config;
 mod coordinator;
 mod drift;
 mod error;
+mod inspect;
 mod lock;
 mod node;
 mod quorum;
@@ -61,6 +63,7 @@ pub use config::{check_key, check_ttl, Config, DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN
 pub use coordinator::Coordinator;
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
 pub use error::{ConfigError, Error};
+pub use inspect::Inspection;
 pub use lock::Lock;
 pub use quorum::quorum;
 pub use report::{CleanupOutcome, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport};

@@ -15,20 +15,36 @@ use crate::token::Token;
 /// its validity (fence the resource for that).
 #[derive(Debug, Clone)]
 pub struct Lock {
-    pub(crate) key: Arc<str>,
+    /// The keys, in the caller's order (one for a plain lock).
+    pub(crate) keys: Arc<[Arc<str>]>,
+    /// The keys as reports name them.
+    pub(crate) name: Arc<str>,
     pub(crate) token: Token,
+    /// The owner, for a reentrant lock.
+    pub(crate) owner: Option<Arc<str>>,
     pub(crate) ttl: Duration,
     pub(crate) valid_until: Instant,
     pub(crate) report: RoundReport,
 }
 
 impl Lock {
-    /// The locked key.
+    /// The locked key (the first one, for a lock over several keys).
     pub fn key(&self) -> &str {
-        &self.key
+        &self.keys[0]
     }
 
-    /// The token stored under the key on the nodes.
+    /// Every locked key.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.keys.iter().map(|k| &**k)
+    }
+
+    /// The owner, for a reentrant lock.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// The token stored under the key on the nodes (for a reentrant lock: this hold's
+    /// token).
     pub fn token(&self) -> &Token {
         &self.token
     }

@@ -117,6 +117,23 @@ impl Node {
         }
     }
 
+    /// `PTTL key`: `Some(ms)` when the key exists (`u64::MAX` when it has no expiry), `None`
+    /// when it does not.
+    pub(crate) async fn pttl(&self, key: Key) -> Result<Option<u64>, NodeOutcome> {
+        let cmd = CustomCommand::new_static("PTTL", None, false);
+        match self
+            .bounded(self.cmd.custom::<Value, Value>(cmd, vec![Value::from(key)]))
+            .await?
+        {
+            Value::Integer(-2) => Ok(None),
+            Value::Integer(-1) => Ok(Some(u64::MAX)),
+            Value::Integer(ms) if ms >= 0 => Ok(Some(ms as u64)),
+            other => Err(NodeOutcome::ServerError(format!(
+                "unexpected reply to PTTL: {other:?}"
+            ))),
+        }
+    }
+
     /// Runs a script by its SHA-1, loading it with `EVAL` when the node does not know it
     /// (`NOSCRIPT`: first use, or a restarted node). Both steps share one timeout.
     pub(crate) async fn eval(

@@ -1,6 +1,8 @@
-//! The compare-token Lua scripts. Each checks that the key still holds our token before it
-//! touches it, so a holder whose lock expired can never delete or extend a newer holder's
-//! key (guarantee G3).
+//! The Lua scripts. Every script that deletes or extends checks that the key still holds our
+//! token first, so a holder whose lock expired can never delete or extend a newer holder's
+//! key (guarantee G3). Reads that might meet a key of the other kind (a reentrant hash where
+//! a string is expected, or the reverse) go through `redis.pcall`, so they count as "not
+//! ours" instead of failing the whole script.
 
 use std::sync::LazyLock;
 
@@ -31,26 +33,112 @@ impl Script {
     }
 }
 
-/// `KEYS[1]` = key, `ARGV[1]` = token: delete the key if it holds the token. Returns 1 when
-/// deleted, 0 otherwise.
-pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+/// `KEYS` = the lock's keys, `ARGV[1]` = token, `ARGV[2]` = TTL in ms: set every key, or none
+/// if any exists (all-or-nothing on this node). Returns 1 when set, 0 otherwise.
+pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"if redis.call("GET", KEYS[1]) == ARGV[1] then
-  return redis.call("DEL", KEYS[1])
+        r#"for _, key in ipairs(KEYS) do
+  if redis.call("EXISTS", key) == 1 then return 0 end
+end
+for _, key in ipairs(KEYS) do
+  redis.call("SET", key, ARGV[1], "PX", ARGV[2])
+end
+return 1"#,
+    )
+});
+
+/// `KEYS` = the lock's keys, `ARGV[1]` = token, `ARGV[2]` = channel or "": delete every key
+/// that holds the token, publishing its name on the channel when one is given. Returns 1
+/// when something was deleted, 0 otherwise.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local deleted = 0
+for _, key in ipairs(KEYS) do
+  local value = redis.pcall("GET", key)
+  if value == ARGV[1] then
+    redis.call("DEL", key)
+    deleted = deleted + 1
+    if ARGV[2] ~= "" then redis.call("PUBLISH", ARGV[2], key) end
+  end
+end
+if deleted > 0 then return 1 end
+return 0"#,
+    )
+});
+
+/// A reentrant lock is a hash: field `owner` names the owner, and each hold adds a field
+/// `hold:<token>`. Holds are idempotent by token, so a retried or rolled-back attempt can
+/// never add or remove another hold's count.
+///
+/// `KEYS[1]` = key, `ARGV[1]` = owner, `ARGV[2]` = hold token, `ARGV[3]` = TTL in ms. Takes
+/// the key when free, adds a hold when the owner already has it. Returns 1 or 0.
+pub(crate) static REENTRANT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local owner = redis.call("HGET", KEYS[1], "owner")
+if owner == false then
+  redis.call("HSET", KEYS[1], "owner", ARGV[1], "hold:" .. ARGV[2], 1)
+  redis.call("PEXPIRE", KEYS[1], ARGV[3])
+  return 1
+elseif owner == ARGV[1] then
+  redis.call("HSET", KEYS[1], "hold:" .. ARGV[2], 1)
+  if redis.call("PTTL", KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call("PEXPIRE", KEYS[1], ARGV[3])
+  end
+  return 1
 end
 return 0"#,
     )
 });
 
-/// `KEYS[1]` = key, `ARGV[1]` = token, `ARGV[2]` = TTL in ms: reset the key's TTL if it
-/// holds the token. Returns 1 when extended, 0 otherwise. `PEXPIRE` on a missing key does
-/// nothing, so an extension never recreates a lock that expired.
-pub static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+/// `KEYS[1]` = key, `ARGV[1]` = owner, `ARGV[2]` = hold token, `ARGV[3]` = channel or "":
+/// drops one hold; deletes the key (and publishes) when it was the last. Returns 1 when the
+/// hold was there, 0 otherwise.
+pub(crate) static REENTRANT_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"if redis.call("GET", KEYS[1]) == ARGV[1] then
-  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+        r#"local owner = redis.pcall("HGET", KEYS[1], "owner")
+if owner ~= ARGV[1] then return 0 end
+if redis.call("HDEL", KEYS[1], "hold:" .. ARGV[2]) == 0 then return 0 end
+if redis.call("HLEN", KEYS[1]) <= 1 then
+  redis.call("DEL", KEYS[1])
+  if ARGV[3] ~= "" then redis.call("PUBLISH", ARGV[3], KEYS[1]) end
 end
-return 0"#,
+return 1"#,
+    )
+});
+
+/// Extends several locks in one call. `ARGV[1]` is ignored (reserved); then five arguments
+/// per lock: kind (`e` exclusive, `r` reentrant), number of keys, token, owner (or ""), TTL
+/// in ms. `KEYS` holds each lock's keys in the same order. A lock is extended (all its keys)
+/// only if every key still holds its token; `PEXPIRE` never recreates a missing key.
+/// Returns one 1 or 0 per lock.
+pub(crate) static EXTEND_BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local results = {}
+local k = 1
+local a = 2
+while a + 4 <= #ARGV do
+  local kind, n, token, owner, ttl = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  a = a + 5
+  local ok = 1
+  if kind == "r" then
+    local key = KEYS[k]
+    if redis.pcall("HGET", key, "owner") == owner and redis.call("HEXISTS", key, "hold:" .. token) == 1 then
+      redis.call("PEXPIRE", key, ttl)
+    else
+      ok = 0
+    end
+  else
+    for i = k, k + n - 1 do
+      if redis.pcall("GET", KEYS[i]) ~= token then ok = 0 end
+    end
+    if ok == 1 then
+      for i = k, k + n - 1 do redis.call("PEXPIRE", KEYS[i], ttl) end
+    end
+  end
+  k = k + n
+  results[#results + 1] = ok
+end
+return results"#,
     )
 });
 
@@ -65,7 +153,18 @@ mod tests {
             Script::new("").sha(),
             "da39a3ee5e6b4b0d3255bfef95601890afd80709"
         );
-        assert_eq!(RELEASE.sha().len(), 40);
-        assert_ne!(RELEASE.sha(), EXTEND.sha());
+        let all = [
+            &*ACQUIRE_MANY,
+            &*RELEASE,
+            &*REENTRANT_ACQUIRE,
+            &*REENTRANT_RELEASE,
+            &*EXTEND_BATCH,
+        ];
+        for (i, a) in all.iter().enumerate() {
+            assert_eq!(a.sha().len(), 40);
+            for b in &all[i + 1..] {
+                assert_ne!(a.sha(), b.sha());
+            }
+        }
     }
 }

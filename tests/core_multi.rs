@@ -1,0 +1,186 @@
+//! Multi-key locks, reentrant holds, batched extension and inspection, on real nodes.
+
+use std::time::Duration;
+
+use redlock_core::{Config, ConfigError, Coordinator, Error, NodeOutcome, Token};
+use redlock_testkit::NodeSet;
+
+const TTL: Duration = Duration::from_secs(10);
+
+async fn coordinator(set: &NodeSet) -> Coordinator {
+    Coordinator::connect(Config {
+        nodes: set.urls(),
+        ..Default::default()
+    })
+    .await
+    .expect("valid config")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_keys_are_acquired_all_or_nothing() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set).await;
+    let keys = ["multi:a", "multi:b", "multi:c"];
+
+    // One key taken by someone else on every node: nothing is acquired, nothing is left.
+    let blocker = c.acquire("multi:b", TTL).await.unwrap();
+    let err = c
+        .acquire_many(&keys, Token::random(), TTL)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    err.report().unwrap().settled().await;
+    for key in ["multi:a", "multi:c"] {
+        assert!(
+            set.nodes_holding(key).await.is_empty(),
+            "{key} was left behind"
+        );
+    }
+    c.release(&blocker).await.unwrap().settled().await;
+
+    let lock = c.acquire_many(&keys, Token::random(), TTL).await.unwrap();
+    assert_eq!(lock.keys().collect::<Vec<_>>(), keys);
+    for key in keys {
+        assert_eq!(set.nodes_holding(key).await, vec![0, 1, 2]);
+    }
+    let lock = c.extend(&lock, Duration::from_secs(60)).await.unwrap();
+    assert!(set.node(0).pttl("multi:c").await.unwrap() > 10_000);
+    c.release(&lock).await.unwrap().settled().await;
+    for key in keys {
+        assert!(set.nodes_holding(key).await.is_empty());
+    }
+
+    let dup = c
+        .acquire_many(&["x", "x"], Token::random(), TTL)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(dup, Error::Config(ConfigError::DuplicateKey { .. })),
+        "{dup}"
+    );
+    let none = c
+        .acquire_many::<&str>(&[], Token::random(), TTL)
+        .await
+        .unwrap_err();
+    assert!(matches!(none, Error::Config(ConfigError::NoKeys)), "{none}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentrant_holds_are_counted_and_the_key_goes_with_the_last() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set).await;
+
+    let outer = c
+        .acquire_reentrant("re", "owner-a", Token::random(), TTL)
+        .await
+        .unwrap();
+    let inner = c
+        .acquire_reentrant("re", "owner-a", Token::random(), TTL)
+        .await
+        .unwrap();
+    let other = c
+        .acquire_reentrant("re", "owner-b", Token::random(), TTL)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(other, Error::NoQuorum { .. }),
+        "another owner must wait: {other}"
+    );
+    // A plain lock on a reentrant key sees it as taken.
+    assert!(c.acquire("re", TTL).await.is_err());
+
+    c.release(&inner).await.unwrap().settled().await;
+    assert_eq!(set.nodes_holding("re").await.len(), 3, "one hold is left");
+    // Releasing the same hold again changes nothing.
+    let again = c.release(&inner).await.unwrap().settled().await;
+    assert!(
+        again
+            .nodes
+            .iter()
+            .all(|n| n.outcome == NodeOutcome::NotHeld),
+        "{again}"
+    );
+    assert_eq!(set.nodes_holding("re").await.len(), 3);
+
+    let outer = c.extend(&outer, Duration::from_secs(60)).await.unwrap();
+    c.release(&outer).await.unwrap().settled().await;
+    assert!(set.nodes_holding("re").await.is_empty());
+    c.acquire_reentrant("re", "owner-b", Token::random(), TTL)
+        .await
+        .expect("free again");
+    c.quiesce().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_extends_each_lock_on_its_own() {
+    let set = NodeSet::start(5).await.unwrap();
+    let c = coordinator(&set).await;
+    let plain = c.acquire("batch:plain", TTL).await.unwrap();
+    let many = c
+        .acquire_many(&["batch:m1", "batch:m2"], Token::random(), TTL)
+        .await
+        .unwrap();
+    let re = c
+        .acquire_reentrant("batch:re", "me", Token::random(), TTL)
+        .await
+        .unwrap();
+    let gone = c.acquire("batch:gone", TTL).await.unwrap();
+    // Someone deletes one lock's key on a majority: that lock alone fails to extend.
+    for i in 0..3 {
+        set.node(i).del("batch:gone").await.unwrap();
+    }
+    let long = Duration::from_secs(60);
+    let results = c
+        .extend_many(&[
+            (&plain, long),
+            (&many, long),
+            (&re, long),
+            (&gone, long),
+            (&plain, Duration::ZERO),
+        ])
+        .await;
+    assert_eq!(results.len(), 5);
+    for r in &results[..3] {
+        let lock = r.as_ref().unwrap();
+        assert!(lock.valid_until() > plain.valid_until());
+    }
+    assert!(
+        matches!(&results[3], Err(Error::NoQuorum { .. })),
+        "{:?}",
+        results[3]
+    );
+    assert!(matches!(
+        &results[4],
+        Err(Error::Config(ConfigError::ZeroTtl))
+    ));
+    for key in ["batch:plain", "batch:m1", "batch:m2", "batch:re"] {
+        assert!(set.node(4).pttl(key).await.unwrap() > 10_000, "{key}");
+    }
+    // The key that was deleted is not recreated where it was gone.
+    for i in 0..3 {
+        assert!(set.node(i).get("batch:gone").await.unwrap().is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspection_reads_a_quorum() {
+    let set = NodeSet::start(5).await.unwrap();
+    let c = coordinator(&set).await;
+    assert_eq!(c.inspect("insp").await.unwrap().held, Some(false));
+    let lock = c.acquire("insp", TTL).await.unwrap();
+    let seen = c.inspect("insp").await.unwrap();
+    assert_eq!(seen.held, Some(true));
+    assert!(seen.remaining.unwrap() <= TTL);
+    set.node(0).kill().unwrap();
+    set.node(1).kill().unwrap();
+    for i in 2..4 {
+        set.node(i).del("insp").await.unwrap();
+    }
+    // Two dead, two without the key, one with it: the dead nodes might still hold it, so
+    // a quorum might too; the read cannot tell.
+    assert_eq!(c.inspect("insp").await.unwrap().held, None);
+    // Three nodes without the key: no quorum can hold it.
+    set.node(4).del("insp").await.unwrap();
+    assert_eq!(c.inspect("insp").await.unwrap().held, Some(false));
+    drop(lock);
+}

@@ -78,6 +78,18 @@ impl Node {
             .await
     }
 
+    /// How many times the node has executed `command` (lower case, e.g. `"evalsha"`) since
+    /// it started, from `INFO commandstats`. Lets a test assert how many commands a
+    /// mechanism sent, instead of timing it.
+    pub async fn command_calls(&self, command: &str) -> Result<u64, HarnessError> {
+        let stats: String = self
+            .inspect("INFO commandstats".to_owned(), |c| async move {
+                c.info(Some(fred::types::InfoKind::CommandStats)).await
+            })
+            .await?;
+        Ok(parse_command_calls(&stats, command))
+    }
+
     /// Runs `op` on a fresh client connected to this node.
     async fn inspect<T, F, Fut>(&self, op: String, f: F) -> Result<T, HarnessError>
     where
@@ -140,5 +152,30 @@ impl Node {
             op: op.to_owned(),
             source,
         }
+    }
+}
+
+/// Finds `calls=N` on the line `cmdstat_<command>:calls=N,...` of `INFO commandstats`.
+fn parse_command_calls(stats: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:");
+    stats
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod command_stats_tests {
+    use super::parse_command_calls;
+
+    #[test]
+    fn parses_calls_of_one_command() {
+        let info =
+            "# Commandstats\r\ncmdstat_set:calls=7,usec=10\r\ncmdstat_evalsha:calls=3,usec=5\r\n";
+        assert_eq!(parse_command_calls(info, "evalsha"), 3);
+        assert_eq!(parse_command_calls(info, "set"), 7);
+        assert_eq!(parse_command_calls(info, "get"), 0);
     }
 }

@@ -99,7 +99,9 @@ pub(crate) async fn extend(
         .zip(tallies)
         .zip(decided)
         .map(|((((lock, ttl), nodes), tally), decision)| {
-            let validity = validity(*ttl, elapsed, drift(*ttl, drift_factor));
+            let validity = Some(*ttl)
+                .filter(|_| decision == Some(Decision::Won))
+                .and_then(|ttl| validity(ttl, elapsed, drift(ttl, drift_factor)));
             let won = decision == Some(Decision::Won) && validity.is_some();
             let report = RoundReport {
                 kind: RoundKind::Extend,

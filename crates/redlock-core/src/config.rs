@@ -49,9 +49,10 @@ pub struct Config {
     /// The longest pause between two reconnection attempts to a node that went away.
     /// Defaults to 1 s.
     pub reconnect_max_delay: Duration,
-    /// When set, every release (and every last release of a reentrant lock) publishes the
-    /// released key on this channel, on each node where it deleted the key, so that waiting
-    /// clients can try again at once. Defaults to `None` (publish nothing).
+    /// When set, every release (and every last release of a reentrant lock) publishes
+    /// `"<token> <key>"` on this channel, on each node where it deleted the key, so that
+    /// waiting clients can try again at once (the token, dead once released, tells the
+    /// copies from different nodes apart from different releases). Defaults to `None`.
     pub release_channel: Option<String>,
 }
 

@@ -210,8 +210,8 @@ pub struct RoundReport {
     pub nodes: Vec<NodeReport>,
     /// Time from the first send to the decision.
     pub elapsed: Duration,
-    /// The validity left at the decision (`ttl - elapsed - drift`), when positive and
-    /// the round had a TTL.
+    /// The validity left at the decision (`ttl - elapsed - drift`), for a round with a TTL
+    /// that reached its quorum, when positive.
     pub validity: Option<Duration>,
     pub(crate) tail: Option<watch::Receiver<Tail>>,
 }

@@ -190,8 +190,10 @@ async fn run_inner(nodes: &Arc<[Node]>, op: Arc<Op>, busy: &Busy) -> Finished {
         }
     };
     let elapsed = t0.elapsed();
+    // Validity only means something for a round that reached its quorum.
     let validity = op
         .ttl
+        .filter(|_| decision == Decision::Won)
         .and_then(|ttl| validity(ttl, elapsed, drift(ttl, op.drift_factor)));
     let won = decision == Decision::Won && (op.ttl.is_none() || validity.is_some());
 

@@ -48,8 +48,9 @@ return 1"#,
 });
 
 /// `KEYS` = the lock's keys, `ARGV[1]` = token, `ARGV[2]` = channel or "": delete every key
-/// that holds the token, publishing its name on the channel when one is given. Returns 1
-/// when something was deleted, 0 otherwise.
+/// that holds the token, publishing `"<token> <key>"` on the channel when one is given (the
+/// token lets subscribers of several nodes recognise one release). Returns 1 when something
+/// was deleted, 0 otherwise.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"local deleted = 0
@@ -58,7 +59,7 @@ for _, key in ipairs(KEYS) do
   if value == ARGV[1] then
     redis.call("DEL", key)
     deleted = deleted + 1
-    if ARGV[2] ~= "" then redis.call("PUBLISH", ARGV[2], key) end
+    if ARGV[2] ~= "" then redis.call("PUBLISH", ARGV[2], ARGV[1] .. " " .. key) end
   end
 end
 if deleted > 0 then return 1 end
@@ -100,7 +101,7 @@ if owner ~= ARGV[1] then return 0 end
 if redis.call("HDEL", KEYS[1], "hold:" .. ARGV[2]) == 0 then return 0 end
 if redis.call("HLEN", KEYS[1]) <= 1 then
   redis.call("DEL", KEYS[1])
-  if ARGV[3] ~= "" then redis.call("PUBLISH", ARGV[3], KEYS[1]) end
+  if ARGV[3] ~= "" then redis.call("PUBLISH", ARGV[3], ARGV[2] .. " " .. KEYS[1]) end
 end
 return 1"#,
     )

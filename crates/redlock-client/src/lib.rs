@@ -1,7 +1,59 @@
-//! The API a Rust service calls to take Redlock locks: retries, guards, renewal.
+//! Redlock locks for Rust services: the API to call.
 //!
-//! Under construction: for now use [`redlock_core`] directly, which runs one round at a time.
+//! Built on [`redlock_core`] (one round over N independent Redis masters), this crate adds
+//! the policy a service needs:
+//!
+//! - [`Redlock::try_lock`] (one attempt) and [`Redlock::lock`] (retries with exponential
+//!   backoff and full jitter, a fresh token per attempt, an overall deadline; cancel-safe);
+//! - wake-up on release: the holder's release publishes on every node and waiting clients
+//!   retry at once, through one shared subscriber connection per node;
+//! - [`LockGuard`]: validity, `extend`, an explicit async `release` that reports each node,
+//!   release in the background when dropped, and a [`lost`](LockGuard::lost) signal;
+//! - automatic renewal by one scheduler per client that renews all due locks in one round
+//!   (one command per node), with an optional cap on the total hold time;
+//! - [`Redlock::with_lock`]: acquire, renew, run, cancel on loss, release, also on panic;
+//! - multi-key locks ([`Redlock::lock_many`]) and reentrant locks by [`Owner`];
+//! - [`Redlock::inspect`]: whether a key is held, from a quorum read;
+//! - configuration as a plain struct with a builder, durations as humantime text
+//!   (`"30s"`) with the `serde` feature.
+//!
+//! Read the guarantees and assumptions (H1-H4) in [`redlock_core`]'s documentation: in short,
+//! independent masters with persistence or delayed restarts, sane clocks, and a holder that
+//! stops using the resource when its lock is no longer valid.
+//!
+//! ```no_run
+//! use redlock_client::{LockConfig, Redlock};
+//!
+//! # async fn demo() -> Result<(), redlock_client::Error> {
+//! let client = Redlock::connect(
+//!     LockConfig::builder()
+//!         .nodes((7101..=7105).map(|p| format!("redis://127.0.0.1:{p}")))
+//!         .build()?,
+//! )
+//! .await?;
+//! let guard = client.lock("reports:daily").await?;
+//! // ... guard.is_valid() ...
+//! let report = guard.release().await?;
+//! println!("{report}");
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod client;
+mod config;
+mod error;
+mod guard;
+mod notify;
+mod owner;
+mod renew;
+mod retry;
+
+pub use client::{LockOptions, Redlock};
+pub use config::{InvalidConfig, LockConfig, LockConfigBuilder, RenewalPolicy};
+pub use error::{Error, LostReason};
+pub use guard::{LockGuard, LockHandle};
+pub use owner::Owner;
 pub use redlock_core;
+pub use redlock_core::{Inspection, NodeOutcome, RoundReport};
+pub use retry::{Backoff, RetryPolicy};

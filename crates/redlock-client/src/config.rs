@@ -1,0 +1,713 @@
+//! The client's configuration: a plain struct with defaults, a builder whose setters say
+//! their default, and one `validate` that checks every value before anything connects.
+
+use std::time::Duration;
+
+use humantime::format_duration;
+
+use crate::retry::RetryPolicy;
+
+/// The longest key prefix, in bytes. The prefix is sent with every key of every round; a
+/// namespace needs a few bytes, and a long one eats into redlock-core's key length limit.
+const MAX_KEY_PREFIX_LEN: usize = 256;
+
+/// Automatic renewal (the watchdog) of a held lock.
+///
+/// Defaults: `enabled` `true`, `renew_after` `None` (a third of the TTL), `max_hold` `None`.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
+pub struct RenewalPolicy {
+    /// Whether a held lock is extended in the background until it is released. Defaults to
+    /// `true`.
+    pub enabled: bool,
+    /// How long after each acquisition or renewal the next renewal starts. `None` means a
+    /// third of the TTL, which leaves time for two more renewals before the lock expires.
+    /// Defaults to `None`.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub renew_after: Option<Duration>,
+    /// The longest a lock is held, counted from its acquisition, however often it is
+    /// extended: the Redlock spec asks that extensions be bounded, so that a holder stuck in
+    /// a loop cannot keep a resource forever. `None` means no cap. Defaults to `None`.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub max_hold: Option<Duration>,
+}
+
+impl Default for RenewalPolicy {
+    fn default() -> Self {
+        RenewalPolicy {
+            enabled: true,
+            renew_after: None,
+            max_hold: None,
+        }
+    }
+}
+
+/// Everything a client needs.
+///
+/// Defaults: `nodes` empty (they must be given), `ttl` 30 s, `node_timeout` 100 ms,
+/// `drift_factor` 0.01, `retry` [`RetryPolicy::default()`], `renewal`
+/// [`RenewalPolicy::default()`], `key_prefix` `"redlock:"`, `notify` `true`.
+///
+/// Build it with [`LockConfig::builder`], or fill the struct and call
+/// [`validate`](Self::validate).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
+pub struct LockConfig {
+    /// The independent Redis masters, as URLs (`redis://host:port`); see
+    /// [`redlock_core::Config::nodes`]. Defaults to none: at least one is required, and 3 or
+    /// 5 is typical.
+    pub nodes: Vec<String>,
+    /// The lifetime of a lock on the nodes, before renewal. Defaults to 30 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub ttl: Duration,
+    /// How long one node gets to answer one command. Defaults to 100 ms.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub node_timeout: Duration,
+    /// The clock drift allowance as a fraction of the TTL, in `[0, 1)`. Defaults to 0.01.
+    pub drift_factor: f64,
+    /// How `lock` retries a lost round. Defaults to [`RetryPolicy::default()`].
+    pub retry: RetryPolicy,
+    /// How held locks are renewed. Defaults to [`RenewalPolicy::default()`].
+    pub renewal: RenewalPolicy,
+    /// Prepended to every key, so that several applications can share the nodes. Defaults
+    /// to `"redlock:"`.
+    pub key_prefix: String,
+    /// Publish on release, and wake waiters through one subscriber per node instead of
+    /// letting them sleep out their backoff delay. Defaults to `true`.
+    pub notify: bool,
+}
+
+impl Default for LockConfig {
+    fn default() -> Self {
+        LockConfig {
+            nodes: Vec::new(),
+            // Long enough that a holder stalled by a GC pause or a slow node keeps the lock
+            // until the watchdog renews it; short enough that a crashed holder's lock is free
+            // again within half a minute.
+            ttl: Duration::from_secs(30),
+            node_timeout: redlock_core::DEFAULT_NODE_TIMEOUT,
+            drift_factor: redlock_core::DEFAULT_DRIFT_FACTOR,
+            retry: RetryPolicy::default(),
+            renewal: RenewalPolicy::default(),
+            key_prefix: "redlock:".into(),
+            notify: true,
+        }
+    }
+}
+
+impl LockConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> LockConfigBuilder {
+        LockConfigBuilder::default()
+    }
+
+    /// The core configuration derived from this one: the nodes, the node timeout and the
+    /// drift factor; every other core setting keeps its default.
+    pub fn core(&self) -> redlock_core::Config {
+        redlock_core::Config {
+            nodes: self.nodes.clone(),
+            node_timeout: self.node_timeout,
+            drift_factor: self.drift_factor,
+            ..redlock_core::Config::default()
+        }
+    }
+
+    /// The renewal interval: `renewal.renew_after`, or a third of the TTL.
+    pub fn renew_every(&self) -> Duration {
+        self.renewal.renew_after.unwrap_or(self.ttl / 3)
+    }
+
+    /// Checks every value without connecting anywhere: the core configuration, the TTL,
+    /// the retry policy, the renewal policy and the key prefix, in that order.
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        self.core().validate()?;
+        let ttl = redlock_core::check_ttl(self.ttl, self.drift_factor, self.node_timeout)?;
+        self.retry.validate()?;
+        self.validate_renewal(ttl)?;
+        if self.key_prefix.len() > MAX_KEY_PREFIX_LEN {
+            return Err(InvalidConfig::KeyPrefix {
+                reason: format!(
+                    "the key prefix is {} bytes long, more than the maximum {MAX_KEY_PREFIX_LEN}: \
+                     use a short namespace such as \"billing:\"",
+                    self.key_prefix.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// `ttl` has passed `check_ttl`, so it exceeds `drift + node_timeout`.
+    fn validate_renewal(&self, ttl: Duration) -> Result<(), InvalidConfig> {
+        let invalid = |reason: String| Err(InvalidConfig::Renewal { reason });
+        let renewal = &self.renewal;
+        // An explicit interval is checked even with renewal off, so that turning it on later
+        // cannot reveal a mistake made earlier.
+        if renewal.enabled || renewal.renew_after.is_some() {
+            let every = self.renew_every();
+            let what = match renewal.renew_after {
+                Some(_) => "renew_after".to_string(),
+                None => format!(
+                    "the default renewal interval (ttl / 3 = {})",
+                    format_duration(every)
+                ),
+            };
+            if every.is_zero() {
+                return invalid(format!(
+                    "{what} is zero, so the lock would be renewed in a busy loop: use about a \
+                     third of the ttl, or leave renew_after unset"
+                ));
+            }
+            // The lock is only safe to use for `ttl - drift`, and the renewal round may wait
+            // a full node timeout for its answers: it must start early enough to finish in
+            // that window, or the lock could lapse while its holder still believes in it.
+            let drift = redlock_core::drift(ttl, self.drift_factor);
+            let latest = ttl.saturating_sub(drift).saturating_sub(self.node_timeout);
+            if every >= latest {
+                return invalid(format!(
+                    "{what} of {} is too late for a ttl of {}: a renewal must start before the \
+                     ttl minus the drift allowance ({}) minus one node_timeout ({}), that is \
+                     before {}; use a shorter renew_after (about ttl / 3) or a longer ttl",
+                    format_duration(every),
+                    format_duration(ttl),
+                    format_duration(drift),
+                    format_duration(self.node_timeout),
+                    format_duration(latest),
+                ));
+            }
+        }
+        if let Some(max_hold) = renewal.max_hold {
+            if max_hold < ttl {
+                return invalid(format!(
+                    "max_hold ({}) is shorter than the ttl ({}): the first acquisition alone \
+                     holds the lock for the ttl; raise max_hold to at least the ttl, or leave \
+                     it unset for no cap",
+                    format_duration(max_hold),
+                    format_duration(ttl),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`LockConfig`], starting from its defaults and validating at the end.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlock_client::LockConfig;
+///
+/// let config = LockConfig::builder()
+///     .nodes((7101..=7103).map(|port| format!("redis://127.0.0.1:{port}")))
+///     .ttl(Duration::from_secs(15))
+///     .max_wait(Duration::from_secs(2))
+///     .key_prefix("billing:")
+///     .build()
+///     .expect("a valid configuration");
+/// assert_eq!(config.renew_every(), Duration::from_secs(5));
+///
+/// // Values are checked when building, never later.
+/// assert!(LockConfig::builder().build().is_err(), "no nodes");
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct LockConfigBuilder {
+    config: LockConfig,
+}
+
+impl LockConfigBuilder {
+    /// Replaces the node URLs. Defaults to none: at least one is required, 3 or 5
+    /// independent masters is typical.
+    #[must_use]
+    pub fn nodes(mut self, nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.config.nodes = nodes.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Adds one node URL to those already given. Defaults to none.
+    #[must_use]
+    pub fn node(mut self, node: impl Into<String>) -> Self {
+        self.config.nodes.push(node.into());
+        self
+    }
+
+    /// Sets the lock TTL. Defaults to 30 s.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// Sets how long one node gets to answer one command. Defaults to 100 ms.
+    #[must_use]
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.node_timeout = timeout;
+        self
+    }
+
+    /// Sets the clock drift allowance, a fraction of the TTL in `[0, 1)`. Defaults to 0.01.
+    #[must_use]
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.config.drift_factor = factor;
+        self
+    }
+
+    /// Replaces the whole retry policy. Defaults to [`RetryPolicy::default()`].
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.config.retry = retry;
+        self
+    }
+
+    /// Limits `lock` to `attempts` rounds, the first included (1 = no retry). Defaults to
+    /// unlimited, bounded by the wait.
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.config.retry.max_attempts = Some(attempts);
+        self
+    }
+
+    /// Sets the overall deadline of `lock`, from its first attempt. Defaults to 10 s.
+    #[must_use]
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.config.retry.max_wait = Some(wait);
+        self
+    }
+
+    /// Sets the first backoff cap and the largest one. Defaults to 50 ms and 1 s.
+    #[must_use]
+    pub fn backoff(mut self, base_delay: Duration, max_delay: Duration) -> Self {
+        self.config.retry.base_delay = base_delay;
+        self.config.retry.max_delay = max_delay;
+        self
+    }
+
+    /// Fixes the jitter seed, for tests and reproducible runs. Defaults to none (seeded
+    /// from the OS).
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.config.retry.seed = Some(seed);
+        self
+    }
+
+    /// Replaces the whole renewal policy. Defaults to [`RenewalPolicy::default()`].
+    #[must_use]
+    pub fn renewal(mut self, renewal: RenewalPolicy) -> Self {
+        self.config.renewal = renewal;
+        self
+    }
+
+    /// Sets how long after each acquisition or renewal the next renewal starts. Defaults to
+    /// a third of the TTL. Does not turn renewal back on after [`no_renewal`](Self::no_renewal).
+    #[must_use]
+    pub fn renew_after(mut self, after: Duration) -> Self {
+        self.config.renewal.renew_after = Some(after);
+        self
+    }
+
+    /// Caps the total time a lock is held, extensions included. Defaults to no cap.
+    #[must_use]
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.config.renewal.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Turns automatic renewal off: a lock then lasts one TTL unless extended by hand.
+    /// Renewal is on by default.
+    #[must_use]
+    pub fn no_renewal(mut self) -> Self {
+        self.config.renewal.enabled = false;
+        self
+    }
+
+    /// Sets the prefix of every key. Defaults to `"redlock:"`.
+    #[must_use]
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// Sets whether releases are published and waiters woken by them. Defaults to `true`.
+    #[must_use]
+    pub fn notify(mut self, notify: bool) -> Self {
+        self.config.notify = notify;
+        self
+    }
+
+    /// Validates the configuration (see [`LockConfig::validate`]) and returns it.
+    pub fn build(self) -> Result<LockConfig, InvalidConfig> {
+        self.config.validate()?;
+        Ok(self.config)
+    }
+}
+
+/// A configuration value that cannot work. Nothing was connected; each message names the
+/// value and what to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidConfig {
+    /// A value checked by redlock-core: nodes, node timeout, drift factor or TTL.
+    #[error(transparent)]
+    Core(#[from] redlock_core::ConfigError),
+    /// The retry policy.
+    #[error("invalid retry policy: {reason}")]
+    Retry {
+        /// What is wrong and what to change.
+        reason: String,
+    },
+    /// The renewal policy.
+    #[error("invalid renewal policy: {reason}")]
+    Renewal {
+        /// What is wrong and what to change.
+        reason: String,
+    },
+    /// The key prefix.
+    #[error("invalid key prefix: {reason}")]
+    KeyPrefix {
+        /// What is wrong and what to change.
+        reason: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redlock_core::ConfigError;
+
+    const MS: Duration = Duration::from_millis(1);
+    const NODES: [&str; 3] = [
+        "redis://127.0.0.1:7101",
+        "redis://127.0.0.1:7102",
+        "redis://127.0.0.1:7103",
+    ];
+
+    fn builder() -> LockConfigBuilder {
+        LockConfig::builder().nodes(NODES)
+    }
+
+    fn reason(result: Result<LockConfig, InvalidConfig>) -> InvalidConfig {
+        result.expect_err("the configuration should be rejected")
+    }
+
+    #[test]
+    fn defaults() {
+        let c = LockConfig::default();
+        assert!(c.nodes.is_empty());
+        assert_eq!(c.ttl, 30_000 * MS);
+        assert_eq!(c.node_timeout, 100 * MS);
+        assert_eq!(c.drift_factor, 0.01);
+        assert_eq!(c.retry, RetryPolicy::default());
+        assert_eq!(c.renewal, RenewalPolicy::default());
+        assert!(c.renewal.enabled);
+        assert_eq!(c.renewal.renew_after, None);
+        assert_eq!(c.renewal.max_hold, None);
+        assert_eq!(c.key_prefix, "redlock:");
+        assert!(c.notify);
+        assert_eq!(c.renew_every(), 10_000 * MS);
+        // The only default that cannot work: there is no sensible default node set.
+        assert_eq!(c.validate(), Err(ConfigError::NoNodes.into()));
+        assert_eq!(
+            builder().build().unwrap(),
+            LockConfig {
+                nodes: NODES.map(String::from).into(),
+                ..c
+            }
+        );
+    }
+
+    #[test]
+    fn builder_setters() {
+        let c = LockConfig::builder()
+            .node(NODES[0])
+            .node(NODES[1])
+            .node(NODES[2].to_string())
+            .ttl(10_000 * MS)
+            .node_timeout(50 * MS)
+            .drift_factor(0.02)
+            .max_attempts(4)
+            .max_wait(2000 * MS)
+            .backoff(10 * MS, 200 * MS)
+            .seed(9)
+            .renew_after(2000 * MS)
+            .max_hold(60_000 * MS)
+            .key_prefix("billing:")
+            .notify(false)
+            .build()
+            .unwrap();
+        assert_eq!(c.nodes, NODES);
+        assert_eq!(c.ttl, 10_000 * MS);
+        assert_eq!(c.node_timeout, 50 * MS);
+        assert_eq!(c.drift_factor, 0.02);
+        assert_eq!(
+            c.retry,
+            RetryPolicy {
+                max_attempts: Some(4),
+                max_wait: Some(2000 * MS),
+                base_delay: 10 * MS,
+                max_delay: 200 * MS,
+                seed: Some(9),
+            }
+        );
+        assert_eq!(
+            c.renewal,
+            RenewalPolicy {
+                enabled: true,
+                renew_after: Some(2000 * MS),
+                max_hold: Some(60_000 * MS),
+            }
+        );
+        assert_eq!(c.renew_every(), 2000 * MS);
+        assert_eq!(c.key_prefix, "billing:");
+        assert!(!c.notify);
+
+        let core = c.core();
+        assert_eq!(core.nodes, NODES);
+        assert_eq!(core.node_timeout, 50 * MS);
+        assert_eq!(core.drift_factor, 0.02);
+        assert_eq!(
+            core.reconnect_max_delay,
+            redlock_core::Config::default().reconnect_max_delay
+        );
+
+        let c = builder()
+            .retry(RetryPolicy::no_retry())
+            .renewal(RenewalPolicy {
+                max_hold: Some(60_000 * MS),
+                ..RenewalPolicy::default()
+            })
+            .no_renewal()
+            .build()
+            .unwrap();
+        assert_eq!(c.retry, RetryPolicy::no_retry());
+        assert!(!c.renewal.enabled);
+        assert_eq!(c.renewal.max_hold, Some(60_000 * MS));
+        // `nodes` replaces, `node` adds.
+        assert_eq!(
+            builder()
+                .nodes([NODES[1]])
+                .node(NODES[2])
+                .build()
+                .unwrap()
+                .nodes,
+            NODES[1..]
+        );
+    }
+
+    #[test]
+    fn core_errors_pass_through() {
+        assert_eq!(
+            reason(builder().ttl(Duration::ZERO).build()),
+            InvalidConfig::Core(ConfigError::ZeroTtl)
+        );
+        assert!(matches!(
+            reason(builder().ttl(100 * MS).build()),
+            InvalidConfig::Core(ConfigError::TtlTooShort { .. })
+        ));
+        assert!(matches!(
+            reason(builder().drift_factor(1.5).build()),
+            InvalidConfig::Core(ConfigError::DriftFactor { .. })
+        ));
+        assert!(matches!(
+            reason(LockConfig::builder().node("not a url").build()),
+            InvalidConfig::Core(ConfigError::InvalidUrl { .. })
+        ));
+        // Transparent: the core message is shown as is.
+        let err = reason(builder().ttl(Duration::ZERO).build());
+        assert_eq!(err.to_string(), ConfigError::ZeroTtl.to_string());
+    }
+
+    #[test]
+    fn retry_errors() {
+        let err = reason(
+            builder()
+                .retry(RetryPolicy {
+                    max_wait: None,
+                    ..RetryPolicy::default()
+                })
+                .build(),
+        );
+        assert!(matches!(err, InvalidConfig::Retry { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("invalid retry policy: neither max_attempts nor max_wait"),
+            "{err}"
+        );
+        let err = reason(builder().max_attempts(0).build());
+        assert!(matches!(err, InvalidConfig::Retry { .. }), "{err}");
+        let err = reason(builder().backoff(500 * MS, 100 * MS).build());
+        assert!(matches!(err, InvalidConfig::Retry { .. }), "{err}");
+    }
+
+    #[test]
+    fn renewal_errors() {
+        let renewal = |b: LockConfigBuilder| match b.build() {
+            Err(InvalidConfig::Renewal { reason }) => reason,
+            other => panic!("expected a renewal error, got {other:?}"),
+        };
+        let r = renewal(builder().ttl(10_000 * MS).renew_after(10_000 * MS));
+        assert!(
+            r.starts_with("renew_after of 10s is too late for a ttl of 10s"),
+            "{r}"
+        );
+        // The limit: 10 s - drift (100 ms + 2 ms) - node timeout (100 ms).
+        assert!(r.contains("before 9s 798ms"), "{r}");
+        renewal(builder().ttl(10_000 * MS).renew_after(9798 * MS));
+        assert!(builder()
+            .ttl(10_000 * MS)
+            .renew_after(9797 * MS)
+            .build()
+            .is_ok());
+
+        let r = renewal(builder().renew_after(Duration::ZERO));
+        assert!(r.starts_with("renew_after is zero"), "{r}");
+        // An explicit interval is checked even while renewal is off.
+        renewal(builder().no_renewal().renew_after(Duration::ZERO));
+
+        // A huge drift factor leaves no room for the default ttl / 3...
+        let r = renewal(builder().ttl(1000 * MS).drift_factor(0.6));
+        assert!(
+            r.starts_with("the default renewal interval (ttl / 3 = 333ms 333us 333ns)"),
+            "{r}"
+        );
+        // ...which does not matter when nothing renews.
+        assert!(builder()
+            .ttl(1000 * MS)
+            .drift_factor(0.6)
+            .no_renewal()
+            .build()
+            .is_ok());
+
+        let r = renewal(builder().ttl(30_000 * MS).max_hold(29_999 * MS));
+        assert!(
+            r.starts_with("max_hold (29s 999ms) is shorter than the ttl (30s)"),
+            "{r}"
+        );
+        assert!(builder()
+            .ttl(30_000 * MS)
+            .max_hold(30_000 * MS)
+            .build()
+            .is_ok());
+    }
+
+    #[test]
+    fn key_prefix_errors() {
+        assert!(builder()
+            .key_prefix("p".repeat(MAX_KEY_PREFIX_LEN))
+            .build()
+            .is_ok());
+        assert!(builder().key_prefix("").build().is_ok());
+        let err = reason(
+            builder()
+                .key_prefix("p".repeat(MAX_KEY_PREFIX_LEN + 1))
+                .build(),
+        );
+        assert_eq!(
+            err,
+            InvalidConfig::KeyPrefix {
+                reason: "the key prefix is 257 bytes long, more than the maximum 256: use a \
+                         short namespace such as \"billing:\""
+                    .into()
+            }
+        );
+    }
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod serde_tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+    const FILE: &str = r#"
+nodes = ["redis://127.0.0.1:7101", "redis://127.0.0.1:7102", "redis://127.0.0.1:7103"]
+ttl = "30s"
+node_timeout = "50ms"
+key_prefix = "billing:"
+[retry]
+max_wait = "5s"
+base_delay = "20ms"
+max_delay = "500ms"
+[renewal]
+max_hold = "10m"
+"#;
+
+    #[test]
+    fn parses_a_file_and_fills_in_defaults() {
+        let c: LockConfig = toml::from_str(FILE).unwrap();
+        assert_eq!(
+            c,
+            LockConfig {
+                nodes: vec![
+                    "redis://127.0.0.1:7101".into(),
+                    "redis://127.0.0.1:7102".into(),
+                    "redis://127.0.0.1:7103".into(),
+                ],
+                ttl: 30_000 * MS,
+                node_timeout: 50 * MS,
+                key_prefix: "billing:".into(),
+                retry: RetryPolicy {
+                    max_wait: Some(5000 * MS),
+                    base_delay: 20 * MS,
+                    max_delay: 500 * MS,
+                    ..RetryPolicy::default()
+                },
+                renewal: RenewalPolicy {
+                    max_hold: Some(600_000 * MS),
+                    ..RenewalPolicy::default()
+                },
+                ..LockConfig::default()
+            }
+        );
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(
+            toml::from_str::<LockConfig>("").unwrap(),
+            LockConfig::default()
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_fields_at_every_level() {
+        for bad in [
+            "ttl_ms = 30000",
+            "[retry]\nmax_retries = 3",
+            "[renewal]\nevery = \"10s\"",
+        ] {
+            let err = toml::from_str::<LockConfig>(bad).unwrap_err();
+            assert!(err.to_string().contains("unknown field"), "{bad}: {err}");
+        }
+        let err = toml::from_str::<LockConfig>("ttl = \"30 parsecs\"").unwrap_err();
+        assert!(err.to_string().contains("ttl"), "{err}");
+    }
+
+    #[test]
+    fn round_trips() {
+        let parsed: LockConfig = toml::from_str(FILE).unwrap();
+        let full = LockConfig {
+            retry: RetryPolicy {
+                max_attempts: Some(3),
+                seed: Some(42),
+                ..parsed.retry.clone()
+            },
+            renewal: RenewalPolicy {
+                enabled: false,
+                renew_after: Some(1500 * MS),
+                ..parsed.renewal.clone()
+            },
+            notify: false,
+            ..parsed.clone()
+        };
+        for config in [LockConfig::default(), parsed, full] {
+            let text = toml::to_string(&config).unwrap();
+            assert_eq!(
+                toml::from_str::<LockConfig>(&text).unwrap(),
+                config,
+                "{text}"
+            );
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The client's error type: one enum, with variants a caller can act on.
+
+use std::fmt;
+use std::time::Duration;
+
+use redlock_core::RoundReport;
+
+use crate::config::InvalidConfig;
+
+/// Why a lock was lost while it was held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The validity ran out before a renewal succeeded (renewal off, capped by `max_hold`,
+    /// or every renewal attempt failed to reach a quorum in time).
+    Expired,
+    /// A majority of nodes answered that the key is no longer ours (deleted, expired or
+    /// taken over); renewal stopped at once.
+    Refused,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "its validity ran out before it could be renewed",
+            LostReason::Refused => "a majority of nodes no longer hold it for us",
+        })
+    }
+}
+
+/// Everything that can go wrong taking, holding or releasing a lock.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Every attempt the retry policy allowed was lost. Everything the attempts set has
+    /// been (or is being) rolled back.
+    #[error("lock \"{key}\" not acquired after {attempts} attempt(s); last round: {report}; {}", report.advice())]
+    NotAcquired {
+        /// The full key (with the prefix).
+        key: String,
+        /// How many rounds were run.
+        attempts: u32,
+        /// What each node answered in the last round.
+        report: Box<RoundReport>,
+    },
+    /// The retry policy's overall wait (`max_wait`) ran out.
+    #[error("gave up waiting for lock \"{key}\" after {waited:?} and {attempts} attempt(s); last round: {report}; wait longer (retry.max_wait) or find out who holds it")]
+    DeadlinePassed {
+        /// The full key.
+        key: String,
+        /// How long was waited.
+        waited: Duration,
+        /// How many rounds were run.
+        attempts: u32,
+        /// What each node answered in the last round.
+        report: Box<RoundReport>,
+    },
+    /// The lock was lost while held: stop using the protected resource.
+    #[error(
+        "lock \"{key}\" was lost: {reason}; stop using the protected resource and acquire it again"
+    )]
+    LockLost {
+        /// The full key.
+        key: String,
+        /// Why.
+        reason: LostReason,
+    },
+    /// The configuration (or a request argument) cannot work; nothing was sent.
+    #[error("invalid lock configuration: {0}")]
+    InvalidConfig(#[from] InvalidConfig),
+    /// No node answered at all in the last round.
+    #[error("no Redis node could be reached for lock \"{key}\": {report}; check that the nodes are running and reachable from this host")]
+    Unreachable {
+        /// The full key.
+        key: String,
+        /// What each node answered.
+        report: Box<RoundReport>,
+    },
+    /// A release or extension round failed.
+    #[error(transparent)]
+    Round(redlock_core::Error),
+}
+
+impl Error {
+    /// The per-node report of the last round, when there was one.
+    pub fn report(&self) -> Option<&RoundReport> {
+        match self {
+            Error::NotAcquired { report, .. }
+            | Error::DeadlinePassed { report, .. }
+            | Error::Unreachable { report, .. } => Some(report),
+            Error::Round(e) => e.report(),
+            Error::LockLost { .. } | Error::InvalidConfig(_) => None,
+        }
+    }
+}
+
+impl From<redlock_core::Error> for Error {
+    fn from(e: redlock_core::Error) -> Self {
+        match e {
+            redlock_core::Error::Config(c) => Error::InvalidConfig(InvalidConfig::Core(c)),
+            other => Error::Round(other),
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Holding a lock: the guard, the cheap handle given to scoped closures, and the lost signal.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redlock_core::{Coordinator, Lock, RoundReport};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::{Error, LostReason};
+
+/// What the guard, its handles and the renewal scheduler share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// The lock as last acquired or extended.
+    pub(crate) lock: Mutex<Lock>,
+    pub(crate) status: watch::Sender<Status>,
+    /// Released or dropped: renewal stops.
+    pub(crate) done: AtomicBool,
+    /// The TTL renewals ask for.
+    pub(crate) ttl: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Status {
+    pub(crate) valid_until: Instant,
+    pub(crate) lost: Option<LostReason>,
+}
+
+impl Shared {
+    pub(crate) fn new(lock: Lock, ttl: Duration) -> Arc<Shared> {
+        let status = Status {
+            valid_until: lock.valid_until(),
+            lost: None,
+        };
+        Arc::new(Shared {
+            lock: Mutex::new(lock),
+            status: watch::Sender::new(status),
+            done: AtomicBool::new(false),
+            ttl,
+        })
+    }
+
+    pub(crate) fn current(&self) -> Lock {
+        self.lock.lock().expect("lock state").clone()
+    }
+
+    /// Records a successful extension.
+    pub(crate) fn extended(&self, lock: Lock) {
+        let valid_until = lock.valid_until();
+        *self.lock.lock().expect("lock state") = lock;
+        self.status.send_modify(|s| {
+            if s.lost.is_none() {
+                s.valid_until = valid_until;
+            }
+        });
+    }
+
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        self.status.send_modify(|s| {
+            if s.lost.is_none() {
+                s.lost = Some(reason);
+            }
+        });
+    }
+
+    fn valid_until(&self) -> Instant {
+        self.status.borrow().valid_until
+    }
+
+    fn is_valid(&self) -> bool {
+        let status = self.status.borrow();
+        status.lost.is_none() && status.valid_until > Instant::now()
+    }
+}
+
+/// Completes when the lock is lost: a majority of nodes refused a renewal, or the validity
+/// ran out before a renewal succeeded.
+async fn lost(shared: Arc<Shared>) -> LostReason {
+    let mut rx = shared.status.subscribe();
+    loop {
+        let (until, lost) = {
+            let status = rx.borrow_and_update();
+            (status.valid_until, status.lost.clone())
+        };
+        if let Some(reason) = lost {
+            return reason;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => {
+                // A renewal may have moved the deadline while we slept; only an unmoved
+                // deadline in the past means the lock is gone.
+                if shared.valid_until() <= Instant::now() {
+                    shared.mark_lost(LostReason::Expired);
+                }
+            }
+            _ = rx.changed() => {}
+        }
+    }
+}
+
+/// A cheap, cloneable view of a held lock, for code that must watch the lock without owning
+/// it (the closure of [`Redlock::with_lock`](crate::Redlock::with_lock), a worker task).
+#[derive(Debug, Clone)]
+pub struct LockHandle {
+    shared: Arc<Shared>,
+}
+
+impl LockHandle {
+    /// The locked key (with the prefix; the first key of a multi-key lock).
+    pub fn key(&self) -> String {
+        self.shared.current().key().to_string()
+    }
+
+    /// Whether the lock is still valid now. Check it before each use of the resource.
+    pub fn is_valid(&self) -> bool {
+        self.shared.is_valid()
+    }
+
+    /// The validity left, or `None` once it has run out or the lock was lost.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.is_valid().then(|| {
+            self.shared
+                .valid_until()
+                .saturating_duration_since(Instant::now())
+        })
+    }
+
+    /// The end of the current validity (moved forward by every renewal).
+    pub fn valid_until(&self) -> Instant {
+        self.shared.valid_until()
+    }
+
+    /// A future that completes when the lock is lost. It owns what it needs, so it can be
+    /// moved into another task or raced against work with `tokio::select!`.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        lost(self.shared.clone())
+    }
+}
+
+/// A held lock. Release it with [`release`](Self::release), which reports what each node
+/// did. A guard dropped without `release` is released in the background (and a warning is
+/// logged), so the key does not linger for a whole TTL; outside a tokio runtime it expires
+/// with its TTL.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    shared: Arc<Shared>,
+    core: Coordinator,
+    released: bool,
+    attempts: u32,
+}
+
+impl LockGuard {
+    pub(crate) fn new(shared: Arc<Shared>, core: Coordinator, attempts: u32) -> LockGuard {
+        LockGuard {
+            shared,
+            core,
+            released: false,
+            attempts,
+        }
+    }
+
+    /// How many rounds the acquisition took (1 when the first attempt won).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// The locked key, with the prefix (the first key of a multi-key lock).
+    pub fn key(&self) -> String {
+        self.handle().key()
+    }
+
+    /// Every locked key, with the prefix.
+    pub fn keys(&self) -> Vec<String> {
+        self.shared.current().keys().map(str::to_string).collect()
+    }
+
+    /// The lock as the core sees it: token, TTL, the report of its last round.
+    pub fn lock(&self) -> Lock {
+        self.shared.current()
+    }
+
+    /// Whether the lock is still valid now.
+    pub fn is_valid(&self) -> bool {
+        self.shared.is_valid()
+    }
+
+    /// The validity left, or `None` once it has run out or the lock was lost.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.handle().remaining()
+    }
+
+    /// The end of the current validity.
+    pub fn valid_until(&self) -> Instant {
+        self.shared.valid_until()
+    }
+
+    /// A handle that watches this lock without owning it.
+    pub fn handle(&self) -> LockHandle {
+        LockHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Completes when the lock is lost (see [`LockHandle::lost`]).
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        lost(self.shared.clone())
+    }
+
+    /// Extends the lock to `ttl` (or the TTL it was taken with) from now, by one extension
+    /// round. On failure the lock keeps the validity it had.
+    pub async fn extend(&self, ttl: Option<Duration>) -> Result<(), Error> {
+        let lock = self.shared.current();
+        let extended = self
+            .core
+            .extend(&lock, ttl.unwrap_or(self.shared.ttl))
+            .await?;
+        self.shared.extended(extended);
+        Ok(())
+    }
+
+    /// Releases the lock on every node and reports what each did. Stops renewal first.
+    pub async fn release(mut self) -> Result<RoundReport, Error> {
+        self.released = true;
+        self.shared.done.store(true, Ordering::SeqCst);
+        let lock = self.shared.current();
+        Ok(self.core.release(&lock).await?)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.shared.done.store(true, Ordering::SeqCst);
+        let lock = self.shared.current();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                tracing::warn!(key = %lock.key(), "lock guard dropped without release(); releasing it in the background");
+                let core = self.core.clone();
+                runtime.spawn(async move {
+                    if let Err(e) = core.release(&lock).await {
+                        tracing::warn!(error = %e, "background release of a dropped guard failed");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                key = %lock.key(),
+                "lock guard dropped without release() outside a tokio runtime; the key expires with its TTL"
+            ),
+        }
+    }
+}

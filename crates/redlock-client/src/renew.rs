@@ -1,0 +1,126 @@
+//! Automatic renewal: one scheduler task per client, which renews every due lock with one
+//! extension round (one script call per node for all of them) instead of one task and one
+//! command per lock.
+//!
+//! A lock is renewed every `renew_every` (a third of the TTL by default), so two renewals
+//! can fail before its validity runs out. A renewal refused by a majority of nodes (the key
+//! is gone or someone else's) marks the lock lost at once. A renewal that fails for want of
+//! answers is retried sooner while the lock is still valid; if the validity runs out first,
+//! the guard's lost signal fires. With `max_hold`, renewal stops once the lock has been
+//! held that long, and the lock then expires with its last validity (the Redlock spec asks
+//! that extensions be bounded).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlock_core::{Coordinator, Error as CoreError, NodeOutcome};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::error::LostReason;
+use crate::guard::Shared;
+
+/// How often and for how long one lock is renewed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    pub(crate) every: Duration,
+    pub(crate) hold_until: Option<Instant>,
+}
+
+struct Entry {
+    shared: Arc<Shared>,
+    plan: Plan,
+    due: Instant,
+}
+
+/// The handle to a client's renewal scheduler. The task ends when the client is dropped.
+#[derive(Debug)]
+pub(crate) struct Renewer {
+    tx: mpsc::UnboundedSender<(Arc<Shared>, Plan)>,
+}
+
+impl Renewer {
+    pub(crate) fn start(core: Coordinator) -> Renewer {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(core, rx));
+        Renewer { tx }
+    }
+
+    pub(crate) fn add(&self, shared: Arc<Shared>, plan: Plan) {
+        let _ = self.tx.send((shared, plan));
+    }
+}
+
+async fn run(core: Coordinator, mut rx: mpsc::UnboundedReceiver<(Arc<Shared>, Plan)>) {
+    let mut entries: Vec<Entry> = Vec::new();
+    loop {
+        let next = entries.iter().map(|e| e.due).min();
+        tokio::select! {
+            added = rx.recv() => match added {
+                Some((shared, plan)) => entries.push(Entry { due: Instant::now() + plan.every, shared, plan }),
+                None => return,
+            },
+            _ = sleep_until(next), if next.is_some() => renew_due(&core, &mut entries).await,
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
+    let now = Instant::now();
+    entries.retain(|e| {
+        let held_long_enough = e.plan.hold_until.is_some_and(|until| now >= until);
+        !e.shared.done.load(Ordering::SeqCst)
+            && e.shared.status.borrow().lost.is_none()
+            && !held_long_enough
+    });
+    // Everything due within a quarter of its own interval rides along: renewing a little
+    // early costs nothing, and it keeps renewals of many locks in few rounds.
+    let due: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].due <= now + entries[i].plan.every / 4)
+        .collect();
+    if due.is_empty() {
+        return;
+    }
+    let locks: Vec<_> = due.iter().map(|&i| entries[i].shared.current()).collect();
+    let requests: Vec<_> = due
+        .iter()
+        .zip(&locks)
+        .map(|(&i, lock)| (lock, entries[i].shared.ttl))
+        .collect();
+    let results = core.extend_many(&requests).await;
+    let after = Instant::now();
+    for (&i, result) in due.iter().zip(results) {
+        let entry = &mut entries[i];
+        match result {
+            Ok(lock) => {
+                entry.shared.extended(lock);
+                entry.due = after + entry.plan.every;
+            }
+            Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {
+                tracing::warn!(report = %report, "renewal refused by a majority: the lock is lost");
+                entry.shared.mark_lost(LostReason::Refused);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "renewal failed; retrying while the lock is still valid");
+                entry.due = after + (entry.plan.every / 4).max(Duration::from_millis(10));
+            }
+        }
+    }
+    entries.retain(|e| e.shared.status.borrow().lost.is_none());
+}
+
+fn refused_by_majority(report: &redlock_core::RoundReport) -> bool {
+    let refused = report
+        .nodes
+        .iter()
+        .filter(|n| n.outcome == NodeOutcome::NotHeld)
+        .count();
+    refused > report.nodes.len() - report.quorum
+}

@@ -1,0 +1,191 @@
+//! Holding with the client: renewal, the lost signal, with_lock, dropped guards, batching.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{client, eventually};
+use redlock_client::{Error, LockOptions, LostReason};
+use redlock_testkit::NodeSet;
+
+const TTL: Duration = Duration::from_millis(900);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_lock_for_several_ttls() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.ttl(TTL)).await;
+    let guard = c.lock("renewed").await.unwrap();
+    let first_deadline = guard.valid_until();
+    tokio::time::sleep(TTL * 4).await;
+    assert!(guard.is_valid(), "renewal should have kept the lock valid");
+    assert!(guard.valid_until() > first_deadline + TTL * 2);
+    assert_eq!(set.nodes_holding("redlock:renewed").await.len(), 3);
+    // Without renewal the same wait loses it: the check above can fail.
+    let plain = c
+        .lock_with(
+            "plain",
+            &LockOptions {
+                renew: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(TTL * 2).await;
+    assert!(!plain.is_valid());
+    assert_eq!(plain.lost().await, LostReason::Expired);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_key_on_a_majority_fires_the_lost_signal_from_renewal() {
+    let set = NodeSet::start(5).await.unwrap();
+    // A long TTL: had the signal come from the validity running out instead of from the
+    // renewal being refused, the reason would be Expired.
+    let c = client(&set, |b| {
+        b.ttl(Duration::from_secs(30))
+            .renew_after(Duration::from_millis(300))
+    })
+    .await;
+    let guard = c.lock("doomed").await.unwrap();
+    for i in 0..3 {
+        set.node(i).del("redlock:doomed").await.unwrap();
+    }
+    let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("lost signal fired");
+    assert_eq!(reason, LostReason::Refused);
+    assert!(!guard.is_valid());
+    assert!(guard.remaining().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_cancels_its_closure_when_the_lock_is_lost() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| {
+        b.ttl(Duration::from_secs(30))
+            .renew_after(Duration::from_millis(200))
+    })
+    .await;
+    let dropped = Arc::new(AtomicBool::new(false));
+    let saboteur = {
+        let set_urls = set.urls();
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            set_urls.len()
+        }
+    };
+    let flag = dropped.clone();
+    let (result, _) = tokio::join!(
+        c.with_lock("scoped", |handle| async move {
+            struct OnDrop(Arc<AtomicBool>);
+            impl Drop for OnDrop {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::SeqCst);
+                }
+            }
+            let _on_drop = OnDrop(flag);
+            assert!(handle.is_valid());
+            // Works "forever": only losing the lock ends it.
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }),
+        async {
+            saboteur.await;
+            for i in 0..2 {
+                set.node(i).del("redlock:scoped").await.unwrap();
+            }
+        }
+    );
+    let result: Result<(), Error> = result;
+    assert!(
+        matches!(
+            result,
+            Err(Error::LockLost {
+                reason: LostReason::Refused,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the closure's future was dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_returns_the_value_and_releases_also_on_panic() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b).await;
+    let value = c
+        .with_lock("scoped-ok", |handle| async move { handle.is_valid() })
+        .await
+        .unwrap();
+    assert!(value);
+    assert!(
+        set.nodes_holding("redlock:scoped-ok").await.is_empty() || {
+            c.coordinator().quiesce().await;
+            set.nodes_holding("redlock:scoped-ok").await.is_empty()
+        }
+    );
+
+    let c2 = c.clone();
+    let panicked = tokio::spawn(async move {
+        c2.with_lock("scoped-panic", |_| async { panic!("work failed") })
+            .await
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    c.coordinator().quiesce().await;
+    assert!(
+        set.nodes_holding("redlock:scoped-panic").await.is_empty(),
+        "released despite the panic"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_is_released_in_the_background() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.ttl(Duration::from_secs(30))).await;
+    let guard = c.lock("forgotten").await.unwrap();
+    assert_eq!(set.nodes_holding("redlock:forgotten").await.len(), 3);
+    drop(guard);
+    // A 30 s TTL: only the background release can free it within this bound.
+    let freed = eventually(Duration::from_secs(5), || async {
+        set.nodes_holding("redlock:forgotten").await.is_empty()
+    })
+    .await;
+    assert!(freed, "the dropped guard's key is still there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_many_locks_share_one_command_per_node() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| {
+        b.ttl(Duration::from_secs(3))
+            .renew_after(Duration::from_millis(500))
+    })
+    .await;
+    let mut guards = Vec::new();
+    for i in 0..40 {
+        guards.push(c.lock(&format!("many-{i}")).await.unwrap());
+    }
+    let before = set.node(0).command_calls("evalsha").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let renewals = set.node(0).command_calls("evalsha").await.unwrap() - before;
+    // About four renewal ticks in that time: one script call per tick for all 40 locks.
+    // One command per lock would be about 160.
+    assert!(renewals >= 1, "nothing was renewed");
+    assert!(
+        renewals < 40,
+        "{renewals} extension calls for 40 locks: renewals are not batched"
+    );
+    assert!(guards.iter().all(|g| g.is_valid()));
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}

@@ -1,0 +1,162 @@
+//! Lock shapes: reentrant holds by owner, multi-key all-or-nothing, wake-up on release,
+//! configuration from a file.
+
+mod common;
+
+use std::time::Duration;
+
+use common::client;
+use redlock_client::{Error, LockConfig, LockOptions, Owner, RetryPolicy};
+use redlock_testkit::NodeSet;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentrant_holds_count_up_and_down() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.max_attempts(2)).await;
+    let me = Owner::new();
+    let outer = c
+        .lock_reentrant("re", &me, &LockOptions::default())
+        .await
+        .unwrap();
+    let inner = c
+        .lock_reentrant("re", &me, &LockOptions::default())
+        .await
+        .expect("the same owner does not deadlock");
+    assert!(matches!(
+        c.lock_reentrant("re", &Owner::new(), &LockOptions::default())
+            .await,
+        Err(Error::NotAcquired { .. })
+    ));
+    inner.release().await.unwrap().settled().await;
+    assert_eq!(
+        set.nodes_holding("redlock:re").await.len(),
+        3,
+        "the outer hold keeps the key"
+    );
+    outer.release().await.unwrap().settled().await;
+    assert!(
+        set.nodes_holding("redlock:re").await.is_empty(),
+        "the last release removes the key"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_keys_are_taken_all_or_nothing() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.max_attempts(2)).await;
+    let taken = c.lock("b").await.unwrap();
+    let err = c
+        .lock_many(&["a", "b", "c"], &LockOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err}");
+    c.coordinator().quiesce().await;
+    for key in ["redlock:a", "redlock:c"] {
+        assert!(
+            set.nodes_holding(key).await.is_empty(),
+            "{key} was left behind"
+        );
+    }
+    taken.release().await.unwrap();
+    let all = c
+        .lock_many(&["a", "b", "c"], &LockOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(all.keys(), ["redlock:a", "redlock:b", "redlock:c"]);
+    all.release().await.unwrap().settled().await;
+    assert!(set.nodes_holding("redlock:b").await.is_empty());
+}
+
+/// A seed whose first backoff delay is long, so that only a notification can end the wait
+/// early.
+fn slow_retry() -> RetryPolicy {
+    let base = RetryPolicy {
+        max_attempts: None,
+        max_wait: Some(Duration::from_secs(120)),
+        base_delay: Duration::from_secs(60),
+        max_delay: Duration::from_secs(60),
+        seed: None,
+    };
+    let seed = (0..)
+        .find(|&s| {
+            RetryPolicy {
+                seed: Some(s),
+                ..base.clone()
+            }
+            .backoff()
+            .next()
+            .unwrap()
+                > Duration::from_secs(40)
+        })
+        .unwrap();
+    RetryPolicy {
+        seed: Some(seed),
+        ..base
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_the_release_not_by_its_backoff() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = client(&set, |b| b).await;
+    let waiter = client(&set, |b| b).await;
+    let guard = holder.lock("handoff").await.unwrap();
+    let options = LockOptions {
+        retry: Some(slow_retry()),
+        ..Default::default()
+    };
+    let waiting = tokio::spawn(async move { waiter.lock_with("handoff", &options).await });
+    // Let the waiter fail its first attempt and start its (40 s or longer) backoff.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    guard.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("woken before the backoff ran out")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        got.attempts(),
+        2,
+        "one failed attempt, then one right after the release"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_notifications_the_waiter_sleeps_out_its_backoff() {
+    // The negative control of the wake-up test: the same hand-off with notifications off
+    // is not done within the bound that the test above relies on.
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = client(&set, |b| b.notify(false)).await;
+    let waiter = client(&set, |b| b.notify(false)).await;
+    let guard = holder.lock("handoff-polling").await.unwrap();
+    let options = LockOptions {
+        retry: Some(slow_retry()),
+        ..Default::default()
+    };
+    let waiting = tokio::spawn(async move { waiter.lock_with("handoff-polling", &options).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    guard.release().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), waiting)
+            .await
+            .is_err(),
+        "woken without notifications"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_from_a_file_with_humantime_durations() {
+    let set = NodeSet::start(3).await.unwrap();
+    let nodes: Vec<String> = set.urls().iter().map(|u| format!("{u:?}")).collect();
+    let text = format!(
+        "nodes = [{}]\nttl = \"5s\"\nnode_timeout = \"150ms\"\nkey_prefix = \"billing:\"\n\n[retry]\nmax_wait = \"2s\"\nbase_delay = \"10ms\"\nmax_delay = \"200ms\"\n\n[renewal]\nmax_hold = \"10m\"\n",
+        nodes.join(", ")
+    );
+    let config: LockConfig = toml::from_str(&text).unwrap();
+    assert_eq!(config.ttl, Duration::from_secs(5));
+    assert_eq!(config.renewal.max_hold, Some(Duration::from_secs(600)));
+    let c = redlock_client::Redlock::connect(config).await.unwrap();
+    let guard = c.lock("invoice").await.unwrap();
+    assert_eq!(guard.key(), "billing:invoice");
+    guard.release().await.unwrap();
+}

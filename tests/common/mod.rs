@@ -1,0 +1,44 @@
+//! What the client tests share: a client for a node set, with overrides.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use redlock_client::{LockConfigBuilder, Redlock};
+use redlock_testkit::NodeSet;
+
+/// A client for `set`, configured by `tweak` on top of test defaults (a 2 s TTL, 200 ms node
+/// timeout, short backoff).
+pub async fn client(
+    set: &NodeSet,
+    tweak: impl FnOnce(LockConfigBuilder) -> LockConfigBuilder,
+) -> Redlock {
+    let builder = redlock_client::LockConfig::builder()
+        .nodes(set.urls())
+        .ttl(Duration::from_secs(2))
+        .node_timeout(Duration::from_millis(200))
+        .backoff(Duration::from_millis(5), Duration::from_millis(50));
+    Redlock::connect(tweak(builder).build().expect("valid test config"))
+        .await
+        .expect("client connects")
+}
+
+/// Polls `check` every 20 ms until it holds, for at most `within`. Returns whether it held.
+/// For conditions that only the mechanism under test can make true: the bound is a guard
+/// against hanging, not a performance assertion.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -11,8 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use rand::Rng;
-use redlock_core::{Config, Coordinator, Error, Lock, RoundReport};
+use redlock_client::{Error, LockConfig, LockGuard, Redlock, RoundReport};
 use redlock_testkit::NodeSet;
 use tokio::time::Instant;
 
@@ -56,7 +55,7 @@ impl Stats {
     fn record_round(&mut self, report: &RoundReport) {
         for (i, node) in report.nodes.iter().enumerate() {
             let outcome = match &node.outcome {
-                redlock_core::NodeOutcome::ConnectionError(_) => "connection error".to_string(),
+                redlock_client::NodeOutcome::ConnectionError(_) => "connection error".to_string(),
                 other => other.to_string(),
             };
             *self.per_node.entry((i, outcome)).or_default() += 1;
@@ -88,14 +87,16 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     for node in set.nodes() {
         println!("  {} {}", node.name(), node.url());
     }
-    let config = Config {
-        nodes: set.urls(),
-        node_timeout: NODE_TIMEOUT,
-        ..Default::default()
-    };
+    let config = LockConfig::builder()
+        .nodes(set.urls())
+        .ttl(TTL)
+        .node_timeout(NODE_TIMEOUT)
+        .max_wait(Duration::from_secs(2))
+        .backoff(Duration::from_millis(1), Duration::from_millis(20))
+        .build()?;
     println!(
         "{WORKERS} workers contend for \"{KEY}\" for {RUN_FOR:?} (TTL {TTL:?}, per-node timeout {NODE_TIMEOUT:?}, quorum {})",
-        redlock_core::quorum(NODES)
+        redlock_client::redlock_core::quorum(NODES)
     );
 
     let resource = Arc::new(Resource::default());
@@ -112,10 +113,10 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     for id in 0..WORKERS {
         // Each worker is a separate client with its own connections, as separate services
         // would be.
-        let coordinator = Coordinator::connect(config.clone()).await?;
+        let client = Redlock::connect(config.clone()).await?;
         workers.push(tokio::spawn(worker(
             id,
-            coordinator,
+            client,
             resource.clone(),
             stats.clone(),
             stop_at,
@@ -146,14 +147,14 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
         .lock()
         .expect("no worker panicked while holding the stats");
     let total: u64 = stats.acquired.iter().sum();
-    println!("\nAcquisitions per worker (attempts in brackets):");
+    println!("\nAcquisitions per worker (rounds run in brackets; waiters retry on backoff or when woken by a release):");
     for id in 0..WORKERS {
         println!(
             "  worker {id}: {:>5} ({})",
             stats.acquired[id], stats.attempts[id]
         );
     }
-    println!("\nPer-node outcomes at the moment each round was decided:");
+    println!("\nPer-node outcomes of the winning and the release rounds, at the moment each was decided:");
     for ((i, outcome), count) in &stats.per_node {
         println!("  {:<7} {:<44} {count:>6}", set.node(*i).name(), outcome);
     }
@@ -187,59 +188,55 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
 
 async fn worker(
     id: usize,
-    c: Coordinator,
+    client: Redlock,
     resource: Arc<Resource>,
     stats: Arc<Mutex<Stats>>,
     stop_at: Instant,
 ) {
     while Instant::now() < stop_at {
         let started = Instant::now();
-        let result = c.acquire(KEY, TTL).await;
+        let result = client.lock(KEY).await;
         let took = started.elapsed().as_micros() as u64;
-        let report = match &result {
-            Ok(lock) => Some(lock.report().clone()),
-            Err(e) => e.report().cloned(),
-        };
-        {
+        let guard = {
             let mut s = stats.lock().expect("stats lock");
-            s.attempts[id] += 1;
             let _ = s.acquire_latency.record(took.max(1));
-            if let Some(report) = &report {
-                s.record_round(report);
+            match result {
+                Ok(guard) => {
+                    s.attempts[id] += u64::from(guard.attempts());
+                    s.record_round(guard.lock().report());
+                    Some(guard)
+                }
+                Err(Error::InvalidConfig(e)) => panic!("the demo's configuration is wrong: {e}"),
+                // Gave up waiting (max_wait) or too few nodes: count it and go again.
+                Err(e) => {
+                    s.attempts[id] += 1;
+                    if let Some(report) = e.report() {
+                        s.record_round(report);
+                    }
+                    None
+                }
             }
-        }
-        match result {
-            Ok(lock) => critical_section(id, &c, lock, &resource, &stats).await,
-            Err(Error::Config(e)) => panic!("the demo's configuration is wrong: {e}"),
-            // Held by another worker, or too few nodes: back off with jitter and retry.
-            Err(_) => {
-                let pause = rand::thread_rng().gen_range(0..10);
-                tokio::time::sleep(Duration::from_millis(pause)).await;
-            }
+        };
+        if let Some(guard) = guard {
+            critical_section(id, guard, &resource, &stats).await;
         }
     }
 }
 
-async fn critical_section(
-    id: usize,
-    c: &Coordinator,
-    lock: Lock,
-    resource: &Resource,
-    stats: &Mutex<Stats>,
-) {
-    // H4: use the resource only while the validity lasts.
-    if lock.is_valid() {
+async fn critical_section(id: usize, guard: LockGuard, resource: &Resource, stats: &Mutex<Stats>) {
+    // H4: use the resource only while the lock is valid.
+    if guard.is_valid() {
         resource.increment().await;
         stats.lock().expect("stats lock").acquired[id] += 1;
     }
     let started = Instant::now();
-    if let Err(e) = c.release(&lock).await {
-        eprintln!("worker {id}: {e}");
+    match guard.release().await {
+        Ok(report) => {
+            let took = started.elapsed().as_micros() as u64;
+            let mut s = stats.lock().expect("stats lock");
+            let _ = s.release_latency.record(took.max(1));
+            s.record_round(&report);
+        }
+        Err(e) => eprintln!("worker {id}: {e}"),
     }
-    let took = started.elapsed().as_micros() as u64;
-    let _ = stats
-        .lock()
-        .expect("stats lock")
-        .release_latency
-        .record(took.max(1));
 }

@@ -164,3 +164,30 @@ async fn contending_tasks_lose_no_update() {
     let (protected, expected) = run_increments(8, 15, Some(c)).await;
     assert_eq!(protected, expected, "updates were lost under the lock");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_lock_future_rolls_back_the_attempt_in_flight() {
+    let set = NodeSet::start(5).await.unwrap();
+    let c = client(&set, |b| {
+        b.node_timeout(Duration::from_secs(2))
+            .ttl(Duration::from_secs(30))
+    })
+    .await;
+    for i in 2..5 {
+        set.node(i).pause().unwrap();
+    }
+    // Nodes 0 and 1 take the key; the attempt then waits on the paused majority. Drop it.
+    let attempt = tokio::time::timeout(Duration::from_millis(300), c.lock("cancelled")).await;
+    assert!(
+        attempt.is_err(),
+        "the attempt cannot finish while a majority is paused"
+    );
+    for i in 2..5 {
+        set.node(i).resume().unwrap();
+    }
+    c.coordinator().quiesce().await;
+    assert!(
+        set.nodes_holding("redlock:cancelled").await.is_empty(),
+        "a cancelled lock() left keys behind"
+    );
+}

@@ -1,25 +1,19 @@
 //! Acquire, extend and release against five real redis-server processes.
 
+mod common;
+
 use std::time::Duration;
 
-use redlock_core::{Config, ConfigError, Coordinator, Error, NodeOutcome, RoundKind};
+use common::coordinator;
+use redlock_core::{ConfigError, Error, NodeOutcome, RoundKind};
 use redlock_testkit::NodeSet;
 
 const TTL: Duration = Duration::from_secs(10);
 
-async fn coordinator(set: &NodeSet) -> Coordinator {
-    Coordinator::connect(Config {
-        nodes: set.urls(),
-        ..Default::default()
-    })
-    .await
-    .expect("valid config")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_extend_release_on_five_nodes() {
     let set = NodeSet::start(5).await.unwrap();
-    let c = coordinator(&set).await;
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
     assert_eq!(c.quorum(), 3);
 
     let lock = c.acquire("basics", TTL).await.unwrap();
@@ -64,15 +58,14 @@ async fn acquire_extend_release_on_five_nodes() {
     let extended = c.extend(&lock, Duration::from_secs(60)).await.unwrap();
     assert_eq!(extended.report().kind, RoundKind::Extend);
     assert!(extended.valid_until() > lock.valid_until());
-    extended.report().settled().await;
+    // An extension returns once a quorum extended; the others may still be in flight.
+    let mut extended_nodes = 0;
     for node in set.nodes() {
         let pttl = node.pttl("basics").await.unwrap();
-        assert!(
-            pttl > 10_000 && pttl <= 60_000,
-            "{}: pttl {pttl}",
-            node.name()
-        );
+        assert!(pttl <= 60_000, "{}: pttl {pttl}", node.name());
+        extended_nodes += usize::from(pttl > 10_000);
     }
+    assert!(extended_nodes >= 3, "only {extended_nodes} nodes extended");
 
     let report = c.release(&extended).await.unwrap();
     assert!(report.succeeded());
@@ -90,7 +83,7 @@ async fn acquire_extend_release_on_five_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_are_errors_that_send_nothing() {
     let set = NodeSet::start(3).await.unwrap();
-    let c = coordinator(&set).await;
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
     let cases = [
         ("", TTL, "empty"),
         ("k", Duration::ZERO, "zero"),
@@ -114,7 +107,7 @@ async fn bad_requests_are_errors_that_send_nothing() {
 async fn a_node_down_at_start_up_is_reconnected_when_it_comes_back() {
     let set = NodeSet::start(3).await.unwrap();
     set.node(0).kill().unwrap();
-    let c = coordinator(&set).await;
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
 
     let lock = c
         .acquire("late-node", TTL)
@@ -150,8 +143,8 @@ async fn a_node_down_at_start_up_is_reconnected_when_it_comes_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_after_expiry_does_not_touch_the_next_holder() {
     let set = NodeSet::start(5).await.unwrap();
-    let first = coordinator(&set).await;
-    let second = coordinator(&set).await;
+    let first = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let second = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
     let ttl = Duration::from_millis(400);
 
     let old = first.acquire("expiry", ttl).await.unwrap();

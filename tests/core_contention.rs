@@ -1,9 +1,12 @@
 //! Concurrent contenders for one key, each with its own connections.
 
+mod common;
+
 use std::time::Duration;
 
+use common::coordinator;
 use futures::future::join_all;
-use redlock_core::{Config, Coordinator};
+use redlock_core::Coordinator;
 use redlock_testkit::NodeSet;
 
 const CONTENDERS: usize = 6;
@@ -12,13 +15,8 @@ const ROUNDS: usize = 20;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_one_contender_wins_each_round_and_losers_leave_nothing() {
     let set = NodeSet::start(5).await.unwrap();
-    let config = Config {
-        nodes: set.urls(),
-        node_timeout: Duration::from_secs(1),
-        ..Default::default()
-    };
-    let contenders = join_all((0..CONTENDERS).map(|_| Coordinator::connect(config.clone()))).await;
-    let contenders: Vec<Coordinator> = contenders.into_iter().map(Result::unwrap).collect();
+    let contenders: Vec<Coordinator> =
+        join_all((0..CONTENDERS).map(|_| coordinator(&set, Duration::from_secs(1)))).await;
 
     let mut rounds_with_a_winner = 0;
     for round in 0..ROUNDS {

@@ -1,20 +1,14 @@
 //! Rounds under process faults: nodes killed (SIGKILL) and paused (SIGSTOP).
 
+mod common;
+
 use std::time::Duration;
 
-use redlock_core::{CleanupOutcome, Config, Coordinator, Error, NodeOutcome, Token};
+use common::coordinator;
+use redlock_core::{CleanupOutcome, Error, NodeOutcome, Token};
 use redlock_testkit::NodeSet;
 
 const TTL: Duration = Duration::from_secs(30);
-
-async fn coordinator(set: &NodeSet, node_timeout: Duration) -> Coordinator {
-    let config = Config {
-        nodes: set.urls(),
-        node_timeout,
-        ..Default::default()
-    };
-    Coordinator::connect(config).await.expect("valid config")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minority_killed_still_acquires() {

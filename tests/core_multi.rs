@@ -1,25 +1,19 @@
 //! Multi-key locks, reentrant holds, batched extension and inspection, on real nodes.
 
+mod common;
+
 use std::time::Duration;
 
-use redlock_core::{Config, ConfigError, Coordinator, Error, NodeOutcome, Token};
+use common::coordinator;
+use redlock_core::{ConfigError, Error, NodeOutcome, Token};
 use redlock_testkit::NodeSet;
 
 const TTL: Duration = Duration::from_secs(10);
 
-async fn coordinator(set: &NodeSet) -> Coordinator {
-    Coordinator::connect(Config {
-        nodes: set.urls(),
-        ..Default::default()
-    })
-    .await
-    .expect("valid config")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_keys_are_acquired_all_or_nothing() {
     let set = NodeSet::start(3).await.unwrap();
-    let c = coordinator(&set).await;
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
     let keys = ["multi:a", "multi:b", "multi:c"];
 
     // One key taken by someone else on every node: nothing is acquired, nothing is left.
@@ -68,7 +62,7 @@ async fn several_keys_are_acquired_all_or_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentrant_holds_are_counted_and_the_key_goes_with_the_last() {
     let set = NodeSet::start(3).await.unwrap();
-    let c = coordinator(&set).await;
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
 
     let outer = c
         .acquire_reentrant("re", "owner-a", Token::random(), TTL)
@@ -90,6 +84,8 @@ async fn reentrant_holds_are_counted_and_the_key_goes_with_the_last() {
     assert!(c.acquire("re", TTL).await.is_err());
 
     c.release(&inner).await.unwrap().settled().await;
+    // Rounds return at the quorum: let the stragglers of the earlier rounds land too.
+    c.quiesce().await;
     assert_eq!(set.nodes_holding("re").await.len(), 3, "one hold is left");
     // Releasing the same hold again changes nothing.
     let again = c.release(&inner).await.unwrap().settled().await;
@@ -114,7 +110,7 @@ async fn reentrant_holds_are_counted_and_the_key_goes_with_the_last() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_extends_each_lock_on_its_own() {
     let set = NodeSet::start(5).await.unwrap();
-    let c = coordinator(&set).await;
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
     let plain = c.acquire("batch:plain", TTL).await.unwrap();
     let many = c
         .acquire_many(&["batch:m1", "batch:m2"], Token::random(), TTL)
@@ -153,8 +149,13 @@ async fn a_batch_extends_each_lock_on_its_own() {
         &results[4],
         Err(Error::Config(ConfigError::ZeroTtl))
     ));
+    // Each lock was extended on a quorum (the batch returns once every lock is decided).
     for key in ["batch:plain", "batch:m1", "batch:m2", "batch:re"] {
-        assert!(set.node(4).pttl(key).await.unwrap() > 10_000, "{key}");
+        let mut extended = 0;
+        for node in set.nodes() {
+            extended += usize::from(node.pttl(key).await.unwrap() > 10_000);
+        }
+        assert!(extended >= 3, "{key}: extended on {extended} nodes");
     }
     // The key that was deleted is not recreated where it was gone.
     for i in 0..3 {
@@ -165,7 +166,7 @@ async fn a_batch_extends_each_lock_on_its_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspection_reads_a_quorum() {
     let set = NodeSet::start(5).await.unwrap();
-    let c = coordinator(&set).await;
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
     assert_eq!(c.inspect("insp").await.unwrap().held, Some(false));
     let lock = c.acquire("insp", TTL).await.unwrap();
     let seen = c.inspect("insp").await.unwrap();

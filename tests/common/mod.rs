@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use redlock_client::{LockConfigBuilder, Redlock};
+use redlock_core::{Config, Coordinator};
 use redlock_testkit::NodeSet;
 
 /// A client for `set`, configured by `tweak` on top of test defaults (a 2 s TTL, 200 ms node
@@ -41,4 +42,14 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A core coordinator for `set` with the given per-node timeout (default settings otherwise).
+pub async fn coordinator(set: &NodeSet, node_timeout: Duration) -> Coordinator {
+    let config = Config {
+        nodes: set.urls(),
+        node_timeout,
+        ..Default::default()
+    };
+    Coordinator::connect(config).await.expect("valid config")
 }

@@ -45,13 +45,7 @@ pub(crate) async fn extend(
         .map(|_| {
             nodes
                 .iter()
-                .map(|node| NodeReport {
-                    node: node.name.clone(),
-                    outcome: NodeOutcome::Pending,
-                    latency: None,
-                    late: false,
-                    cleanup: None,
-                })
+                .map(|node| NodeReport::pending(node.name.clone()))
                 .collect()
         })
         .collect();

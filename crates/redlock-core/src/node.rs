@@ -80,10 +80,24 @@ impl Node {
     /// rounds until it comes back.
     pub(crate) async fn connect(&self, within: Duration) -> bool {
         let _task = self.client.connect();
-        matches!(
+        let up = matches!(
             tokio::time::timeout(within, self.client.wait_for_connect()).await,
             Ok(Ok(()))
-        )
+        );
+        if up {
+            // Loading the scripts now spares the first round on this node an EVALSHA,
+            // NOSCRIPT, EVAL sequence (one more round trip, during which later commands can
+            // overtake it). Best effort: a node that restarts later, empty, falls back to
+            // EVAL by itself.
+            for script in crate::scripts::all() {
+                let load = CustomCommand::new_static("SCRIPT", None, false);
+                let args = vec![Value::from("LOAD"), Value::from(script.source())];
+                let _ = self
+                    .bounded(self.cmd.custom::<Value, Value>(load, args))
+                    .await;
+            }
+        }
+        up
     }
 
     pub(crate) async fn quit(&self) {

@@ -172,6 +172,19 @@ pub struct NodeReport {
     pub cleanup: Option<CleanupOutcome>,
 }
 
+impl NodeReport {
+    /// A node that has not answered yet.
+    pub(crate) fn pending(node: NodeName) -> Self {
+        NodeReport {
+            node,
+            outcome: NodeOutcome::Pending,
+            latency: None,
+            late: false,
+            cleanup: None,
+        }
+    }
+}
+
 impl fmt::Display for NodeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.node, self.outcome)?;
@@ -224,7 +237,8 @@ impl RoundReport {
 
     /// Waits until every node has answered or timed out and every rollback has finished,
     /// then returns the complete report: late answers marked `late`, rollbacks in
-    /// `cleanup`. Never needed for correctness (the work happens whether or not anyone
+    /// `cleanup`. Extension rounds keep no background work (a late `PEXPIRE` needs no
+    /// rollback): their report is returned as decided. Never needed for correctness (the work happens whether or not anyone
     /// waits); useful for tests, diagnostics and graceful shutdown.
     pub async fn settled(&self) -> RoundReport {
         let mut report = self.clone();

@@ -141,13 +141,7 @@ async fn run_inner(nodes: &Arc<[Node]>, op: Arc<Op>, busy: &Busy) -> Finished {
     let n = nodes.len();
     let pending: Vec<NodeReport> = nodes
         .iter()
-        .map(|node| NodeReport {
-            node: node.name.clone(),
-            outcome: NodeOutcome::Pending,
-            latency: None,
-            late: false,
-            cleanup: None,
-        })
+        .map(|node| NodeReport::pending(node.name.clone()))
         .collect();
     let tail = Arc::new(watch::Sender::new(Tail {
         nodes: pending,

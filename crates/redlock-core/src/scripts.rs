@@ -143,6 +143,17 @@ return results"#,
     )
 });
 
+/// Every script, for preloading.
+pub(crate) fn all() -> [&'static Script; 5] {
+    [
+        &ACQUIRE_MANY,
+        &RELEASE,
+        &REENTRANT_ACQUIRE,
+        &REENTRANT_RELEASE,
+        &EXTEND_BATCH,
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

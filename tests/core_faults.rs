@@ -52,7 +52,19 @@ async fn minority_paused_acquires_without_waiting_for_the_paused_nodes() {
     set.node(4).resume().unwrap();
     // Once resumed, the queued SET and then the release's compare-and-delete run in order.
     c.quiesce().await;
-    assert!(set.nodes_holding("minority-paused").await.is_empty());
+    let left = set.nodes_holding("minority-paused").await;
+    let mut detail = Vec::new();
+    for &i in &left {
+        let value = set.node(i).get("minority-paused").await;
+        let pttl = set.node(i).pttl("minority-paused").await;
+        detail.push(format!("node {i}: {value:?} pttl {pttl:?}"));
+    }
+    assert!(
+        left.is_empty(),
+        "left: {detail:?}; ours: {}; release: {}",
+        lock.token().as_str(),
+        report
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

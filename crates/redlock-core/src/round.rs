@@ -9,7 +9,9 @@
 //! was dropped, and is treated as "roll back" (deadpool's drop-guard idea, without a guard
 //! object: the closed channel is the signal).
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Context;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
@@ -163,7 +165,15 @@ async fn run_inner(nodes: &Arc<[Node]>, op: Arc<Op>, busy: &Busy) -> Finished {
             tail: tail.clone(),
             _busy: busy.enter(),
         };
-        tokio::spawn(task.run().in_current_span());
+        // Poll the task once here, before spawning it: that hands its command to the node's
+        // connection now, in this round's order. A spawned task that had not been polled
+        // yet when the round returned could otherwise send its SET after the caller's next
+        // round (a release) had sent its delete, leaving the key behind until its TTL.
+        let mut task = Box::pin(task.run().in_current_span());
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        if task.as_mut().poll(&mut cx).is_pending() {
+            tokio::spawn(task);
+        }
     }
     drop(reply_tx);
     drop(verdict_rx);

@@ -126,12 +126,9 @@ async fn with_lock_returns_the_value_and_releases_also_on_panic() {
         .await
         .unwrap();
     assert!(value);
-    assert!(
-        set.nodes_holding("redlock:scoped-ok").await.is_empty() || {
-            c.coordinator().quiesce().await;
-            set.nodes_holding("redlock:scoped-ok").await.is_empty()
-        }
-    );
+    // The release returns at the quorum; let the last node finish too.
+    c.coordinator().quiesce().await;
+    assert!(set.nodes_holding("redlock:scoped-ok").await.is_empty());
 
     let c2 = c.clone();
     let panicked = tokio::spawn(async move {

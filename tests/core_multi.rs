@@ -168,7 +168,7 @@ async fn inspection_reads_a_quorum() {
     let set = NodeSet::start(5).await.unwrap();
     let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
     assert_eq!(c.inspect("insp").await.unwrap().held, Some(false));
-    let lock = c.acquire("insp", TTL).await.unwrap();
+    let _lock = c.acquire("insp", TTL).await.unwrap();
     let seen = c.inspect("insp").await.unwrap();
     assert_eq!(seen.held, Some(true));
     assert!(seen.remaining.unwrap() <= TTL);
@@ -183,5 +183,4 @@ async fn inspection_reads_a_quorum() {
     // Three nodes without the key: no quorum can hold it.
     set.node(4).del("insp").await.unwrap();
     assert_eq!(c.inspect("insp").await.unwrap().held, Some(false));
-    drop(lock);
 }

@@ -8,6 +8,7 @@
 //! correctness.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -58,7 +59,7 @@ impl Registry {
 #[derive(Debug)]
 pub(crate) struct Notifier {
     waiters: Arc<Mutex<Registry>>,
-    next_id: Mutex<u64>,
+    next_id: AtomicU64,
     subscribers: Vec<SubscriberClient>,
 }
 
@@ -97,7 +98,7 @@ impl Notifier {
         }
         Notifier {
             waiters,
-            next_id: Mutex::new(0),
+            next_id: AtomicU64::new(0),
             subscribers,
         }
     }
@@ -105,11 +106,7 @@ impl Notifier {
     /// Registers a waiter for `keys`; it is woken when any of them is released, and
     /// removed when the returned value is dropped.
     pub(crate) fn watch(&self, keys: &[String]) -> Watch<'_> {
-        let id = {
-            let mut next = self.next_id.lock().expect("notifier lock");
-            *next += 1;
-            *next
-        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let notify = Arc::new(Notify::new());
         let mut registry = self.waiters.lock().expect("notifier lock");
         for key in keys {

@@ -160,11 +160,11 @@ async fn run() -> Result<bool, Box<dyn std::error::Error>> {
     }
     let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     for (name, h) in [
-        ("acquire", &stats.acquire_latency),
-        ("release", &stats.release_latency),
+        ("lock() wait, retries included", &stats.acquire_latency),
+        ("release round", &stats.release_latency),
     ] {
         println!(
-            "\n{name} round latency over {} rounds: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            "\n{name}: {} calls, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             h.len(),
             us(h, 0.5),
             us(h, 0.99),

@@ -346,10 +346,12 @@ impl Spec {
         if keys.is_empty() {
             return Err(ConfigError::NoKeys);
         }
-        let mut seen = std::collections::HashSet::new();
+        // Only multi-key locks can repeat a key; the common single-key round skips the set.
+        let mut seen =
+            std::collections::HashSet::with_capacity(if keys.len() > 1 { keys.len() } else { 0 });
         for key in keys {
             check_key(key)?;
-            if !seen.insert(*key) {
+            if keys.len() > 1 && !seen.insert(*key) {
                 return Err(ConfigError::DuplicateKey {
                     key: (*key).to_string(),
                 });

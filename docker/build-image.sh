@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Build the local Redis image used by docker-compose.yml, without pulling
 # anything: the image is FROM scratch and holds the host's Debian redis-server
-# binary plus the shared libraries ldd lists for it.
+# binary, the shared libraries ldd lists for it, and the clock shim.
 #
 # Usage: docker/build-image.sh [--force]
 #   REDLOCK_REDIS_IMAGE  image tag to build (default: redlock-redis:local)
 #   --force / REDLOCK_REBUILD=1  rebuild even if the image is up to date
+#   CC  C compiler for the clock shim (default: cc)
 #
-# Idempotent: the inputs (Dockerfile, this script, every file copied in) are
-# hashed into the image label io.redlock.inputs-sha256; if an image with that
-# tag and that label already exists, the script exits without building.
+# Idempotent: the inputs (Dockerfile, this script, the shim source, every file
+# copied in) are hashed into the image label io.redlock.inputs-sha256; if an
+# image with that tag and that label exists, the script exits without building.
 set -euo pipefail
 umask 022
 
@@ -17,6 +18,7 @@ IMAGE="${REDLOCK_REDIS_IMAGE:-redlock-redis:local}"
 REDIS_BIN=/usr/bin/redis-server
 LABEL_KEY=io.redlock.inputs-sha256
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
 DOCKERFILE="$SCRIPT_DIR/Dockerfile"
 
 force="${REDLOCK_REBUILD:-0}"
@@ -68,16 +70,41 @@ while read -r line; do
   manifest+=$'\n'"$(printf '%s\t%s' "$(readlink -f "$lib")" "$lib")"
 done <<<"$ldd_out"
 
-# --- LD_PRELOAD clock shim: reserved spot, not used yet --------------------
-# A later change will build libclockshim.so and add it to the manifest here:
-#   manifest+=$'\n'"$(printf '%s\t%s' "<built shim>" /usr/lib/redlock/libclockshim.so)"
-# and enable it in docker/Dockerfile (see the matching marker there).
-# ---------------------------------------------------------------------------
+# --- LD_PRELOAD clock shim ----------------------------------------------------
+# crates/redlock-testkit/shim/clockshim.c fakes the wall clock of a process when
+# REDLOCK_CLOCK_FILE names a readable control file ("OFFSET_NS RATE [ANCHOR_NS]")
+# and leaves it real otherwise. docker-compose.yml preloads it into every node;
+# its source is part of the inputs hash below.
+SHIM_SRC="$REPO_ROOT/crates/redlock-testkit/shim/clockshim.c"
+[ -f "$SHIM_SRC" ] || die "missing $SHIM_SRC (the clock shim source); check out the whole repository"
+CC="${CC:-cc}"
+command -v "${CC%% *}" >/dev/null 2>&1 \
+  || die "C compiler '$CC' not found (needed for the clock shim); install gcc (apt-get install -y gcc) or set CC"
+shim_dir="$(mktemp -d "${TMPDIR:-/tmp}/redlock-clockshim.XXXXXX")"
+trap 'rm -rf "$shim_dir"' EXIT
+shim_so="$shim_dir/libclockshim.so"
+# Same flags as the harness uses for local nodes (ClockShim in crates/redlock-testkit).
+# shellcheck disable=SC2086  # CC may carry arguments, e.g. "ccache gcc"
+$CC -shared -fPIC -O2 -Wall -Wextra -Werror -o "$shim_so" "$SHIM_SRC" \
+  || die "compiling $SHIM_SRC with '$CC' failed (see the compiler output above)"
+manifest+=$'\n'"$(printf '%s\t%s' "$shim_so" /usr/lib/redlock/libclockshim.so)"
+# Libraries the shim needs beyond redis-server's (normally none: glibc only).
+while read -r line; do
+  case "$line" in
+    *"=> /"*) lib="${line#*=> }"; lib="${lib%% (*}" ;;
+    /*)       lib="${line%% (*}" ;;
+    *)        continue ;;
+  esac
+  case $'\n'"$manifest"$'\n' in
+    *$'\t'"$lib"$'\n'*) ;;                               # already copied for redis-server
+    *) manifest+=$'\n'"$(printf '%s\t%s' "$(readlink -f "$lib")" "$lib")" ;;
+  esac
+done <<<"$(ldd "$shim_so" 2>&1)"
 
 # --- up to date? -------------------------------------------------------------
 inputs_hash="$(
   {
-    sha256sum "$DOCKERFILE" "${BASH_SOURCE[0]}" | cut -d' ' -f1
+    sha256sum "$DOCKERFILE" "${BASH_SOURCE[0]}" "$SHIM_SRC" | cut -d' ' -f1
     while IFS=$'\t' read -r src dst; do
       printf '%s %s\n' "$dst" "$(sha256sum "$src" | cut -d' ' -f1)"
     done <<<"$manifest"
@@ -91,7 +118,7 @@ fi
 
 # --- stage the build context ----------------------------------------------------
 stage="$(mktemp -d "${TMPDIR:-/tmp}/redlock-redis-image.XXXXXX")"
-trap 'rm -rf "$stage"' EXIT
+trap 'rm -rf "$stage" "$shim_dir"' EXIT
 root="$stage/rootfs"
 mkdir -p "$root/data" "$root/tmp"
 chmod 0755 "$root" "$root/data"

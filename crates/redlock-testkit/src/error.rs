@@ -132,6 +132,86 @@ pub enum HarnessError {
         #[source]
         source: fred::error::Error,
     },
+
+    /// The clock shim (the LD_PRELOAD library behind `NodeOptions::fake_clock`) could not be
+    /// built.
+    #[error("clock shim: could not {step}: {detail}\n{advice}")]
+    ClockShim {
+        /// The step that failed, with the compiler command or the path involved.
+        step: String,
+        /// What went wrong (for a compiler failure: its exit status and stderr).
+        detail: String,
+        /// What to do about it.
+        advice: &'static str,
+    },
+
+    /// A fake-clock change was rejected (bad rate, offset overflow); the clock is unchanged.
+    #[error("{clock}: {reason}; the clock was left unchanged")]
+    InvalidClock {
+        /// Which clock (`node-0 clock`, or `clock <path>`).
+        clock: String,
+        /// Why the change is invalid.
+        reason: String,
+    },
+
+    /// Writing a fake clock's control file failed.
+    #[error(
+        "{clock}: could not {action}: {source}; the clock was left unchanged (check that the \
+         directory exists and is writable; a node's directory lives as long as the node)"
+    )]
+    ClockFile {
+        /// Which clock.
+        clock: String,
+        /// What was attempted, with the file.
+        action: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The docker backend cannot run here: `docker` or `docker-compose` is missing, the Docker
+    /// daemon is unreachable, or another docker node set of this process is still up.
+    #[error("docker node set unavailable: {reason}; {advice}")]
+    DockerUnavailable {
+        /// What is missing or wrong.
+        reason: String,
+        /// What to install, start or do.
+        advice: String,
+    },
+
+    /// A `docker` or `docker-compose` step of the docker node set failed.
+    #[error(
+        "{name}: could not {action}: {failure}; {advice}\n\
+         --- output ---\n{output}"
+    )]
+    Docker {
+        /// The container's service name (`redis1`, ...) or `docker node set`.
+        name: String,
+        /// What the harness was doing.
+        action: String,
+        /// The command line (or probe) that failed and how (exit status, timeout, last error).
+        failure: String,
+        /// What to do about it.
+        advice: String,
+        /// The command's stderr/stdout or the container log (tail).
+        output: String,
+    },
+
+    /// A node index outside the set.
+    #[error(
+        "{set}: cannot {action}: there is no node {index} (the set has {len} nodes: use an \
+         index below {len})"
+    )]
+    NoSuchNode {
+        /// Which set.
+        set: String,
+        /// What was attempted.
+        action: String,
+        /// The index asked for.
+        index: usize,
+        /// Number of nodes in the set.
+        len: usize,
+    },
 }
 
 impl HarnessError {

@@ -1,4 +1,15 @@
-//! Process faults: kill, pause (SIGSTOP), resume (SIGCONT) and restart on the same port.
+//! Process faults: kill, pause (SIGSTOP), resume (SIGCONT), restart on the same port, and a
+//! delayed restart.
+//!
+//! Restart faults by name, for Redlock's assumption H2 (no key vanishes before its TTL):
+//! - **restart without persistence** (default [`NodeOptions`](crate::NodeOptions)):
+//!   [`Node::restart`] brings the node back empty at once, forgetting the locks it held;
+//! - **restart with `appendfsync always`**: a node started with
+//!   `NodeOptions { appendonly_always: true, .. }` replays its AOF on [`Node::restart`], so
+//!   every key acknowledged before even a SIGKILL is still there;
+//! - **delayed restart**: [`Node::restart_after`] keeps the node down for a while before it
+//!   comes back empty; a delay longer than the largest lock TTL is the operational fix the
+//!   Redlock spec gives for running without persistence.
 
 use std::time::Duration;
 
@@ -48,7 +59,8 @@ impl Node {
 
     /// Kill the process if it runs, then start it again on the same port with the same data
     /// directory and options, and wait until it answers PONG. Without `appendonly_always` the
-    /// data is gone afterwards.
+    /// data is gone afterwards; with it, this is the "restart with `appendfsync always`" fault:
+    /// the AOF is replayed and every acknowledged write survives, even after [`Node::kill`].
     pub async fn restart(&self) -> Result<(), HarnessError> {
         self.kill()?;
         match self.launch().await {
@@ -63,6 +75,19 @@ impl Node {
                 log_tail,
             }),
         }
+    }
+
+    /// Delayed restart: kill the process now, stay down for `delay`, then [`Node::restart`] on
+    /// the same port. Without `appendonly_always` the node comes back empty.
+    ///
+    /// The node is down (requests fail fast with connection refused) for the whole delay; the
+    /// future must be polled to the end for the node to come back, so run it concurrently with
+    /// the rest of the scenario (e.g. `tokio::join!`) to act during the downtime. If another
+    /// process takes the port meanwhile, the restart fails with [`HarnessError::StartFailed`].
+    pub async fn restart_after(&self, delay: Duration) -> Result<(), HarnessError> {
+        self.kill()?;
+        tokio::time::sleep(delay).await;
+        self.restart().await
     }
 
     fn signal_running(&self, action: &str, sig: Signal, paused: bool) -> Result<u32, HarnessError> {

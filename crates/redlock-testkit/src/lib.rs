@@ -36,24 +36,57 @@
 //! a tokio worker, all living as long as the test). Do not keep nodes started from a
 //! short-lived thread such as a `spawn_blocking` one.
 //!
+//! # Fake clocks
+//! With [`NodeOptions::fake_clock`] each server runs with a small LD_PRELOAD library
+//! ([`ClockShim`], compiled from C on first use) that fakes its wall clock, which is what Redis
+//! expires keys by. [`Node::clock`] returns the [`ClockControl`] that makes that clock jump
+//! ([`ClockControl::jump`]) or run faster or slower ([`ClockControl::set_rate`]) at run time,
+//! to break Redlock's assumption of similar clock rates on purpose. Monotonic clocks stay real.
+//!
+//! # Network faults
+//! A [`FaultProxy`] is a loopback TCP proxy in front of one node whose [`LinkFault`] is switched
+//! at run time: pass, latency per direction, blackhole, held or dropped replies, resets.
+//! [`Links`] starts one proxy per (client, node) pair, so each client can see its own partition:
+//! client `c` connects through `links.urls(c)` and `links.link(c, n).set(LinkFault::Blackhole)`
+//! cuts it off from node `n` only.
+//!
+//! # Key loss
+//! [`RedisAt`] inspects any server by address (a [`Node`] hands one out with [`Node::redis`]).
+//! [`RedisAt::evict_all`] evicts every key for real (a moment of `maxmemory` 1 byte, the
+//! configuration restored afterwards); [`Node::restart_after`] is the delayed restart, and a node
+//! started with `appendonly_always` survives [`Node::restart`] with its keys.
+//!
+//! # Docker backend
+//! [`DockerSet::up`] runs the five masters of the repository's `docker-compose.yml` in
+//! containers (`127.0.0.1:7101..7105`, image built locally by `docker/build-image.sh`) with
+//! container faults: `docker kill`/`start`, delayed restart, `pause`, network `disconnect`, and
+//! per-container fake clocks ([`DockerOptions::fake_clock`]). It needs Docker Engine and
+//! docker-compose v1; [`DockerSet::available`] says what is missing.
+//!
 //! Linux only (prctl, `/proc`). No timing guarantees are made beyond the documented timeouts:
 //! start-up waits up to [`READY_TIMEOUT`], inspection calls up to about [`INSPECT_TIMEOUT`].
 #![deny(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
 
+mod clock;
+mod docker;
 mod error;
 mod faults;
 mod inspect;
 mod node;
 mod port;
 mod process;
+mod proxy;
 mod ready;
 mod set;
 
+pub use clock::{ClockControl, ClockShim};
+pub use docker::{DockerOptions, DockerSet};
 pub use error::HarnessError;
-pub use inspect::INSPECT_TIMEOUT;
+pub use inspect::{RedisAt, INSPECT_TIMEOUT};
 pub use node::{Node, READY_TIMEOUT};
 pub use process::REDIS_SERVER_ENV;
+pub use proxy::{FaultProxy, LinkFault, LinkStats, Links};
 pub use set::NodeSet;
 
 /// How each node is configured.
@@ -65,4 +98,7 @@ pub struct NodeOptions {
     /// Extra `redis-server` arguments, appended last (so they override the defaults),
     /// e.g. `["--hz", "100"]`.
     pub extra_args: Vec<String>,
+    /// Run the server with a fake wall clock steered through [`Node::clock`] (jump, rate).
+    /// Default `false`: the real clock. Needs a C compiler the first time (see [`ClockShim`]).
+    pub fake_clock: bool,
 }

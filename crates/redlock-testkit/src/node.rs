@@ -12,7 +12,7 @@ use tempfile::TempDir;
 
 use crate::port::{self, PortReservation};
 use crate::ready::{self, Probe};
-use crate::{process, HarnessError, NodeOptions};
+use crate::{process, ClockControl, HarnessError, NodeOptions};
 
 /// How long a start or restart may take until the server answers PONG.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -32,6 +32,8 @@ pub struct Node {
     opts: NodeOptions,
     log: PathBuf,
     proc: Mutex<Option<Proc>>,
+    /// Set with `NodeOptions::fake_clock`; its file lives in `dir`, so it survives restarts.
+    clock: Option<ClockControl>,
     dir: TempDir,
 }
 
@@ -63,6 +65,10 @@ impl Node {
                 .prefix(&format!("redlock-testkit-{name}-"))
                 .tempdir()
                 .map_err(|e| HarnessError::io("create a temporary data directory", e))?;
+            let clock = opts
+                .fake_clock
+                .then(|| ClockControl::for_node(&name, dir.path().join("clock")))
+                .transpose()?;
             let node = Node {
                 log: dir.path().join("redis.log"),
                 name: name.clone(),
@@ -70,6 +76,7 @@ impl Node {
                 binary: binary.to_owned(),
                 opts: opts.clone(),
                 proc: Mutex::new(None),
+                clock,
                 dir,
             };
             match node.launch().await {
@@ -91,12 +98,17 @@ impl Node {
     /// Spawns the process (from the calling thread) and waits until it answers PONG.
     /// On failure the process is killed and reaped.
     pub(crate) async fn launch(&self) -> Result<(), LaunchError> {
+        let env = match &self.clock {
+            Some(clock) => clock.spawn_env().map_err(LaunchError::Fatal)?,
+            None => Vec::new(),
+        };
         let (child, offset) = process::spawn(
             &self.binary,
             self.port(),
             self.dir.path(),
             &self.log,
             &self.opts,
+            &env,
         )
         .map_err(LaunchError::Fatal)?;
         let pid = child.id();
@@ -174,6 +186,13 @@ impl Node {
     /// The redis-server log file (`--logfile`); restarts append to it.
     pub fn log_path(&self) -> &Path {
         &self.log
+    }
+
+    /// The control of the node's fake clock, if it was started with
+    /// [`NodeOptions::fake_clock`]; `None` otherwise. It stays in effect across
+    /// [`Node::restart`].
+    pub fn clock(&self) -> Option<&ClockControl> {
+        self.clock.as_ref()
     }
 
     /// The last lines of the log file, for diagnostics.

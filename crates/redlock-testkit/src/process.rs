@@ -87,14 +87,15 @@ pub(crate) fn server_args(port: u16, dir: &Path, log: &Path, opts: &NodeOptions)
     args
 }
 
-/// Spawns redis-server from the *calling thread* and returns it with the log length before the
-/// spawn (the offset where this run's log output starts).
+/// Spawns redis-server from the *calling thread* with the extra environment `env` and returns it
+/// with the log length before the spawn (the offset where this run's log output starts).
 pub(crate) fn spawn(
     binary: &Path,
     port: u16,
     dir: &Path,
     log: &Path,
     opts: &NodeOptions,
+    env: &[(OsString, OsString)],
 ) -> Result<(Child, u64), HarnessError> {
     let offset = fs::metadata(log).map(|m| m.len()).unwrap_or(0);
     let open_log = || {
@@ -109,6 +110,7 @@ pub(crate) fn spawn(
     let mut cmd = Command::new(binary);
     cmd.args(server_args(port, dir, log, opts))
         .current_dir(dir)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(open_log()?)
         .stderr(open_log()?);
@@ -209,6 +211,7 @@ mod tests {
         let opts = NodeOptions {
             appendonly_always: true,
             extra_args: vec!["--hz".into(), "50".into()],
+            ..NodeOptions::default()
         };
         let joined = server_args(1, Path::new("d"), Path::new("l"), &opts)
             .iter()

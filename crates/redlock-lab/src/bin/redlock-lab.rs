@@ -1,0 +1,77 @@
+//! `redlock-lab`: runs the fault-lab scenarios and prints the summary table.
+
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use redlock_lab::{run_backend, scenarios, summary, BackendKind};
+use redlock_testkit::DockerSet;
+
+/// Fault-injection scenarios with a safety checker, against local redis-server processes
+/// or the docker-compose node set.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Which node set(s) to run against.
+    #[arg(long, value_enum, default_value_t = Backend::Local)]
+    backend: Backend,
+    /// Run only scenarios whose name contains this (repeatable).
+    #[arg(long = "scenario")]
+    scenarios: Vec<String>,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Backend {
+    Local,
+    Docker,
+    All,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut all = scenarios();
+    if !args.scenarios.is_empty() {
+        all.retain(|s| args.scenarios.iter().any(|f| s.name.contains(f.as_str())));
+        if all.is_empty() {
+            eprintln!("no scenario matches {:?}; try --list", args.scenarios);
+            return ExitCode::from(2);
+        }
+    }
+    if args.list {
+        for s in &all {
+            println!("{:<34} {:<28} {}", s.name, s.expect.to_string(), s.shows);
+        }
+        return ExitCode::SUCCESS;
+    }
+    let backends: &[BackendKind] = match args.backend {
+        Backend::Local => &[BackendKind::Local],
+        Backend::Docker => &[BackendKind::Docker],
+        Backend::All => &[BackendKind::Local, BackendKind::Docker],
+    };
+    if backends.contains(&BackendKind::Docker) {
+        if let Err(e) = DockerSet::available() {
+            eprintln!("the docker backend cannot run: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let mut results = Vec::new();
+    for backend in backends {
+        results.extend(run_backend(*backend, &all).await);
+    }
+    println!("{}", summary(&results));
+    if results.iter().all(|r| r.passed()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,20 @@
+//! Why a scenario could not run (as opposed to the violations it found).
+
+use redlock_testkit::HarnessError;
+
+/// A scenario could not be set up or driven. Violations are not errors: they are results.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// Starting nodes, injecting a fault or inspecting a node failed.
+    #[error(transparent)]
+    Harness(#[from] HarnessError),
+    /// A client could not be configured or connected.
+    #[error("client set-up failed: {0}")]
+    Client(#[from] redlock_client::Error),
+    /// A client configuration was refused.
+    #[error("client configuration refused: {0}")]
+    Config(#[from] redlock_client::InvalidConfig),
+    /// Anything else, with what to do about it.
+    #[error("{0}")]
+    Setup(String),
+}

@@ -1,0 +1,157 @@
+//! What a scenario records: acquisitions, releases, extensions, writes to the protected value
+//! and injected faults, each stamped with the lab's monotonic clock.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A point on the lab's monotonic clock: the time since the scenario started.
+pub type At = Duration;
+
+/// One recorded event.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A client won a lock.
+    Acquired {
+        /// Which client (e.g. `"client-1"`).
+        client: String,
+        /// The lock's token.
+        token: String,
+        /// The locked key.
+        key: String,
+        /// When the client started the acquisition round that won.
+        started: At,
+        /// When `lock()` returned.
+        acquired: At,
+        /// The end of the validity the library reported.
+        valid_until: At,
+    },
+    /// A holder started releasing: from here on it no longer claims the lock.
+    ReleaseStarted {
+        /// Which client.
+        client: String,
+        /// The token released.
+        token: String,
+        /// When the release call started.
+        at: At,
+    },
+    /// An extension call by `client` with `token`, and whether it succeeded.
+    Extend {
+        /// Which client.
+        client: String,
+        /// The token it extended.
+        token: String,
+        /// When the call started.
+        started: At,
+        /// When it returned.
+        ended: At,
+        /// The new end of validity, if it succeeded.
+        valid_until: Option<At>,
+    },
+    /// A read-modify-write of the protected value by the holder of `token`.
+    Write {
+        /// Which client.
+        client: String,
+        /// The token it believed it held.
+        token: String,
+        /// When it read the value.
+        read_at: At,
+        /// When it wrote the new value.
+        wrote_at: At,
+        /// The value it read.
+        read: u64,
+        /// The value it wrote (`read + 1`).
+        wrote: u64,
+    },
+    /// A fault the harness injected.
+    Fault {
+        /// When.
+        at: At,
+        /// Which node (index), or `None` for a fault on client links only.
+        node: Option<usize>,
+        /// What was done.
+        kind: FaultKind,
+        /// A human-readable description, e.g. `"pause node-2"`.
+        what: String,
+    },
+}
+
+/// How the checker treats an injected fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Keys on the node may vanish here (restart without data, eviction, DEL, FLUSHALL, a
+    /// clock jump): a token disappearing around this time is explained by the fault.
+    KeyLoss,
+    /// Anything else (pause, partition, latency, kill, ...).
+    Other,
+}
+
+/// The shared, append-only history of one scenario run. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct History {
+    origin: Instant,
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl History {
+    /// A new, empty history whose clock starts now.
+    pub fn new() -> History {
+        History {
+            origin: Instant::now(),
+            events: Arc::default(),
+        }
+    }
+
+    /// The lab time now.
+    pub fn now(&self) -> At {
+        self.at(Instant::now())
+    }
+
+    /// The lab time of `instant` (zero for instants before the origin).
+    pub fn at(&self, instant: Instant) -> At {
+        instant.saturating_duration_since(self.origin)
+    }
+
+    /// Appends an event.
+    pub fn record(&self, event: Event) {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(event);
+    }
+
+    /// Records an injected fault at the current time.
+    pub fn fault(&self, node: Option<usize>, kind: FaultKind, what: impl Into<String>) {
+        let what = what.into();
+        tracing::info!(at = ?self.now(), %what, "fault");
+        self.record(Event::Fault {
+            at: self.now(),
+            node,
+            kind,
+            what,
+        });
+    }
+
+    /// A copy of every event so far, in recording order.
+    pub fn events(&self) -> Vec<Event> {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How many acquisitions were recorded.
+    pub fn acquisitions(&self) -> usize {
+        self.events()
+            .iter()
+            .filter(|e| matches!(e, Event::Acquired { .. }))
+            .count()
+    }
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History::new()
+    }
+}

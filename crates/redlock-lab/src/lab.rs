@@ -1,0 +1,249 @@
+//! What a scenario works with: the nodes, one fault proxy per (client, node) link, the
+//! history, and fault helpers that record what they inject.
+
+use std::time::Duration;
+
+use redlock_client::{LockConfig, LockConfigBuilder, Redlock};
+use redlock_testkit::{LinkFault, Links};
+
+use crate::backend::{Nodes, Setup};
+use crate::error::LabError;
+use crate::history::{FaultKind, History};
+
+/// Settings shared by the scenarios. Short TTLs keep the whole lab within a few minutes.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// Lock TTL.
+    pub ttl: Duration,
+    /// Per-node timeout of the clients.
+    pub node_timeout: Duration,
+    /// How long the workload of one scenario runs.
+    pub run_for: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            ttl: Duration::from_secs(1),
+            node_timeout: Duration::from_millis(50),
+            run_for: Duration::from_secs(4),
+        }
+    }
+}
+
+/// One scenario run's world.
+#[derive(Debug)]
+pub struct Lab {
+    /// The nodes.
+    pub nodes: Nodes,
+    /// Client `c` reaches node `n` through `links.link(c, n)`.
+    pub links: Links,
+    /// The recorded history.
+    pub history: History,
+    /// Every key the scenario locks starts with this.
+    pub prefix: String,
+    /// TTLs and timeouts.
+    pub timing: Timing,
+    /// What the nodes were started with.
+    pub setup: Setup,
+}
+
+impl Lab {
+    /// The full key (with the prefix) of `key`.
+    pub fn full_key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// A client configuration for client `c`: its own links, the lab's TTL and node timeout,
+    /// no automatic renewal (the scenarios decide when a holder extends), and a seed so the
+    /// retry jitter differs per client.
+    pub fn config(&self, c: usize) -> LockConfigBuilder {
+        LockConfig::builder()
+            .nodes(self.links.urls(c))
+            .ttl(self.timing.ttl)
+            .node_timeout(self.timing.node_timeout)
+            .key_prefix(self.prefix.clone())
+            .no_renewal()
+            .max_wait(self.timing.ttl * 2)
+            .seed(c as u64 + 1)
+    }
+
+    /// Connects client `c` with [`Lab::config`].
+    pub async fn client(&self, c: usize) -> Result<Redlock, LabError> {
+        self.client_with(c, |b| b).await
+    }
+
+    /// Connects client `c` with [`Lab::config`] changed by `tweak`.
+    pub async fn client_with(
+        &self,
+        c: usize,
+        tweak: impl FnOnce(LockConfigBuilder) -> LockConfigBuilder,
+    ) -> Result<Redlock, LabError> {
+        Ok(Redlock::connect(tweak(self.config(c)).build()?).await?)
+    }
+
+    /// Connects clients `0..n`.
+    pub async fn clients(&self, n: usize) -> Result<Vec<Redlock>, LabError> {
+        let mut clients = Vec::with_capacity(n);
+        for c in 0..n {
+            clients.push(self.client(c).await?);
+        }
+        Ok(clients)
+    }
+
+    fn key_loss_on_restart(&self) -> FaultKind {
+        if self.persistent() {
+            FaultKind::Other
+        } else {
+            FaultKind::KeyLoss
+        }
+    }
+
+    fn persistent(&self) -> bool {
+        self.setup.persistent
+    }
+
+    /// Kills node `n`. Without persistence its keys are gone when it comes back, so this is
+    /// recorded as key loss.
+    pub async fn kill(&self, n: usize) -> Result<(), LabError> {
+        let kind = self.key_loss_on_restart();
+        self.history
+            .fault(Some(n), kind, format!("kill {}", self.nodes.name(n)));
+        self.nodes.kill(n).await
+    }
+
+    /// Pauses node `n` (SIGSTOP or `docker pause`).
+    pub async fn pause(&self, n: usize) -> Result<(), LabError> {
+        self.history.fault(
+            Some(n),
+            FaultKind::Other,
+            format!("pause {}", self.nodes.name(n)),
+        );
+        self.nodes.pause(n).await
+    }
+
+    /// Resumes node `n`.
+    pub async fn resume(&self, n: usize) -> Result<(), LabError> {
+        self.history.fault(
+            Some(n),
+            FaultKind::Other,
+            format!("resume {}", self.nodes.name(n)),
+        );
+        self.nodes.resume(n).await
+    }
+
+    /// Restarts node `n` at once.
+    pub async fn restart(&self, n: usize) -> Result<(), LabError> {
+        let kind = self.key_loss_on_restart();
+        self.history.fault(
+            Some(n),
+            kind,
+            format!("restart {} at once", self.nodes.name(n)),
+        );
+        self.nodes.restart(n).await?;
+        self.history
+            .fault(Some(n), kind, format!("{} is back", self.nodes.name(n)));
+        Ok(())
+    }
+
+    /// Kills node `n` and starts it again after `delay`.
+    pub async fn restart_after(&self, n: usize, delay: Duration) -> Result<(), LabError> {
+        let kind = self.key_loss_on_restart();
+        self.history.fault(
+            Some(n),
+            kind,
+            format!("kill {}, restart in {delay:?}", self.nodes.name(n)),
+        );
+        self.nodes.restart_after(n, delay).await?;
+        self.history
+            .fault(Some(n), kind, format!("{} is back", self.nodes.name(n)));
+        Ok(())
+    }
+
+    /// Evicts every key on node `n` through real memory pressure.
+    pub async fn evict(&self, n: usize) -> Result<u64, LabError> {
+        self.history.fault(
+            Some(n),
+            FaultKind::KeyLoss,
+            format!("evict all keys on {}", self.nodes.name(n)),
+        );
+        Ok(self.nodes.redis(n).evict_all().await?)
+    }
+
+    /// Sets node `n`'s clock rate (1.0 = real time).
+    pub fn clock_rate(&self, n: usize, rate: f64) -> Result<(), LabError> {
+        let clock = self.nodes.clock(n).ok_or_else(|| {
+            LabError::Setup(format!(
+                "{} has no clock shim: the scenario must ask for fake_clock",
+                self.nodes.name(n)
+            ))
+        })?;
+        self.history.fault(
+            Some(n),
+            FaultKind::Other,
+            format!("clock rate {rate} on {}", self.nodes.name(n)),
+        );
+        clock.set_rate(rate)?;
+        Ok(())
+    }
+
+    /// Sets the fault of client `c`'s link to node `n`.
+    pub fn link(&self, c: usize, n: usize, fault: LinkFault) {
+        self.history.fault(
+            Some(n),
+            FaultKind::Other,
+            format!("client-{c} -> {}: {fault:?}", self.nodes.name(n)),
+        );
+        self.links.link(c, n).set(fault);
+    }
+
+    /// Sets the same fault on node `n`'s link from every client.
+    pub fn node_links(&self, n: usize, fault: LinkFault) {
+        self.history.fault(
+            Some(n),
+            FaultKind::Other,
+            format!("every client -> {}: {fault:?}", self.nodes.name(n)),
+        );
+        self.links.set_node(n, fault);
+    }
+
+    /// Cuts node `n` off from every client: `docker network disconnect` on the docker set,
+    /// blackholed links for local nodes (which share the host's loopback).
+    pub async fn partition(&self, n: usize) -> Result<(), LabError> {
+        match &self.nodes {
+            Nodes::Docker { set, .. } => {
+                self.history.fault(
+                    Some(n),
+                    FaultKind::Other,
+                    format!("docker network disconnect {}", self.nodes.name(n)),
+                );
+                set.disconnect(n).await?;
+            }
+            Nodes::Local(_) => self.node_links(n, LinkFault::Blackhole),
+        }
+        Ok(())
+    }
+
+    /// Undoes [`Lab::partition`].
+    pub async fn unpartition(&self, n: usize) -> Result<(), LabError> {
+        match &self.nodes {
+            Nodes::Docker { set, .. } => {
+                self.history.fault(
+                    Some(n),
+                    FaultKind::Other,
+                    format!("docker network connect {}", self.nodes.name(n)),
+                );
+                set.connect(n).await?;
+            }
+            Nodes::Local(_) => self.node_links(n, LinkFault::Pass),
+        }
+        Ok(())
+    }
+
+    /// Heals every link.
+    pub fn heal_links(&self) {
+        self.history
+            .fault(None, FaultKind::Other, "heal every link");
+        self.links.heal_all();
+    }
+}

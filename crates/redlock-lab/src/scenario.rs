@@ -1,0 +1,216 @@
+//! A scenario: a named workload with faults, what it is expected to show, and how it is run
+//! and checked.
+
+use std::fmt;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use redlock_testkit::Links;
+use tokio::time::Instant;
+
+use crate::backend::{BackendKind, Nodes, Setup};
+use crate::checker::{self, Leftover, Violation};
+use crate::error::LabError;
+use crate::history::History;
+use crate::lab::{Lab, Timing};
+use crate::observer::Observer;
+
+/// The one key every scenario contends for (under the scenario's own prefix).
+pub const KEY: &str = "resource";
+/// A scenario that runs longer than this is stopped and reported as an error.
+const SCENARIO_LIMIT: Duration = Duration::from_secs(90);
+/// Time for queued rollbacks and releases to land before the leftover scan.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// What a scenario is expected to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Zero violations.
+    Safe,
+    /// A demonstration: the checker must report at least one violation, because the
+    /// scenario breaks an assumption of Redlock.
+    Violation {
+        /// The assumption broken, as in the README (H1-H4).
+        breaks: &'static str,
+    },
+}
+
+impl fmt::Display for Expect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expect::Safe => f.write_str("0 (must pass)"),
+            Expect::Violation { breaks } => {
+                let h = breaks.split(':').next().unwrap_or(breaks);
+                write!(f, ">0 (demo, breaks {h})")
+            }
+        }
+    }
+}
+
+/// What the scenario's driver reports besides the history.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Remarks for the summary (e.g. how long recovery took).
+    pub notes: Vec<String>,
+    /// Violations of scenario-specific rules (e.g. a lock won while a majority was down).
+    pub violations: Vec<Violation>,
+}
+
+/// The driver: runs the workload and the faults, shuts its clients down, returns.
+pub type Driver = for<'a> fn(&'a Lab) -> BoxFuture<'a, Result<Outcome, LabError>>;
+
+/// A named scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct Scenario {
+    /// Its name, saying what it does (e.g. `minority_paused`).
+    pub name: &'static str,
+    /// One sentence on what it shows.
+    pub shows: &'static str,
+    /// Safe, or a demonstration of a broken assumption.
+    pub expect: Expect,
+    /// The nodes it needs.
+    pub setup: Setup,
+    /// How many clients (each with its own links).
+    pub clients: usize,
+    /// TTL, node timeout and run time.
+    pub timing: Timing,
+    /// The driver.
+    pub run: Driver,
+}
+
+/// The result of one scenario on one backend.
+#[derive(Debug)]
+pub struct ScenarioResult {
+    /// The scenario's name.
+    pub name: &'static str,
+    /// The backend.
+    pub backend: BackendKind,
+    /// What was expected.
+    pub expect: Expect,
+    /// Locks won.
+    pub acquisitions: usize,
+    /// Writes to the protected value.
+    pub writes: usize,
+    /// Violations found.
+    pub violations: Vec<Violation>,
+    /// Driver remarks.
+    pub notes: Vec<String>,
+    /// Set when the scenario could not run to the end.
+    pub error: Option<String>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl ScenarioResult {
+    /// Whether the result matches the expectation.
+    pub fn passed(&self) -> bool {
+        self.error.is_none()
+            && match self.expect {
+                Expect::Safe => self.violations.is_empty(),
+                Expect::Violation { .. } => !self.violations.is_empty(),
+            }
+    }
+}
+
+/// Runs `scenario` on `kind`. `reuse` is a docker node set from the previous scenario; the
+/// set is handed back for the next one.
+pub async fn run(
+    kind: BackendKind,
+    scenario: &Scenario,
+    reuse: Option<Nodes>,
+) -> (ScenarioResult, Option<Nodes>) {
+    let started = Instant::now();
+    let mut result = ScenarioResult {
+        name: scenario.name,
+        backend: kind,
+        expect: scenario.expect,
+        acquisitions: 0,
+        writes: 0,
+        violations: Vec::new(),
+        notes: Vec::new(),
+        error: None,
+        elapsed: Duration::ZERO,
+    };
+    let nodes = match Nodes::start(kind, scenario.setup, reuse).await {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            result.error = Some(format!("starting the nodes failed: {e}"));
+            return (result, None);
+        }
+    };
+    let links = match Links::start(scenario.clients, &nodes.addrs()).await {
+        Ok(links) => links,
+        Err(e) => {
+            result.error = Some(format!("starting the fault proxies failed: {e}"));
+            return (result, Some(nodes));
+        }
+    };
+    let lab = Lab {
+        nodes,
+        links,
+        history: History::new(),
+        prefix: format!("lab:{}:", scenario.name),
+        timing: scenario.timing,
+        setup: scenario.setup,
+    };
+    let observer = Observer::start(&lab.history, &lab.nodes.addrs(), &[lab.full_key(KEY)]);
+    match tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(&lab)).await {
+        Ok(Ok(outcome)) => {
+            result.notes = outcome.notes;
+            result.violations = outcome.violations;
+        }
+        Ok(Err(e)) => result.error = Some(e.to_string()),
+        Err(_) => result.error = Some(format!("did not finish within {SCENARIO_LIMIT:?}")),
+    }
+    heal(&lab).await;
+    tokio::time::sleep(SETTLE).await;
+    let observations = observer.stop().await;
+    let leftovers = leftovers(&lab).await;
+    let events = lab.history.events();
+    let mut found = checker::check(&events, &observations, &leftovers);
+    found.append(&mut result.violations);
+    result.violations = found;
+    result.acquisitions = lab.history.acquisitions();
+    result.writes = events
+        .iter()
+        .filter(|e| matches!(e, crate::history::Event::Write { .. }))
+        .count();
+    result.elapsed = started.elapsed();
+    let Lab { nodes, links, .. } = lab;
+    drop(links);
+    (result, Some(nodes))
+}
+
+/// Lifts link faults and resumes paused nodes, so the leftover scan can reach every node
+/// that is up.
+async fn heal(lab: &Lab) {
+    lab.links.heal_all();
+    for n in 0..lab.nodes.len() {
+        // Resuming a node that is not paused is a no-op; a killed node stays down.
+        let _ = lab.nodes.resume(n).await;
+    }
+}
+
+/// Every key under the scenario's prefix still on a reachable node.
+async fn leftovers(lab: &Lab) -> Vec<Leftover> {
+    let mut found = Vec::new();
+    for n in 0..lab.nodes.len() {
+        if !lab.nodes.is_up(n).await {
+            continue;
+        }
+        let redis = lab.nodes.redis(n);
+        let Ok(keys) = redis.keys(&format!("{}*", lab.prefix)).await else {
+            tracing::warn!(node = %lab.nodes.name(n), "leftover scan failed");
+            continue;
+        };
+        for key in keys {
+            found.push(Leftover {
+                node: lab.nodes.name(n),
+                value: redis.get(&key).await.ok().flatten(),
+                pttl: redis.pttl(&key).await.unwrap_or(-2),
+                key,
+            });
+        }
+    }
+    found
+}

@@ -55,6 +55,9 @@ impl Registry {
     }
 }
 
+/// How long one subscriber's QUIT may take on shutdown.
+const QUIT_LIMIT: Duration = Duration::from_millis(500);
+
 /// The registry of waiters and the subscriber connections that feed it.
 #[derive(Debug)]
 pub(crate) struct Notifier {
@@ -124,10 +127,15 @@ impl Notifier {
         }
     }
 
+    /// Quits every subscriber, concurrently and each within [`QUIT_LIMIT`]: a QUIT that does
+    /// not finish (seen behind slow links) must not hold up shutdown; the connection closes
+    /// when the client is dropped anyway.
     pub(crate) async fn close(&self) {
-        for s in &self.subscribers {
-            let _ = tokio::time::timeout(Duration::from_secs(1), s.quit()).await;
-        }
+        let quits = self
+            .subscribers
+            .iter()
+            .map(|s| tokio::time::timeout(QUIT_LIMIT, s.quit()));
+        futures::future::join_all(quits).await;
     }
 }
 

@@ -455,3 +455,21 @@ async fn fred_client_works_through_the_proxy_and_times_out_behind_a_blackhole() 
     assert_eq!(*err.kind(), ErrorKind::Timeout, "{err:?}");
     task.abort();
 }
+
+#[tokio::test]
+async fn a_server_close_crosses_a_latency_link() {
+    let (_nodes, proxy) = one_node_behind_proxy().await;
+    proxy.set(LinkFault::Latency {
+        to_server: Duration::from_millis(10),
+        to_client: Duration::from_millis(10),
+    });
+    let mut c = Resp::connect(proxy.addr()).await;
+    assert_eq!(c.ping().await.unwrap(), "+PONG");
+    c.send(&["QUIT"]).await;
+    assert_eq!(bounded("QUIT", c.line()).await.unwrap(), "+OK");
+    // The server closes after QUIT: the client must see the end of the stream.
+    match tokio::time::timeout(Duration::from_secs(2), c.line()).await {
+        Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+        other => panic!("expected the close to reach the client, got {other:?}"),
+    }
+}

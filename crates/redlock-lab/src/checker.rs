@@ -440,9 +440,16 @@ pub fn token_violations(
             let Some(holder) = by_token.get(token) else {
                 continue;
             };
-            let lost_between = key_loss
-                .iter()
-                .any(|&(n, at)| n == node && at + EVENT_SLACK >= a.sent && at <= b.received);
+            // Key loss on this node that began before the token was seen gone and lasted
+            // (or happened again) until after it was seen present. Faults that take time
+            // (a container restart) are recorded as a start and an end event.
+            let lost_between = key_loss.iter().any(|&(n, began)| {
+                n == node
+                    && began <= b.received + EVENT_SLACK
+                    && key_loss.iter().any(|&(m, ended)| {
+                        m == node && ended >= began && ended + EVENT_SLACK >= a.sent
+                    })
+            });
             if b.token.as_deref() != Some(token) {
                 if b.received + EVENT_SLACK < holder.until && !lost_between {
                     found.push(Violation::RemovedEarly {
@@ -654,6 +661,27 @@ mod tests {
         };
         assert_eq!(
             categories(&check(&other, &observations, &[])),
+            ["token removed early"]
+        );
+    }
+
+    #[test]
+    fn a_key_loss_interval_around_the_samples_explains_a_vanished_token() {
+        // A restart that began before the last sample that saw the token and ended after
+        // the first one that did not.
+        let observations = [obs(1, 100, Some("ta"), 900), obs(1, 400, None, -2)];
+        let fault = |at| Event::Fault {
+            at: t(at),
+            node: Some(1),
+            kind: FaultKind::KeyLoss,
+            what: "restart node-1".into(),
+        };
+        let events = vec![acquired("a", "ta", 0, 1000), fault(50), fault(450)];
+        assert_eq!(check(&events, &observations, &[]), vec![]);
+        // Key loss that ended before the token was seen is no explanation.
+        let earlier = vec![acquired("a", "ta", 0, 1000), fault(10), fault(20)];
+        assert_eq!(
+            categories(&check(&earlier, &observations, &[])),
             ["token removed early"]
         );
     }

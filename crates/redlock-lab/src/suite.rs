@@ -97,7 +97,7 @@ pub fn summary(results: &[ScenarioResult]) -> String {
                 .collect();
             let _ = writeln!(out, "  found: {}", list.join(", "));
         }
-        for v in r.violations.iter().take(3) {
+        for v in r.violations.iter().take(8) {
             let _ = writeln!(out, "  - {v}");
         }
     }

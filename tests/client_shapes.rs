@@ -122,6 +122,42 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_backoff() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_one_client_are_woken_one_per_release_oldest_first() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = client(&set, |b| b).await;
+    let waiters = client(&set, |b| b).await;
+    let guard = holder.lock("queue").await.unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let (waiters, order) = (waiters.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let options = LockOptions {
+                retry: Some(slow_retry()),
+                ..Default::default()
+            };
+            let got = waiters.lock_with("queue", &options).await.unwrap();
+            order.lock().unwrap().push((i, got.attempts()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            got.release().await.unwrap();
+        }));
+        // Each waiter registers and fails its first attempt before the next one starts.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    guard.release().await.unwrap();
+    // Every backoff is 40 s or longer: only the releases can hand the lock on in time.
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("each release wakes the next waiter")
+            .unwrap();
+    }
+    // One waiter per release, in the order they began waiting, each at its second attempt
+    // (a woken waiter that lost to a sibling would show more attempts, or a different order).
+    assert_eq!(*order.lock().unwrap(), [(0, 2), (1, 2), (2, 2), (3, 2)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_notifications_the_waiter_sleeps_out_its_backoff() {
     // The negative control of the wake-up test: the same hand-off with notifications off
     // is not done within the bound that the test above relies on.

@@ -164,6 +164,41 @@ async fn a_batch_extends_each_lock_on_its_own() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_is_split_into_bounded_script_calls_and_keeps_its_order() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let count = 2 * redlock_core::EXTEND_BATCH_LOCKS + 50;
+    let keys: Vec<String> = (0..count).map(|i| format!("big:{i}")).collect();
+    let locks = futures::future::try_join_all(keys.iter().map(|key| c.acquire(key, TTL)))
+        .await
+        .unwrap();
+    // One lock in each batch is deleted on a majority: exactly those fail, in their places.
+    let gone = [3, redlock_core::EXTEND_BATCH_LOCKS + 7, count - 1];
+    for &i in &gone {
+        for node in 0..2 {
+            set.node(node).del(&keys[i]).await.unwrap();
+        }
+    }
+    let calls_before = set.node(2).command_calls("evalsha").await.unwrap();
+    let long = Duration::from_secs(60);
+    let requests: Vec<_> = locks.iter().map(|l| (l, long)).collect();
+    let results = c.extend_many(&requests).await;
+    assert_eq!(results.len(), count);
+    for (i, (result, lock)) in results.iter().zip(&locks).enumerate() {
+        if gone.contains(&i) {
+            assert!(matches!(result, Err(Error::NoQuorum { .. })), "{i}: {result:?}");
+        } else {
+            let extended = result.as_ref().unwrap();
+            assert_eq!(extended.key(), lock.key(), "results keep the order");
+            assert!(extended.valid_until() > lock.valid_until());
+        }
+    }
+    // Three script calls per node (256 + 256 + 50 locks), not one carrying all of them.
+    let calls = set.node(2).command_calls("evalsha").await.unwrap() - calls_before;
+    assert_eq!(calls, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspection_reads_a_quorum() {
     let set = NodeSet::start(5).await.unwrap();
     let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;

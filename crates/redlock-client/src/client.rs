@@ -273,7 +273,8 @@ impl Redlock {
                             _ = tokio::time::sleep(delay) => false,
                         };
                         if woken {
-                            // Every waiter hears the release at the same instant; sent all
+                            // One waiter per client is woken, but the waiters of other
+                            // clients hear the same release at the same instant; sent all
                             // at once, their rounds split the vote and all lose. A random
                             // pause of up to one round's duration spreads them out, so the
                             // first one through wins and the rest see the key held.

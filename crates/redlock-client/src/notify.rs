@@ -2,13 +2,16 @@
 //! client.
 //!
 //! A release publishes the released key on the client's channel, on each node where it
-//! deleted it. Each node's subscriber hands the key to the waiters registered for it, which
-//! retry at once instead of sleeping out their backoff. Notifications are an optimisation
+//! deleted it. Each node's subscriber hands the key to the registry, which wakes the
+//! client's oldest waiter for that key, one per release: waking every waiter at once would
+//! send them all into the same round, where they split the votes and all lose. The others
+//! keep their places and are woken by the next releases, in the order they began waiting
+//! (or by their own backoff, whichever comes first). Notifications are an optimisation
 //! only: a lost one (a node down, a lagging reader) costs a waiter its backoff delay, never
 //! correctness.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,38 +21,80 @@ use fred::types::config::{Config as FredConfig, ReconnectPolicy};
 use fred::types::Builder;
 use tokio::sync::Notify;
 
-/// The waiters by key, and the releases seen lately.
+/// One waiter's wake-up: a `Notify` permit, and whether one was handed out and not yet
+/// taken (so that a waiter who leaves without taking it passes it on).
+#[derive(Debug, Default)]
+struct Slot {
+    notify: Notify,
+    pending: AtomicBool,
+}
+
+impl Slot {
+    fn wake(&self) {
+        self.pending.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
+    }
+}
+
+/// The waiters by key, oldest first, and the releases seen lately.
 #[derive(Debug, Default)]
 struct Registry {
-    waiters: HashMap<String, Vec<(u64, Arc<Notify>)>>,
-    /// Tokens of recent releases: each release is published on every node that held the
-    /// key, and should wake each waiter once, not once per node.
-    seen: VecDeque<String>,
+    waiters: HashMap<String, VecDeque<(u64, Arc<Slot>)>>,
+    /// Tokens of recent releases, to wake once per release and not once per node: each
+    /// release is published on every node that held the key. `seen_order` evicts the
+    /// oldest when [`SEEN_RELEASES`] are remembered.
+    seen: HashSet<String>,
+    seen_order: VecDeque<String>,
 }
 
 /// How many recent release tokens are remembered to drop the copies from other nodes.
 const SEEN_RELEASES: usize = 4096;
 
 impl Registry {
+    /// A release of `key` (by the lock with `token`) was announced by one node.
     fn wake(&mut self, token: &str, key: &str) {
-        if self.seen.iter().any(|t| t == token) {
+        // Most messages are for keys nobody here waits for: drop those before any other work.
+        let Some(list) = self.waiters.get(key) else {
+            return;
+        };
+        if self.seen.contains(token) {
             return;
         }
-        if self.seen.len() == SEEN_RELEASES {
-            self.seen.pop_front();
+        if self.seen_order.len() == SEEN_RELEASES {
+            if let Some(oldest) = self.seen_order.pop_front() {
+                self.seen.remove(&oldest);
+            }
         }
-        self.seen.push_back(token.to_string());
-        if let Some(list) = self.waiters.get(key) {
-            for (_, notify) in list {
-                notify.notify_one();
+        self.seen.insert(token.to_string());
+        self.seen_order.push_back(token.to_string());
+        if let Some((_, slot)) = list.front() {
+            slot.wake();
+        }
+    }
+
+    /// Releases may have been missed: wake the oldest waiter of every key.
+    fn wake_all(&self) {
+        for list in self.waiters.values() {
+            if let Some((_, slot)) = list.front() {
+                slot.wake();
             }
         }
     }
 
-    fn wake_all(&self) {
-        for list in self.waiters.values() {
-            for (_, notify) in list {
-                notify.notify_one();
+    /// Removes waiter `id` from the lists of `keys`; when it held a wake-up it did not use,
+    /// the next waiter of each key gets one instead.
+    fn remove(&mut self, id: u64, keys: &[String], slot: &Slot) {
+        let unused = slot.pending.load(Ordering::SeqCst);
+        for key in keys {
+            if let Some(list) = self.waiters.get_mut(key) {
+                list.retain(|(other, _)| *other != id);
+                match list.front() {
+                    None => {
+                        self.waiters.remove(key);
+                    }
+                    Some((_, next)) if unused => next.wake(),
+                    Some(_) => {}
+                }
             }
         }
     }
@@ -110,20 +155,20 @@ impl Notifier {
     /// removed when the returned value is dropped.
     pub(crate) fn watch(&self, keys: &[String]) -> Watch<'_> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let notify = Arc::new(Notify::new());
+        let slot = Arc::new(Slot::default());
         let mut registry = self.waiters.lock().expect("notifier lock");
         for key in keys {
             registry
                 .waiters
                 .entry(key.clone())
                 .or_default()
-                .push((id, notify.clone()));
+                .push_back((id, slot.clone()));
         }
         Watch {
             notifier: self,
             id,
             keys: keys.to_vec(),
-            notify,
+            slot,
         }
     }
 
@@ -145,28 +190,23 @@ pub(crate) struct Watch<'a> {
     notifier: &'a Notifier,
     id: u64,
     keys: Vec<String>,
-    notify: Arc<Notify>,
+    slot: Arc<Slot>,
 }
 
 impl Watch<'_> {
-    /// Completes when a release of a watched key has been seen since the last call. A
-    /// release seen while the waiter was busy is kept (as a `Notify` permit), not lost.
+    /// Completes when this waiter's turn came with a release of a watched key since the
+    /// last call. A turn that came while the waiter was busy is kept (as a `Notify`
+    /// permit), not lost.
     pub(crate) async fn released(&self) {
-        self.notify.notified().await;
+        self.slot.notify.notified().await;
+        self.slot.pending.store(false, Ordering::SeqCst);
     }
 }
 
 impl Drop for Watch<'_> {
     fn drop(&mut self) {
         let mut registry = self.notifier.waiters.lock().expect("notifier lock");
-        for key in &self.keys {
-            if let Some(list) = registry.waiters.get_mut(key) {
-                list.retain(|(id, _)| *id != self.id);
-                if list.is_empty() {
-                    registry.waiters.remove(key);
-                }
-            }
-        }
+        registry.remove(self.id, &self.keys, &self.slot);
     }
 }
 
@@ -203,5 +243,109 @@ async fn dispatch(subscriber: SubscriberClient, channel: String, waiters: Arc<Mu
             }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(registry: &mut Registry, id: u64, keys: &[&str]) -> Arc<Slot> {
+        let slot = Arc::new(Slot::default());
+        for key in keys {
+            registry
+                .waiters
+                .entry(key.to_string())
+                .or_default()
+                .push_back((id, slot.clone()));
+        }
+        slot
+    }
+
+    fn woken(slot: &Slot) -> bool {
+        slot.pending.load(Ordering::SeqCst)
+    }
+
+    /// What `Watch::released` does once its permit arrived.
+    fn take(slot: &Slot) {
+        slot.pending.store(false, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn releases_of_keys_nobody_waits_for_cost_no_memory() {
+        let mut registry = Registry::default();
+        for i in 0..10 {
+            registry.wake(&format!("t{i}"), "k");
+        }
+        assert!(registry.seen.is_empty() && registry.seen_order.is_empty());
+    }
+
+    #[test]
+    fn one_release_wakes_the_oldest_waiter_once_whatever_the_number_of_nodes() {
+        let mut registry = Registry::default();
+        let first = waiter(&mut registry, 1, &["k"]);
+        let second = waiter(&mut registry, 2, &["k"]);
+        let other = waiter(&mut registry, 3, &["other"]);
+        for _node in 0..5 {
+            registry.wake("t1", "k");
+        }
+        assert!(woken(&first));
+        assert!(!woken(&second) && !woken(&other));
+        take(&first);
+        // The copies from the other nodes do not wake anybody again.
+        registry.wake("t1", "k");
+        assert!(!woken(&first) && !woken(&second));
+        // The next release goes to the oldest waiter again: it keeps its place.
+        registry.wake("t2", "k");
+        assert!(woken(&first) && !woken(&second));
+    }
+
+    #[test]
+    fn a_waiter_that_leaves_with_an_unused_wake_up_passes_it_on() {
+        let mut registry = Registry::default();
+        let first = waiter(&mut registry, 1, &["a", "b"]);
+        let second = waiter(&mut registry, 2, &["a"]);
+        let third = waiter(&mut registry, 3, &["b"]);
+        registry.wake("t1", "a");
+        registry.remove(1, &["a".into(), "b".into()], &first);
+        assert!(woken(&second) && woken(&third));
+
+        // A waiter that took its wake-up (it won, or gave up later) passes nothing on.
+        let mut registry = Registry::default();
+        let first = waiter(&mut registry, 1, &["a"]);
+        let second = waiter(&mut registry, 2, &["a"]);
+        registry.wake("t1", "a");
+        take(&first);
+        registry.remove(1, &["a".into()], &first);
+        assert!(!woken(&second));
+        registry.remove(2, &["a".into()], &second);
+        assert!(registry.waiters.is_empty());
+    }
+
+    #[test]
+    fn a_lagging_reader_wakes_the_oldest_waiter_of_every_key() {
+        let mut registry = Registry::default();
+        let a1 = waiter(&mut registry, 1, &["a"]);
+        let a2 = waiter(&mut registry, 2, &["a"]);
+        let b1 = waiter(&mut registry, 3, &["b"]);
+        registry.wake_all();
+        assert!(woken(&a1) && woken(&b1) && !woken(&a2));
+    }
+
+    #[test]
+    fn the_memory_of_seen_releases_is_bounded() {
+        let mut registry = Registry::default();
+        let slot = waiter(&mut registry, 1, &["k"]);
+        for i in 0..SEEN_RELEASES + 10 {
+            registry.wake(&format!("t{i}"), "k");
+            assert!(woken(&slot));
+            take(&slot);
+        }
+        assert_eq!(registry.seen.len(), SEEN_RELEASES);
+        assert_eq!(registry.seen_order.len(), SEEN_RELEASES);
+        // The oldest were forgotten, the newest are still recognised.
+        assert!(!registry.seen.contains("t0"));
+        registry.wake(&format!("t{}", SEEN_RELEASES + 9), "k");
+        assert!(!woken(&slot));
     }
 }

@@ -1,6 +1,6 @@
 //! Automatic renewal: one scheduler task per client, which renews every due lock with one
-//! extension round (one script call per node for all of them) instead of one task and one
-//! command per lock.
+//! batched extension (one script call per node for every few hundred locks, see
+//! `Coordinator::extend_many`) instead of one task and one command per lock.
 //!
 //! A lock is renewed every `renew_every` (a third of the TTL by default), so two renewals
 //! can fail before its validity runs out. A renewal refused by a majority of nodes (the key

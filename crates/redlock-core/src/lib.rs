@@ -60,7 +60,7 @@ mod scripts;
 mod token;
 
 pub use config::{check_key, check_ttl, Config, DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN, MAX_TTL};
-pub use coordinator::Coordinator;
+pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
 pub use error::{ConfigError, Error};
 pub use inspect::Inspection;

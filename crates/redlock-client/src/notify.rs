@@ -131,7 +131,7 @@ impl Notifier {
                     c.tcp.nodelay = Some(true);
                 })
                 // fred's default of 32 buffered messages is easily overrun by a burst of
-                // releases; a lagging reader wakes everybody instead (see below).
+                // releases; a lagging reader wakes the oldest waiter of every key instead (see below).
                 .with_performance_config(|p| p.broadcast_channel_capacity = 1024)
                 .set_policy(ReconnectPolicy::new_exponential(0, 1, 1000, 2));
             let Ok(subscriber) = builder.build_subscriber_client() else {

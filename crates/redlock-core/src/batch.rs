@@ -1,4 +1,5 @@
-//! Extending many locks in one round: one script call per node for all of them, each lock
+//! Extending many locks in one round: one script call per node for all of them (the
+//! coordinator splits large sets into batches of `EXTEND_BATCH_LOCKS`), each lock
 //! counted against the quorum on its own. This is what lets a renewal scheduler keep
 //! thousands of locks alive with one command per node per tick instead of one per lock.
 //!

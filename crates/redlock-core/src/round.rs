@@ -2,20 +2,24 @@
 //! replies allow, with whatever was set rolled back on every node when the round is lost,
 //! cancelled, or won too late.
 //!
-//! Each node's command runs in a task of its own, so it goes on after the round is decided
-//! (or after the caller drops the round's future): a reply that arrives late is still seen,
-//! and rolled back if the round did not keep its keys. The tasks learn the round's verdict
-//! through a `watch` channel; a channel closed without a verdict means the round's future
-//! was dropped, and is treated as "roll back" (deadpool's drop-guard idea, without a guard
-//! object: the closed channel is the signal).
+//! The round's own task drives every node's command until the decision, with no task or
+//! channel in between (each command is handed to its node's connection before the round
+//! first waits, so commands leave in the order rounds are started). Whatever is left after
+//! the decision goes to one background task: commands still in flight, whose late answers
+//! are recorded and, when the round is not kept, rolled back; and the rollbacks of nodes
+//! that had answered. When the caller drops the round's future before the decision, a drop
+//! guard hands everything to that task with the verdict "roll back" (deadpool's drop-guard
+//! idea), so an abandoned round leaves no key behind either.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Context;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use fred::types::{Key, Value};
-use tokio::sync::{mpsc, watch};
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -82,9 +86,9 @@ impl Op {
     }
 }
 
+/// What happens to the nodes once the round is decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
-    Undecided,
     Keep,
     RollBack,
 }
@@ -139,6 +143,10 @@ pub(crate) async fn run(nodes: &Arc<[Node]>, op: Op, busy: &Busy) -> Finished {
     run_inner(nodes, Arc::new(op), busy).instrument(span).await
 }
 
+/// One node's command: its index, what it answered, and when (from the round's start).
+type Reply = (usize, NodeOutcome, Duration);
+type Call = Pin<Box<dyn Future<Output = Reply> + Send>>;
+
 async fn run_inner(nodes: &Arc<[Node]>, op: Arc<Op>, busy: &Busy) -> Finished {
     let n = nodes.len();
     let pending: Vec<NodeReport> = nodes
@@ -149,50 +157,57 @@ async fn run_inner(nodes: &Arc<[Node]>, op: Arc<Op>, busy: &Busy) -> Finished {
         nodes: pending,
         open: n,
     }));
-    let (verdict_tx, verdict_rx) = watch::channel(Verdict::Undecided);
-    let (reply_tx, mut reply_rx) = mpsc::unbounded_channel();
 
     // t0 is read before the first command can leave (guarantee G2).
     let t0 = Instant::now();
-    for i in 0..n {
-        let task = NodeTask {
-            nodes: nodes.clone(),
-            index: i,
-            op: op.clone(),
-            t0,
-            replies: reply_tx.clone(),
-            verdict: verdict_rx.clone(),
-            tail: tail.clone(),
-            _busy: busy.enter(),
-        };
-        // Poll the task once here, before spawning it: that hands its command to the node's
-        // connection now, in this round's order. A spawned task that had not been polled
-        // yet when the round returned could otherwise send its SET after the caller's next
-        // round (a release) had sent its delete, leaving the key behind until its TTL.
-        let mut task = Box::pin(task.run().in_current_span());
-        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-        if task.as_mut().poll(&mut cx).is_pending() {
-            tokio::spawn(task);
-        }
-    }
-    drop(reply_tx);
-    drop(verdict_rx);
-
+    let mut flight = Flight {
+        nodes: nodes.clone(),
+        op: op.clone(),
+        t0,
+        tail: tail.clone(),
+        busy: busy.clone(),
+        calls: FuturesUnordered::new(),
+        answered: vec![None; n],
+        handed_off: false,
+    };
     let mut tally = Tally::new(n);
-    let mut answered: Vec<Option<(NodeOutcome, Duration)>> = vec![None; n];
-    let decision = loop {
-        match reply_rx.recv().await {
-            Some((i, outcome, latency)) => {
-                let decision = tally.record(op.counts(&outcome));
-                answered[i] = Some((outcome, latency));
-                if let Some(decision) = decision {
-                    break decision;
+    let mut decision = None;
+    for i in 0..n {
+        let mut call: Call = Box::pin(
+            {
+                let (nodes, op) = (nodes.clone(), op.clone());
+                async move {
+                    let outcome = op.apply(&nodes[i]).await;
+                    (i, outcome, t0.elapsed())
                 }
             }
-            // Every task has replied, so the tally has decided; this is only a fallback.
-            None => break tally.decision().unwrap_or(Decision::Lost),
+            .in_current_span(),
+        );
+        // Polling the command once here hands it to the node's connection now, in this
+        // round's order: a command first polled after the round returned could otherwise
+        // send its SET after the caller's next round (a release) had sent its delete,
+        // leaving the key behind until its TTL. (The waker is replaced at the next poll.)
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        match call.as_mut().poll(&mut cx) {
+            Poll::Ready((i, outcome, latency)) => {
+                let d = tally.record(op.counts(&outcome));
+                flight.answered[i] = Some((outcome, latency));
+                decision = decision.or(d);
+            }
+            Poll::Pending => flight.calls.push(call),
         }
-    };
+    }
+    while decision.is_none() {
+        match flight.calls.next().await {
+            Some((i, outcome, latency)) => {
+                decision = tally.record(op.counts(&outcome));
+                flight.answered[i] = Some((outcome, latency));
+            }
+            // Every node has answered, so the tally has decided; this is only a fallback.
+            None => decision = Some(tally.decision().unwrap_or(Decision::Lost)),
+        }
+    }
+    let decision = decision.unwrap_or(Decision::Lost);
     let elapsed = t0.elapsed();
     // Validity only means something for a round that reached its quorum.
     let validity = op
@@ -200,23 +215,12 @@ async fn run_inner(nodes: &Arc<[Node]>, op: Arc<Op>, busy: &Busy) -> Finished {
         .filter(|_| decision == Decision::Won)
         .and_then(|ttl| validity(ttl, elapsed, drift(ttl, op.drift_factor)));
     let won = decision == Decision::Won && (op.ttl.is_none() || validity.is_some());
-
-    // The tail gets the decided view before the tasks get the verdict; they only touch it
-    // after the verdict, so answers that arrive from now on are marked late.
-    tail.send_modify(|tail| {
-        for (report, answer) in tail.nodes.iter_mut().zip(&answered) {
-            if let Some((outcome, latency)) = answer {
-                report.outcome = outcome.clone();
-                report.latency = Some(*latency);
-            }
-        }
-    });
     let verdict = if won || op.undo.is_none() {
         Verdict::Keep
     } else {
         Verdict::RollBack
     };
-    let _ = verdict_tx.send(verdict);
+    flight.hand_off(verdict);
 
     let report = RoundReport {
         kind: op.kind,
@@ -236,33 +240,125 @@ async fn run_inner(nodes: &Arc<[Node]>, op: Arc<Op>, busy: &Busy) -> Finished {
     Finished { report, t0, won }
 }
 
-struct NodeTask {
+/// A round's commands and answers until the decision; dropped undecided, it rolls back.
+struct Flight {
     nodes: Arc<[Node]>,
-    index: usize,
     op: Arc<Op>,
     t0: Instant,
-    replies: mpsc::UnboundedSender<(usize, NodeOutcome, Duration)>,
-    verdict: watch::Receiver<Verdict>,
     tail: Arc<watch::Sender<Tail>>,
+    busy: Busy,
+    calls: FuturesUnordered<Call>,
+    answered: Vec<Option<(NodeOutcome, Duration)>>,
+    handed_off: bool,
+}
+
+impl Flight {
+    /// Records the answers so far in the tail, then hands what is left to a background
+    /// task: the commands still in flight, and with [`Verdict::RollBack`] the rollback on
+    /// every node that may hold our key.
+    fn hand_off(&mut self, verdict: Verdict) {
+        self.handed_off = true;
+        let roll_back = verdict == Verdict::RollBack && self.op.undo.is_some();
+        let answered = std::mem::take(&mut self.answered);
+        let calls = std::mem::take(&mut self.calls);
+        let mut to_undo = Vec::new();
+        self.tail.send_modify(|tail| {
+            for (i, answer) in answered.into_iter().enumerate() {
+                let Some((outcome, latency)) = answer else {
+                    continue;
+                };
+                let report = &mut tail.nodes[i];
+                report.latency = Some(latency);
+                if roll_back && needs_undo(&outcome) {
+                    to_undo.push((i, outcome.clone()));
+                } else {
+                    if roll_back {
+                        // A refusal set nothing: our key is not there (the token is new).
+                        report.cleanup = Some(CleanupOutcome::NotPresent);
+                    }
+                    tail.open -= 1;
+                }
+                report.outcome = outcome;
+            }
+        });
+        if calls.is_empty() && to_undo.is_empty() {
+            return;
+        }
+        let work = Background {
+            nodes: self.nodes.clone(),
+            op: self.op.clone(),
+            t0: self.t0,
+            tail: self.tail.clone(),
+            roll_back,
+            _busy: self.busy.enter(),
+        };
+        let task = work.run(calls, to_undo).in_current_span();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(task);
+            }
+            // Dropped outside a runtime: nothing can be awaited any more. The keys set by
+            // this round expire with their TTL.
+            Err(_) => {
+                tracing::warn!(key = %self.op.name, "round dropped outside a tokio runtime: no rollback")
+            }
+        }
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        if !self.handed_off {
+            // The round's future was dropped before it decided: nothing may be kept.
+            self.hand_off(Verdict::RollBack);
+        }
+    }
+}
+
+/// Whether a node's answer leaves our key possibly set there: everything but a refusal.
+fn needs_undo(outcome: &NodeOutcome) -> bool {
+    !matches!(outcome, NodeOutcome::HeldByOther)
+}
+
+/// The part of a round that outlives its decision.
+struct Background {
+    nodes: Arc<[Node]>,
+    op: Arc<Op>,
+    t0: Instant,
+    tail: Arc<watch::Sender<Tail>>,
+    roll_back: bool,
     _busy: BusyGuard,
 }
 
-impl NodeTask {
-    async fn run(mut self) {
-        let node = &self.nodes[self.index];
-        let outcome = self.op.apply(node).await;
-        let latency = self.t0.elapsed();
-        // Fails when the round has been decided or dropped: the answer is late.
-        let _ = self.replies.send((self.index, outcome.clone(), latency));
-        drop(self.replies);
+impl Background {
+    async fn run(self, calls: FuturesUnordered<Call>, answered: Vec<(usize, NodeOutcome)>) {
+        let this = &self;
+        let mut work: FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send + '_>>> =
+            FuturesUnordered::new();
+        for call in calls {
+            work.push(Box::pin(async move {
+                let (i, outcome, latency) = call.await;
+                this.tail.send_modify(|tail| {
+                    let report = &mut tail.nodes[i];
+                    report.outcome = outcome.clone();
+                    report.latency = Some(latency);
+                    report.late = true;
+                });
+                this.finish(i, &outcome).await;
+            }));
+        }
+        for (i, outcome) in answered {
+            work.push(Box::pin(async move { this.finish(i, &outcome).await }));
+        }
+        while work.next().await.is_some() {}
+    }
 
-        let verdict = match self.verdict.wait_for(|v| *v != Verdict::Undecided).await {
-            Ok(v) => *v,
-            // The round's future was dropped before it decided: nothing may be kept.
-            Err(_) => Verdict::RollBack,
-        };
-        let cleanup = match (&self.op.undo, verdict) {
-            (Some((script, args)), Verdict::RollBack) => {
+    /// Rolls node `i` back when the round is not kept and its answer may have set our key,
+    /// then closes the node in the tail.
+    async fn finish(&self, i: usize, outcome: &NodeOutcome) {
+        let node = &self.nodes[i];
+        let cleanup = match &self.op.undo {
+            Some((script, args)) if self.roll_back && needs_undo(outcome) => {
                 // Past the TTL our key is gone by itself, wherever it was set.
                 let deadline = self.t0 + self.op.ttl.unwrap_or_default();
                 let cleanup = roll_back(node, script, &self.op.keys, args, deadline).await;
@@ -273,16 +369,11 @@ impl NodeTask {
                 }
                 Some(cleanup)
             }
+            Some(_) if self.roll_back => Some(CleanupOutcome::NotPresent),
             _ => None,
         };
         self.tail.send_modify(|tail| {
-            let report = &mut tail.nodes[self.index];
-            if report.outcome == NodeOutcome::Pending {
-                report.outcome = outcome;
-                report.latency = Some(latency);
-                report.late = true;
-            }
-            report.cleanup = cleanup;
+            tail.nodes[i].cleanup = cleanup;
             tail.open -= 1;
         });
     }

@@ -186,7 +186,10 @@ async fn a_large_batch_is_split_into_bounded_script_calls_and_keeps_its_order() 
     assert_eq!(results.len(), count);
     for (i, (result, lock)) in results.iter().zip(&locks).enumerate() {
         if gone.contains(&i) {
-            assert!(matches!(result, Err(Error::NoQuorum { .. })), "{i}: {result:?}");
+            assert!(
+                matches!(result, Err(Error::NoQuorum { .. })),
+                "{i}: {result:?}"
+            );
         } else {
             let extended = result.as_ref().unwrap();
             assert_eq!(extended.key(), lock.key(), "results keep the order");

@@ -1,0 +1,280 @@
+//! P4: contended hand-off. Eight workers, each with its own client (as separate services
+//! would have), take turns on one key and hold it for a 1 ms critical section. Ours also
+//! runs with one client shared by the eight workers (tasks of one service), where a release
+//! wakes only the oldest waiter.
+//!
+//! Each acquisition and release is logged; afterwards the hand-off of acquisition `k` is
+//! the time from the start of release `k - 1` (the holder is done with the resource) to the
+//! return of `lock` for `k` (the next holder may use it). The same gap measured from the
+//! *end* of the release is kept too. Round trips are counted against one raw fan-out round
+//! (`SET NX` to every node at once, all replies awaited) measured on the same nodes first.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::error::BenchError;
+use crate::floor::{Floor, Wait};
+use crate::progress;
+use crate::stats::{Recorder, Summary};
+use crate::subjects::{Kind, Subject, TTL};
+
+pub const WORKERS: usize = 8;
+pub const CRITICAL_SECTION: Duration = Duration::from_millis(1);
+/// A worker whose `lock` has not returned after this long is counted as failed.
+const LOCK_DEADLINE: Duration = Duration::from_secs(30);
+/// Rounds timed to find the reference round trip.
+const RT_ROUNDS: usize = 300;
+
+/// P4's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Handoff {
+    /// The median raw fan-out round (`SET NX` on every node at once, all replies), µs.
+    pub round_trip_us: f64,
+    pub workers: usize,
+    pub critical_section_ms: f64,
+    pub cases: Vec<HandoffCase>,
+}
+
+/// One contender under contention.
+#[derive(Debug, Clone, Serialize)]
+pub struct HandoffCase {
+    pub subject: &'static str,
+    pub label: &'static str,
+    pub seconds: f64,
+    pub critical_sections: u64,
+    pub per_second: f64,
+    /// From the start of the previous holder's release to the return of `lock`.
+    pub handoff: Summary,
+    /// From the end of the previous holder's release to the return of `lock`.
+    pub handoff_after_release_returned: Summary,
+    /// The hand-offs that went to another worker than the one releasing (the rest are the
+    /// releasing worker taking the lock again at once).
+    pub handoff_to_other: Summary,
+    /// `handoff.median_us / round_trip_us` of [`Handoff`].
+    pub median_round_trips: f64,
+    /// `lock` calls that gave up (the library's own deadline passed).
+    pub gave_up: u64,
+    /// Two holders inside the critical section at once: must be 0.
+    pub overlaps: u64,
+}
+
+/// What the workers log.
+#[derive(Default)]
+struct Log {
+    /// When, and by which worker.
+    acquired: Vec<(Instant, usize)>,
+    /// `(start, end)` of the release of acquisition `k`, at index `k`.
+    released: Vec<Option<(Instant, Instant)>>,
+    gave_up: u64,
+    failures: Recorder,
+}
+
+struct Shared {
+    log: Mutex<Log>,
+    busy: AtomicBool,
+    overlaps: AtomicU64,
+}
+
+impl Shared {
+    fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Measures the reference round trip, then each contender for `warmup + time`.
+pub async fn run(
+    urls: &[String],
+    kinds: &[Kind],
+    warmup: Duration,
+    time: Duration,
+) -> Result<Handoff, BenchError> {
+    // The reference is timed before each contender and pooled, so that a noisy moment on
+    // this shared machine does not skew it.
+    let floor = Floor::connect(urls, TTL, Wait::All).await?;
+    let mut round_trips = Recorder::default();
+    let mut cases = Vec::new();
+    for &kind in kinds {
+        round_trips.merge(&round_trip(&floor).await);
+        cases.push(contend(urls, kind, Clients::PerWorker, warmup, time).await?);
+        if kind == Kind::Ours {
+            round_trips.merge(&round_trip(&floor).await);
+            cases.push(contend(urls, kind, Clients::Shared, warmup, time).await?);
+        }
+    }
+    let round_trip_us = round_trips.summary().median_us;
+    for case in &mut cases {
+        case.median_round_trips = case.handoff.median_us / round_trip_us;
+        progress!(
+            "P4 {:<13} {:>6.0} sections/s, hand-off median {:.0} µs ({:.1} round trips of {round_trip_us:.0} µs), p99 {:.0} µs, {} gave up, {} overlaps",
+            case.subject,
+            case.per_second,
+            case.handoff.median_us,
+            case.median_round_trips,
+            case.handoff.p99_us,
+            case.gave_up,
+            case.overlaps
+        );
+    }
+    Ok(Handoff {
+        round_trip_us,
+        workers: WORKERS,
+        critical_section_ms: CRITICAL_SECTION.as_secs_f64() * 1000.0,
+        cases,
+    })
+}
+
+async fn round_trip(floor: &Floor) -> Recorder {
+    let mut rec = Recorder::default();
+    for _ in 0..RT_ROUNDS {
+        let start = Instant::now();
+        let acquired = floor.acquire("bench:P4:rt").await;
+        rec.record(start.elapsed());
+        if let Ok((_, token)) = acquired {
+            let _ = floor.release("bench:P4:rt", &token).await;
+        }
+    }
+    rec
+}
+
+/// Whether each worker has a client of its own, or all share one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Clients {
+    PerWorker,
+    Shared,
+}
+
+async fn contend(
+    urls: &[String],
+    kind: Kind,
+    clients: Clients,
+    warmup: Duration,
+    time: Duration,
+) -> Result<HandoffCase, BenchError> {
+    let (subject, label) = match clients {
+        Clients::PerWorker => (kind.name(), kind.label()),
+        Clients::Shared => ("ours-shared", "ours, one client shared by the 8 workers"),
+    };
+    let key = format!("bench:P4:{subject}");
+    let mut subjects = Vec::with_capacity(WORKERS);
+    for _ in 0..WORKERS {
+        let next = match (clients, subjects.first()) {
+            (Clients::Shared, Some(first)) => Subject::clone(first),
+            _ => Subject::connect(kind, urls).await?,
+        };
+        subjects.push(next);
+    }
+    let shared = Arc::new(Shared {
+        log: Mutex::default(),
+        busy: AtomicBool::new(false),
+        overlaps: AtomicU64::new(0),
+    });
+    let from = Instant::now() + warmup;
+    let stop = from + time;
+    let tasks: Vec<_> = subjects
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(id, subject)| tokio::spawn(worker(id, subject, key.clone(), shared.clone(), stop)))
+        .collect();
+    for task in tasks {
+        // A worker stuck in a library call past its deadline is abandoned (and counted).
+        if tokio::time::timeout(LOCK_DEADLINE + time, task)
+            .await
+            .is_err()
+        {
+            shared.log().failures.fail("a worker did not finish");
+        }
+    }
+    let distinct = match clients {
+        Clients::PerWorker => &subjects[..],
+        Clients::Shared => &subjects[..1],
+    };
+    for subject in distinct {
+        subject.close().await;
+    }
+    let log = std::mem::take(&mut *shared.log());
+    let mut case = summarize(kind, &log, from, stop, &shared);
+    (case.subject, case.label) = (subject, label);
+    Ok(case)
+}
+
+async fn worker(id: usize, subject: Subject, key: String, shared: Arc<Shared>, stop: Instant) {
+    while Instant::now() < stop {
+        match tokio::time::timeout(LOCK_DEADLINE, subject.lock(&key)).await {
+            Ok(Ok(Some(held))) => {
+                let k = {
+                    let mut log = shared.log();
+                    log.acquired.push((Instant::now(), id));
+                    log.acquired.len() - 1
+                };
+                if shared.busy.swap(true, Ordering::SeqCst) {
+                    shared.overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(CRITICAL_SECTION).await;
+                shared.busy.store(false, Ordering::SeqCst);
+                let start = Instant::now();
+                let released = subject.release(held).await;
+                let end = Instant::now();
+                let mut log = shared.log();
+                if log.released.len() <= k {
+                    log.released.resize(k + 1, None);
+                }
+                log.released[k] = Some((start, end));
+                if let Err(why) = released {
+                    log.failures.fail(why);
+                }
+            }
+            Ok(Ok(None)) => shared.log().gave_up += 1,
+            Ok(Err(why)) => {
+                shared.log().failures.fail(why);
+                // A failing library must not turn this loop into a busy loop.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(_) => shared
+                .log()
+                .failures
+                .fail(format!("lock() did not return within {LOCK_DEADLINE:?}")),
+        }
+    }
+}
+
+fn summarize(kind: Kind, log: &Log, from: Instant, stop: Instant, shared: &Shared) -> HandoffCase {
+    let mut handoff = Recorder::default();
+    let mut after_return = Recorder::default();
+    let mut to_other = Recorder::default();
+    handoff.merge(&log.failures);
+    let mut sections = 0;
+    for (k, &(at, worker)) in log.acquired.iter().enumerate() {
+        if at < from || at >= stop {
+            continue;
+        }
+        sections += 1;
+        let Some(p) = k.checked_sub(1) else { continue };
+        if let Some((start, end)) = log.released.get(p).copied().flatten() {
+            handoff.record(at.saturating_duration_since(start));
+            after_return.record(at.saturating_duration_since(end));
+            if log.acquired[p].1 != worker {
+                to_other.record(at.saturating_duration_since(start));
+            }
+        }
+    }
+    let seconds = (stop - from).as_secs_f64();
+    let handoff = handoff.summary();
+    HandoffCase {
+        subject: kind.name(),
+        label: kind.label(),
+        seconds,
+        critical_sections: sections,
+        per_second: sections as f64 / seconds,
+        median_round_trips: 0.0,
+        handoff,
+        handoff_after_release_returned: after_return.summary(),
+        handoff_to_other: to_other.summary(),
+        gave_up: log.gave_up,
+        overlaps: shared.overlaps.load(Ordering::SeqCst),
+    }
+}

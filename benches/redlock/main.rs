@@ -1,0 +1,267 @@
+//! The redlock benchmark: this workspace's client beside the raw-command floor and the
+//! `rslock` crate, on redis-server nodes started by the harness, in one run.
+//!
+//! ```text
+//! cargo bench --bench redlock -- [--quick] [--out DIR] [--only P1,P4]
+//! ```
+//!
+//! P1 uncontended cycle, P2 one node hung, P3 one node slow, P4 contended hand-off, P5 many
+//! keys beside the servers' own limit, P6 many locks under automatic renewal. Writes
+//! `results.json`, `results.md` and `latency.svg` to the output directory, prints progress
+//! to stderr and the Markdown tables to stdout. Not a test: nothing here asserts a timing.
+
+mod args;
+mod error;
+mod floor;
+mod handoff;
+mod latency;
+mod limit;
+mod machine;
+mod markdown;
+mod plan;
+mod plot;
+mod procfs;
+mod renewal;
+mod report;
+mod stats;
+mod subjects;
+mod targets;
+mod throughput;
+
+use std::future::Future;
+use std::process::ExitCode;
+use std::sync::OnceLock;
+
+use redlock_testkit::NodeSet;
+use tokio::time::Instant;
+
+use crate::args::Args;
+use crate::error::{BenchError, Context, SEE_ABOVE};
+use crate::latency::LatencyCase;
+use crate::plan::Plan;
+use crate::report::{Results, Settings};
+use crate::subjects::Kind;
+
+/// Prints a progress line to stderr, stamped with the time since the start.
+macro_rules! progress {
+    ($($arg:tt)*) => {
+        $crate::progress_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use progress;
+
+static START: OnceLock<Instant> = OnceLock::new();
+/// Seconds the parent had run when it started this process (P6 children), so that their
+/// progress lines continue the parent's clock.
+static OFFSET: OnceLock<f64> = OnceLock::new();
+
+pub(crate) fn progress_line(line: std::fmt::Arguments<'_>) {
+    let start = START.get_or_init(Instant::now);
+    let offset = OFFSET.get().copied().unwrap_or(0.0);
+    eprintln!("[{:>6.1}s] {line}", offset + start.elapsed().as_secs_f64());
+}
+
+/// Seconds since this process (or, in a child, its parent) started.
+pub(crate) fn clock() -> f64 {
+    OFFSET.get().copied().unwrap_or(0.0) + START.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+/// Makes this child's progress lines continue its parent's clock.
+pub(crate) fn continue_clock(parent_secs: f64) {
+    let _ = OFFSET.set(parent_secs);
+}
+
+fn main() -> ExitCode {
+    START.get_or_init(Instant::now);
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some(renewal::CHILD_FLAG) {
+        // One P6 case in a process of its own; its figures go to stdout as JSON.
+        let spec = argv.get(1).cloned().unwrap_or_default();
+        return block_on_and_print(async move { renewal::child(&spec).await });
+    }
+    match Args::parse(argv) {
+        Ok(Some(args)) => block_on_and_print(async move { run(&args).await }),
+        Ok(None) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `work` on a multi-thread runtime (a worker per core) and prints what it returns.
+fn block_on_and_print(work: impl Future<Output = Result<String, BenchError>>) -> ExitCode {
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .during(
+            "starting the tokio runtime",
+            "check the system's thread limits",
+        )
+        .and_then(|runtime| runtime.block_on(work));
+    match result {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args) -> Result<String, BenchError> {
+    let plan = Plan::new(args.quick);
+    let machine = machine::Machine::describe();
+    progress!(
+        "{} run on {} ({} cores), {}; outputs to {}",
+        if args.quick { "quick" } else { "full" },
+        machine.cpu_model,
+        machine.cores,
+        machine.redis_server,
+        args.out.display()
+    );
+    let busy: f64 = machine
+        .load_average_start
+        .split(' ')
+        .next()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(0.0);
+    if busy > machine.cores as f64 / 2.0 {
+        progress!(
+            "warning: load average {} on {} cores: other work will show in the figures",
+            machine.load_average_start,
+            machine.cores
+        );
+    }
+    let set = NodeSet::start(5)
+        .await
+        .during("starting 5 redis-server nodes", SEE_ABOVE)?;
+    let urls = set.urls();
+    let mut latency: Vec<LatencyCase> = Vec::new();
+    let mut handoff = None;
+    let mut throughput = None;
+    let mut renewal = Vec::new();
+    let p1_kinds = [
+        Kind::Floor,
+        Kind::FloorQuorum,
+        Kind::Ours,
+        Kind::OursPolling,
+        Kind::OursDefaults,
+        Kind::Rslock,
+    ];
+    let fault_kinds = [Kind::Ours, Kind::Rslock];
+
+    if args.runs("P1") {
+        latency.extend(latency::healthy(&set, &p1_kinds, plan.p1).await?);
+        flush(&set).await?;
+        let three = NodeSet::start(3)
+            .await
+            .during("starting 3 redis-server nodes", SEE_ABOVE)?;
+        latency.extend(latency::healthy(&three, &p1_kinds, plan.p1).await?);
+    }
+    if args.runs("P2") || args.runs("P3") {
+        // The control's healthy nodes, so that it shares the faulty scenarios' moments.
+        let control = NodeSet::start(5)
+            .await
+            .during("starting 5 redis-server nodes for the control", SEE_ABOVE)?;
+        if args.runs("P2") {
+            latency.extend(latency::one_node_hung(&set, &control, &fault_kinds, plan.p2).await?);
+            flush(&set).await?;
+        }
+        if args.runs("P3") {
+            latency.extend(latency::one_node_slow(&set, &control, &fault_kinds, plan.p3).await?);
+            flush(&set).await?;
+        }
+    }
+    if args.runs("P4") {
+        let kinds = [Kind::Ours, Kind::OursPolling, Kind::Rslock];
+        handoff =
+            Some(handoff::run(&urls, &kinds, plan.contention_warmup, plan.contention_time).await?);
+        flush(&set).await?;
+    }
+    if args.runs("P5") {
+        let kinds = [Kind::Floor, Kind::Ours, Kind::OursPolling, Kind::Rslock];
+        let cases =
+            throughput::run(&urls, &kinds, plan.throughput_warmup, plan.throughput_time).await?;
+        flush(&set).await?;
+        let server_limit = match limit::measure(&set, plan.benchmark_requests).await {
+            Ok(limit) => Some(limit),
+            Err(e) => {
+                progress!("P5: servers' limit not measured: {e}");
+                None
+            }
+        };
+        throughput = Some(throughput::Throughput::new(cases, server_limit));
+        flush(&set).await?;
+    }
+
+    if args.runs("P6") {
+        for &(locks, node_timeout) in &plan.renewal_cases {
+            // One failed case should not cost the rest of the run: it is reported and
+            // left out of the outputs.
+            match renewal::run(&set, locks, plan.renewal_hold, node_timeout).await {
+                Ok(case) => renewal.push(case),
+                Err(e) => progress!("P6: case left out: {e}"),
+            }
+            flush(&set).await?;
+        }
+    }
+
+    let mut machine = machine;
+    machine.load_average_end = machine::load_average();
+    let targets = targets::evaluate(&latency, handoff.as_ref(), throughput.as_ref(), &renewal);
+    let results = Results {
+        mode: if args.quick { "quick" } else { "full" },
+        reproduce: if args.quick {
+            "./scripts/bench.sh --quick".into()
+        } else {
+            "./scripts/bench.sh".into()
+        },
+        machine,
+        settings: Settings::of_this_bench(),
+        latency,
+        handoff,
+        throughput,
+        renewal,
+        targets,
+    };
+    results.write(&args.out)?;
+    let svg = args.out.join("latency.svg");
+    plot::draw(&results, &svg)?;
+    progress!(
+        "wrote {}, {} and {}",
+        args.out.join("results.json").display(),
+        args.out.join("results.md").display(),
+        svg.display()
+    );
+    // Speed is reported, never asserted; mutual exclusion is: two holders at once in P4
+    // fail the run (the figures are written first, for the diagnosis).
+    if let Some(h) = &results.handoff {
+        if let Some(c) = h.cases.iter().find(|c| c.overlaps > 0) {
+            return Err(BenchError::new(
+                format!("P4 with {}", c.label),
+                format!(
+                    "two workers held the lock at once ({} overlapping critical sections)",
+                    c.overlaps
+                ),
+                "this is a mutual-exclusion bug: run the fault lab (./scripts/test.sh) and \
+                 report it with results.json",
+            ));
+        }
+    }
+    Ok(results.markdown())
+}
+
+/// Empties every node between scenarios, so that one scenario's keys (and the commands a
+/// hung node ran late) do not meet the next.
+async fn flush(set: &NodeSet) -> Result<(), BenchError> {
+    for node in set.iter() {
+        node.flushall().await.during(
+            format!("FLUSHALL on {} between scenarios", node.name()),
+            SEE_ABOVE,
+        )?;
+    }
+    Ok(())
+}

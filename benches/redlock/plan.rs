@@ -1,0 +1,65 @@
+//! How long each scenario family runs, in the quick and the full mode.
+
+use std::time::Duration;
+
+use redlock_core::DEFAULT_NODE_TIMEOUT;
+
+use crate::latency::Budget;
+
+/// How long each family runs: a few seconds in all for `--quick`, about five minutes for
+/// the full run.
+pub struct Plan {
+    /// P6 cases: how many locks, under which node timeout.
+    pub renewal_cases: Vec<(usize, Duration)>,
+    pub renewal_hold: Duration,
+    pub p1: Budget,
+    pub p2: Budget,
+    pub p3: Budget,
+    pub contention_warmup: Duration,
+    pub contention_time: Duration,
+    pub throughput_warmup: Duration,
+    pub throughput_time: Duration,
+    pub benchmark_requests: u64,
+}
+
+impl Plan {
+    pub fn new(quick: bool) -> Plan {
+        let budget = |warmup, cycles, secs| Budget {
+            warmup,
+            cycles,
+            time: Duration::from_secs_f64(secs),
+        };
+        if quick {
+            Plan {
+                renewal_cases: vec![(1_000, DEFAULT_NODE_TIMEOUT)],
+                renewal_hold: Duration::from_secs(5),
+                p1: budget(50, 2_000, 0.6),
+                p2: budget(20, 1_000, 0.6),
+                p3: budget(20, 1_000, 0.6),
+                contention_warmup: Duration::from_millis(300),
+                contention_time: Duration::from_millis(1500),
+                throughput_warmup: Duration::from_millis(300),
+                throughput_time: Duration::from_secs(1),
+                benchmark_requests: 20_000,
+            }
+        } else {
+            Plan {
+                // The 10,000 under the defaults, and again with a node timeout
+                // long enough for one batched renewal of all of them.
+                renewal_cases: vec![
+                    (10_000, DEFAULT_NODE_TIMEOUT),
+                    (10_000, Duration::from_secs(1)),
+                ],
+                renewal_hold: Duration::from_secs(60),
+                p1: budget(300, 20_000, 3.5),
+                p2: budget(100, 20_000, 10.0),
+                p3: budget(100, 20_000, 8.0),
+                contention_warmup: Duration::from_secs(1),
+                contention_time: Duration::from_secs(8),
+                throughput_warmup: Duration::from_secs(1),
+                throughput_time: Duration::from_secs(5),
+                benchmark_requests: 300_000,
+            }
+        }
+    }
+}

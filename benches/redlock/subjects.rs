@@ -1,0 +1,229 @@
+//! The contenders: the raw floor, this workspace's client in its configurations, and rslock,
+//! behind one interface (connect, lock, release, one cycle).
+
+use std::time::Duration;
+
+use redlock_client::{LockConfig, LockGuard, LockOptions, Redlock};
+
+use crate::error::{BenchError, Context};
+use crate::floor::{Floor, Wait};
+
+/// The TTL every contender asks for, in every scenario.
+pub const TTL: Duration = Duration::from_secs(10);
+
+/// rslock's per-node limits, fixed by the library (it builds its redis clients with the
+/// redis crate's defaults and offers no setting): 500 ms per reply, 1 s per connection.
+pub const RSLOCK_RESPONSE_TIMEOUT: &str = "500 ms per reply (redis crate default, not settable)";
+
+/// Which contender, in which configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Raw fred, waiting for every node.
+    Floor,
+    /// Raw fred, returning at a quorum of replies.
+    FloorQuorum,
+    /// Ours: defaults (release notifications on) but no automatic renewal, like-for-like
+    /// with rslock, whose `lock` has no watchdog.
+    Ours,
+    /// Ours with release notifications off: waiters poll on their backoff.
+    OursPolling,
+    /// Ours with every default, automatic renewal included.
+    OursDefaults,
+    /// The `rslock` crate.
+    Rslock,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Floor => "floor",
+            Kind::FloorQuorum => "floor-quorum",
+            Kind::Ours => "ours",
+            Kind::OursPolling => "ours-polling",
+            Kind::OursDefaults => "ours-defaults",
+            Kind::Rslock => "rslock",
+        }
+    }
+
+    /// What the tables say about this contender.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Floor => "floor (raw fred, waits for all N)",
+            Kind::FloorQuorum => "floor (raw fred, returns at quorum)",
+            Kind::Ours => "ours (notify on, no renewal)",
+            Kind::OursPolling => "ours, polling only (notify off)",
+            Kind::OursDefaults => "ours, all defaults (renewal on)",
+            Kind::Rslock => "rslock 0.10",
+        }
+    }
+
+    /// The per-node timeout in force, for the tables.
+    pub fn node_timeout(self, ours: Duration) -> String {
+        match self {
+            Kind::Floor | Kind::FloorQuorum => "none".into(),
+            Kind::Ours | Kind::OursPolling | Kind::OursDefaults => {
+                format!("{} ms (setting, default)", ours.as_millis())
+            }
+            Kind::Rslock => "500 ms (fixed)".into(),
+        }
+    }
+}
+
+/// A connected contender.
+#[derive(Debug, Clone)]
+pub enum Subject {
+    Floor(Floor),
+    Ours(Redlock),
+    Rslock(rslock::LockManager),
+}
+
+/// A lock held by a contender.
+#[derive(Debug)]
+pub enum Held {
+    Floor(String, redlock_core::Token),
+    Ours(LockGuard),
+    Rslock(rslock::Lock),
+}
+
+impl Subject {
+    pub async fn connect(kind: Kind, urls: &[String]) -> Result<Subject, BenchError> {
+        match kind {
+            Kind::Floor => Ok(Subject::Floor(Floor::connect(urls, TTL, Wait::All).await?)),
+            Kind::FloorQuorum => Ok(Subject::Floor(
+                Floor::connect(urls, TTL, Wait::Quorum).await?,
+            )),
+            Kind::Ours | Kind::OursPolling | Kind::OursDefaults => {
+                // A prefix per configuration: it names the release channel too, so clients
+                // of different configurations do not hear each other's releases.
+                let mut builder = LockConfig::builder()
+                    .nodes(urls.iter().cloned())
+                    .ttl(TTL)
+                    .key_prefix(format!("{}:", kind.name()));
+                if kind != Kind::OursDefaults {
+                    builder = builder.no_renewal();
+                }
+                if kind == Kind::OursPolling {
+                    builder = builder.notify(false);
+                }
+                let config = builder
+                    .build()
+                    .during("building our client's configuration", "fix the bench")?;
+                let client = Redlock::connect(config)
+                    .await
+                    .during("connecting our client", "are the nodes running?")?;
+                Ok(Subject::Ours(client))
+            }
+            Kind::Rslock => {
+                // `LockManager::new` panics on a URL it cannot parse: check them first.
+                for url in urls {
+                    fred::prelude::Config::from_url(url).during(
+                        format!("checking the node URL {url} for rslock"),
+                        "fix the URL",
+                    )?;
+                }
+                let mut manager = rslock::LockManager::new(urls.to_vec());
+                // One attempt per `lock` call, like our `try_lock`; `lock` below re-applies
+                // rslock's own retry policy for the contended scenario.
+                manager.set_retry(1, Duration::from_millis(200));
+                let subject = Subject::Rslock(manager);
+                // rslock connects lazily, on first use: warm every connection now.
+                subject
+                    .cycle("bench:connect")
+                    .await
+                    .during("connecting rslock", "are the nodes running?")?;
+                Ok(subject)
+            }
+        }
+    }
+
+    /// One attempt: the lock, `Ok(None)` when it is taken, or a failure.
+    pub async fn try_lock(&self, key: &str) -> Result<Option<Held>, String> {
+        match self {
+            Subject::Floor(floor) => match floor.acquire(key).await? {
+                (true, token) => Ok(Some(Held::Floor(key.to_string(), token))),
+                (false, token) => {
+                    floor.release(key, &token).await?;
+                    Ok(None)
+                }
+            },
+            Subject::Ours(client) => match client.try_lock(key).await {
+                Ok(guard) => Ok(Some(Held::Ours(guard))),
+                Err(redlock_client::Error::NotAcquired { .. }) => Ok(None),
+                Err(e) => Err(format!("ours: {e}")),
+            },
+            Subject::Rslock(manager) => match manager.lock(key.as_bytes(), TTL).await {
+                Ok(lock) => Ok(Some(Held::Rslock(lock))),
+                Err(rslock::LockError::Unavailable) => Ok(None),
+                Err(e) => Err(format!("rslock: {e}")),
+            },
+        }
+    }
+
+    /// Waits for the lock under the library's own retry policy (and, for ours, wake-up on
+    /// release when notifications are on). `Ok(None)`: the library gave up.
+    pub async fn lock(&self, key: &str) -> Result<Option<Held>, String> {
+        match self {
+            Subject::Floor(_) => self.try_lock(key).await,
+            Subject::Ours(client) => match client.lock_with(key, &LockOptions::default()).await {
+                Ok(guard) => Ok(Some(Held::Ours(guard))),
+                Err(
+                    redlock_client::Error::NotAcquired { .. }
+                    | redlock_client::Error::DeadlinePassed { .. },
+                ) => Ok(None),
+                Err(e) => Err(format!("ours: {e}")),
+            },
+            Subject::Rslock(manager) => {
+                // rslock's defaults: 3 attempts per `lock`, 0-200 ms apart; `acquire`
+                // loops over `lock` until it succeeds.
+                let mut manager = manager.clone();
+                manager.set_retry(3, Duration::from_millis(200));
+                match manager.acquire_no_guard(key.as_bytes(), TTL).await {
+                    Ok(lock) => Ok(Some(Held::Rslock(lock))),
+                    Err(e) => Err(format!("rslock: {e}")),
+                }
+            }
+        }
+    }
+
+    /// One uncontended cycle: acquire, then release. Not acquiring is a failure here.
+    pub async fn cycle(&self, key: &str) -> Result<(), String> {
+        if let Subject::Ours(client) = self {
+            // Straight to the client, so that a failure keeps its per-node report.
+            let guard = client
+                .try_lock(key)
+                .await
+                .map_err(|e| format!("ours: {e}"))?;
+            return self.release(Held::Ours(guard)).await;
+        }
+        match self.try_lock(key).await? {
+            Some(held) => self.release(held).await,
+            None => Err(format!(
+                "{key} was not acquired although nobody else holds it"
+            )),
+        }
+    }
+
+    pub async fn release(&self, held: Held) -> Result<(), String> {
+        match (self, held) {
+            (Subject::Floor(floor), Held::Floor(key, token)) => floor.release(&key, &token).await,
+            (Subject::Ours(_), Held::Ours(guard)) => guard
+                .release()
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("ours: release: {e}")),
+            // Best effort by design: rslock reports nothing about its release.
+            (Subject::Rslock(manager), Held::Rslock(lock)) => {
+                manager.unlock(&lock).await;
+                Ok(())
+            }
+            _ => Err("a lock was released through another contender (bench bug)".into()),
+        }
+    }
+
+    /// Closes what needs closing (our clients wait for their background work).
+    pub async fn close(&self) {
+        if let Subject::Ours(client) = self {
+            client.shutdown().await;
+        }
+    }
+}

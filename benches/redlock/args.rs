@@ -2,103 +2,55 @@
 
 use std::path::PathBuf;
 
-use crate::error::BenchError;
-
-const USAGE: &str = concat!(
-    "usage: cargo bench --bench redlock -- [--quick] [--out DIR] [--only P1,P2,...]\n",
-    "  --quick      a few seconds per scenario family, to prove the bench still runs (CI)\n",
-    "  --out DIR    where results.json, results.md and latency.svg go\n",
-    "               (default: bench-results for the full run, target/bench-quick for --quick)\n",
-    "  --only LIST  run only these scenario families (P1..P6), comma-separated",
-);
+use clap::Parser;
 
 /// The scenario families, in the order they run.
 pub const FAMILIES: [&str; 6] = ["P1", "P2", "P3", "P4", "P5", "P6"];
 
-/// What the user asked for.
-#[derive(Debug, Clone)]
+/// The redlock benchmark: ours beside the raw fred floor and rslock, on nodes it starts.
+#[derive(Debug, Clone, Parser)]
+#[command(bin_name = "./scripts/bench.sh")]
 pub struct Args {
+    /// A few seconds per scenario family, to prove the bench still runs (CI).
+    #[arg(long)]
     pub quick: bool,
-    pub out: PathBuf,
-    pub only: Vec<String>,
+    /// Where results.json, results.md and latency.svg go [default: bench-results for the
+    /// full run, target/bench-quick for --quick].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Run only these scenario families (P1..P6), comma-separated.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = family)]
+    only: Vec<String>,
+    /// Added by `cargo bench` itself; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 impl Args {
-    /// Parses the flags after `--`. `cargo bench` adds `--bench` itself: it is accepted and
-    /// ignored. `Ok(None)` means `--help` was asked for (the usage has been printed).
-    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, BenchError> {
-        let mut quick = false;
-        let mut out = None;
-        let mut only = FAMILIES.iter().map(|f| f.to_string()).collect();
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            match arg.as_str() {
-                "--quick" => quick = true,
-                "--bench" => {}
-                "--out" => out = Some(PathBuf::from(value(&mut args, "--out")?)),
-                "--only" => only = families(&value(&mut args, "--only")?)?,
-                "-h" | "--help" => {
-                    println!("{USAGE}");
-                    return Ok(None);
-                }
-                other => {
-                    return Err(BenchError::new(
-                        "reading the command line",
-                        format!("unknown argument {other:?}"),
-                        "pass only the flags listed by --help, after `--`",
-                    ))
-                }
-            }
-        }
-        let out = out.unwrap_or_else(|| {
-            if quick {
-                PathBuf::from("target/bench-quick")
+    /// The output directory.
+    pub fn out(&self) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| {
+            PathBuf::from(if self.quick {
+                "target/bench-quick"
             } else {
-                PathBuf::from("bench-results")
-            }
-        });
-        Ok(Some(Args { quick, out, only }))
+                "bench-results"
+            })
+        })
     }
 
-    /// Whether the family `P1`..`P6` is to run.
+    /// Whether the family `P1`..`P6` is to run (all of them without `--only`).
     pub fn runs(&self, family: &str) -> bool {
-        self.only.iter().any(|f| f == family)
+        self.only.is_empty() || self.only.iter().any(|f| f == family)
     }
 }
 
-fn value(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<String, BenchError> {
-    args.next().filter(|v| !v.starts_with("--")).ok_or_else(|| {
-        let advice = match flag {
-            "--out" => "write it as `--out DIR`",
-            _ => "write it as `--only P1,P4`",
-        };
-        BenchError::new(
-            "reading the command line",
-            format!("{flag} needs a value"),
-            advice,
-        )
-    })
-}
-
-fn families(list: &str) -> Result<Vec<String>, BenchError> {
-    let mut picked = Vec::new();
-    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let name = item.to_ascii_uppercase();
-        if !FAMILIES.contains(&name.as_str()) {
-            return Err(BenchError::new(
-                "reading the command line",
-                format!("--only names an unknown scenario family {item:?}"),
-                "use P1, P2, P3, P4, P5 or P6, comma-separated",
-            ));
-        }
-        picked.push(name);
+fn family(item: &str) -> Result<String, String> {
+    let name = item.trim().to_ascii_uppercase();
+    if FAMILIES.contains(&name.as_str()) {
+        Ok(name)
+    } else {
+        Err(format!(
+            "unknown scenario family {item:?}: use P1, P2, P3, P4, P5 or P6, comma-separated"
+        ))
     }
-    if picked.is_empty() {
-        return Err(BenchError::new(
-            "reading the command line",
-            "--only names no scenario family",
-            "use for example `--only P1,P4`",
-        ));
-    }
-    Ok(picked)
 }

@@ -79,14 +79,9 @@ fn main() -> ExitCode {
         let spec = argv.get(1).cloned().unwrap_or_default();
         return block_on_and_print(async move { renewal::child(&spec).await });
     }
-    match Args::parse(argv) {
-        Ok(Some(args)) => block_on_and_print(async move { run(&args).await }),
-        Ok(None) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    // clap prints the usage for --help, and for a bad flag an error naming it, then exits.
+    let args = <Args as clap::Parser>::parse();
+    block_on_and_print(async move { run(&args).await })
 }
 
 /// Runs `work` on a multi-thread runtime (a worker per core) and prints what it returns.
@@ -120,7 +115,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         machine.cpu_model,
         machine.cores,
         machine.redis_server,
-        args.out.display()
+        args.out().display()
     );
     let busy: f64 = machine
         .load_average_start
@@ -227,13 +222,14 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         renewal,
         targets,
     };
-    results.write(&args.out)?;
-    let svg = args.out.join("latency.svg");
+    let out = args.out();
+    results.write(&out)?;
+    let svg = out.join("latency.svg");
     plot::draw(&results, &svg)?;
     progress!(
         "wrote {}, {} and {}",
-        args.out.join("results.json").display(),
-        args.out.join("results.md").display(),
+        out.join("results.json").display(),
+        out.join("results.md").display(),
         svg.display()
     );
     // Speed is reported, never asserted; mutual exclusion is: two holders at once in P4

@@ -14,7 +14,7 @@ use fred::prelude::{
     Builder, Client, ClientLike, Config, Error as FredError, ErrorKind, Expiration, KeysInterface,
     ServerConfig, ServerInterface,
 };
-use fred::types::{CustomCommand, InfoKind, SetOptions};
+use fred::types::{CustomCommand, InfoKind, SetOptions, Value};
 use tokio::task::JoinHandle;
 
 use crate::{HarnessError, Node};
@@ -170,6 +170,40 @@ impl RedisAt {
             })
             .await?;
         Ok(parse_info_field(&stats, &format!("cmdstat_{command}"), "calls").unwrap_or(0))
+    }
+
+    /// How many client connections the server has open, from `INFO clients` (the one this
+    /// call opens included). Lets a test assert that a client closed its connections.
+    pub async fn connected_clients(&self) -> Result<u64, HarnessError> {
+        let info: String = self
+            .one("INFO clients", |c| async move {
+                c.info(Some(InfoKind::Clients)).await
+            })
+            .await?;
+        parse_info_field(&info, "connected_clients", "").ok_or_else(|| {
+            self.redis_error(
+                "INFO clients",
+                FredError::new(ErrorKind::Protocol, "no connected_clients field"),
+            )
+        })
+    }
+
+    /// How many clients are subscribed to `channel` (`PUBSUB NUMSUB`). Lets a test wait
+    /// until a subscriber is in place instead of sleeping.
+    pub async fn subscribers(&self, channel: &str) -> Result<u64, HarnessError> {
+        let reply: Vec<Value> = self
+            .one("PUBSUB NUMSUB", |c| async move {
+                c.custom(
+                    CustomCommand::new_static("PUBSUB", None, false),
+                    vec!["NUMSUB".to_owned(), channel.to_owned()],
+                )
+                .await
+            })
+            .await?;
+        Ok(match reply.get(1) {
+            Some(Value::Integer(n)) => u64::try_from(*n).unwrap_or(0),
+            _ => 0,
+        })
     }
 
     /// `CONFIG GET parameter` for one parameter (no glob): its value, or `None` if the server

@@ -370,7 +370,8 @@ impl Pipe {
             Ok(0) => {
                 self.reading = false;
                 match act {
-                    Action::Forward(delay) => self.push(Some(now + delay), Item::Eof),
+                    // A latency too long to represent holds the data, as `Hold` does.
+                    Action::Forward(delay) => self.push(now.checked_add(delay), Item::Eof),
                     Action::Hold => self.push(None, Item::Eof),
                     Action::Drop => self.conn.lost.store(true, Ordering::Relaxed),
                 }
@@ -400,7 +401,7 @@ impl Pipe {
                     }
                     if start < n {
                         let bytes = self.buf[start..n].to_vec();
-                        self.push_data(Some(now + delay), bytes);
+                        self.push_data(now.checked_add(delay), bytes);
                     }
                 }
             },

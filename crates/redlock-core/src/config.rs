@@ -1,6 +1,7 @@
 //! The coordinator's configuration and the checks on every value a caller passes in.
 
 use std::collections::HashSet;
+use std::fmt;
 use std::time::Duration;
 
 use crate::drift::{drift, DEFAULT_DRIFT_FACTOR};
@@ -21,6 +22,12 @@ pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// How long a node gets to answer one command, unless configured otherwise.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// The longest per-node timeout accepted. The Redlock spec suggests 5-50 ms for a 10 s TTL;
+/// a node timeout of minutes means a hung node holds every rollback, release and shutdown
+/// for minutes, and a timeout near `Duration::MAX` would overflow the deadlines computed
+/// from it.
+pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Configuration of a [`Coordinator`](crate::Coordinator).
 ///
 /// ```
@@ -33,7 +40,7 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// };
 /// assert!(config.validate().is_ok());
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct Config {
     /// The independent Redis masters, as URLs: `redis://[user:pass@]host:port[/db]`,
     /// `rediss://` with the `tls` feature, `redis+unix:///path` with `unix-sockets`.
@@ -54,6 +61,20 @@ pub struct Config {
     /// waiting clients can try again at once (the token, dead once released, tells the
     /// copies from different nodes apart from different releases). Defaults to `None`.
     pub release_channel: Option<String>,
+}
+
+/// Shows the node URLs with their passwords masked: a configuration ends up in logs.
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes: Vec<NodeName> = self.nodes.iter().map(|u| NodeName::redacted(u)).collect();
+        f.debug_struct("Config")
+            .field("nodes", &nodes)
+            .field("node_timeout", &self.node_timeout)
+            .field("drift_factor", &self.drift_factor)
+            .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .field("release_channel", &self.release_channel)
+            .finish()
+    }
 }
 
 impl Default for Config {
@@ -88,6 +109,12 @@ impl Config {
         }
         if self.node_timeout.is_zero() {
             return Err(ConfigError::ZeroNodeTimeout);
+        }
+        if self.node_timeout > MAX_NODE_TIMEOUT {
+            return Err(ConfigError::NodeTimeoutTooLong {
+                timeout: self.node_timeout,
+                max: MAX_NODE_TIMEOUT,
+            });
         }
         if !(0.0..1.0).contains(&self.drift_factor) {
             return Err(ConfigError::DriftFactor {
@@ -141,6 +168,13 @@ fn parse_node(url: &str) -> Result<Endpoint, ConfigError> {
         reason,
     };
     let parsed = url::Url::parse(trimmed).map_err(|e| invalid(e.to_string()))?;
+    if parsed.port() == Some(0) {
+        return Err(invalid(
+            "port 0 is no server's port: give the port the Redis master listens on \
+             (6379 when omitted)"
+                .into(),
+        ));
+    }
     match parsed.scheme() {
         "redis" | "valkey" => {}
         "rediss" | "valkeys" if cfg!(feature = "tls") => {}
@@ -187,7 +221,7 @@ pub fn check_ttl(
     let drift = drift(ttl, drift_factor);
     // A round that waits one full node timeout must still end with validity left, or every
     // round with one slow node would be lost by construction.
-    if ttl <= drift + node_timeout {
+    if ttl <= drift.saturating_add(node_timeout) {
         return Err(ConfigError::TtlTooShort {
             ttl,
             drift,
@@ -238,6 +272,17 @@ mod tests {
     }
 
     #[test]
+    fn debug_masks_passwords() {
+        let c = config(&[
+            "redis://user:s3cret@127.0.0.1:7001",
+            "redis://127.0.0.1:7002",
+        ]);
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("redis://user:***@127.0.0.1:7001"), "{shown}");
+    }
+
+    #[test]
     fn rejects_an_empty_node_list() {
         assert!(matches!(config(&[]).validate(), Err(ConfigError::NoNodes)));
     }
@@ -269,7 +314,26 @@ mod tests {
     }
 
     #[test]
-    fn different_databases_on_one_server_are_not_duplicates_but_ports_matter() {
+    fn rejects_port_zero_and_keeps_the_password_out_of_the_message() {
+        for bad in ["redis://127.0.0.1:0", "redis://:pw@127.0.0.1:0/1"] {
+            let err = config(&["redis://127.0.0.1:7001", bad])
+                .validate()
+                .unwrap_err();
+            let ConfigError::InvalidUrl { url, reason } = &err else {
+                panic!("{bad}: {err}");
+            };
+            assert!(url.ends_with("@127.0.0.1:0/1") || url == bad, "{url}");
+            assert!(reason.contains("port 0"), "{reason}");
+            assert!(!err.to_string().contains("pw@"), "{err}");
+            assert!(!format!("{err:?}").contains("pw@"), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn other_databases_of_one_server_pass_the_url_check_but_ports_matter() {
+        // Two databases of one server are one server, one failure domain: the URL check
+        // lets them through, and `Coordinator::connect` rejects them by the server's run_id
+        // (ConfigError::DuplicateServer; see the core_connect integration tests).
         assert!(
             config(&["redis://127.0.0.1:7001/0", "redis://127.0.0.1:7001/1"])
                 .validate()

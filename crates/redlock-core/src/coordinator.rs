@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use fred::types::{Key, Value};
 use futures::future::{join, join_all};
+use tokio::time::Instant;
 
 use crate::batch;
 use crate::config::{check_key, Config};
@@ -59,8 +60,14 @@ struct Inner {
 
 impl Coordinator {
     /// Validates the configuration, opens one connection per node and waits for them to
-    /// come up (at most the node timeout or 500 ms, whichever is longer). A node that is down does not fail this: it counts
-    /// as failing until it comes back, and is reconnected in the background.
+    /// come up (at most the node timeout or 500 ms, whichever is longer).
+    ///
+    /// A node that is down, or that refuses the password or database, does not fail this:
+    /// it counts as failing until it comes back, is reconnected in the background, and
+    /// rounds report the server's reason for it. Two nodes that report the same server
+    /// `run_id` (another name, address or database of one server, which would cast two
+    /// votes) fail this with [`ConfigError::DuplicateServer`]; only the nodes connected now
+    /// can be checked, and the others are named in a warning.
     pub async fn connect(config: Config) -> Result<Coordinator, ConfigError> {
         let endpoints = config.endpoints()?;
         let nodes = endpoints
@@ -70,11 +77,50 @@ impl Coordinator {
         // Long enough for a healthy node to connect even with a tiny node timeout; a node
         // that is down costs this once, at start-up.
         let within = config.node_timeout.max(STARTUP_WAIT);
-        let up = join_all(nodes.iter().map(|node| node.connect(within))).await;
-        for (node, up) in nodes.iter().zip(up) {
-            if !up {
-                tracing::warn!(node = %node.name, "node not reachable at start-up; it counts as failing until it comes back");
+        let connected = join_all(nodes.iter().map(|node| node.connect(within))).await;
+        for (node, connected) in nodes.iter().zip(&connected) {
+            if let Err(reason) = connected {
+                tracing::warn!(node = %node.name, %reason, "node not usable at start-up; it counts as failing until it connects");
             }
+        }
+        // One server reached under two names, addresses or databases would cast two votes:
+        // compare the servers' identities (`run_id`), not the URLs. This also rejects two
+        // databases of one server: one process, one failure domain. Only the nodes connected
+        // now can be identified; the others (down, or refusing the password or database)
+        // are not checked, and a warning names them.
+        let ids = join_all(
+            nodes
+                .iter()
+                .zip(&connected)
+                .map(|(node, connected)| async move {
+                    match connected {
+                        Ok(()) => node.server_id().await.ok(),
+                        Err(_) => None,
+                    }
+                }),
+        )
+        .await;
+        let mut seen: std::collections::HashMap<&str, &NodeName> = Default::default();
+        let mut unchecked = Vec::new();
+        for (node, id) in nodes.iter().zip(&ids) {
+            let Some(id) = id else {
+                unchecked.push(node.name.to_string());
+                continue;
+            };
+            if let Some(first) = seen.insert(id, &node.name) {
+                let err = ConfigError::DuplicateServer {
+                    first: first.to_string(),
+                    second: node.name.to_string(),
+                };
+                join_all(nodes.iter().map(Node::quit)).await;
+                return Err(err);
+            }
+        }
+        if !unchecked.is_empty() {
+            tracing::warn!(
+                nodes = %unchecked.join(", "),
+                "nodes not connected at start-up were not checked for being the same server as another node (only connected nodes can be identified): make sure every URL names a distinct master"
+            );
         }
         Ok(Coordinator {
             inner: Arc::new(Inner {
@@ -196,13 +242,17 @@ impl Coordinator {
             drift_factor: self.inner.config.drift_factor,
         };
         let finished = round::run(&self.inner.nodes, op, &self.inner.busy).await;
-        self.lock_from(finished, spec, ttl)
+        self.lock_from(finished, spec, ttl, None)
     }
 
     /// One extension round: compare-and-`PEXPIRE` to `ttl` on every node, counted like an
     /// acquisition, with validity measured from the start of this round. It never
-    /// recreates a key that expired. On failure nothing is deleted: the lock keeps the
-    /// validity it had, and the caller should stop using it by then and release it.
+    /// recreates a key that expired, and it never shortens one: a node whose key already
+    /// lives at least `ttl` keeps its expiry, so an extension (won, lost or late) can never
+    /// pull a node's expiry before a validity some holder relies on. The returned lock is
+    /// valid until the later of its previous deadline and this round's `t0 + ttl - drift`.
+    /// On failure nothing is deleted or shortened: the lock keeps the validity it had, and
+    /// the caller should stop using it by then and release it.
     pub async fn extend(&self, lock: &Lock, ttl: Duration) -> Result<Lock, Error> {
         let ttl = self.inner.config.check_ttl(ttl)?;
         let mut results = self.extend_checked(&[(lock, ttl)]).await;
@@ -263,7 +313,8 @@ impl Coordinator {
                     token: lock.token.clone(),
                     owner: lock.owner.clone(),
                 };
-                self.lock_from(finished, spec, *ttl)
+                // Extensions only lengthen, so what the lock held before still stands.
+                self.lock_from(finished, spec, *ttl, Some(lock.valid_until))
             })
             .collect()
     }
@@ -313,28 +364,63 @@ impl Coordinator {
         Ok(Inspection::new(key, ttls))
     }
 
+    /// Releases a lock without waiting for it, for a holder that cannot await (a guard
+    /// being dropped). The release counts as background work: [`quiesce`](Self::quiesce)
+    /// and [`close`](Self::close) wait for it. Returns `false`, sending nothing, outside a
+    /// tokio runtime: the key then expires with its TTL.
+    pub fn release_in_background(&self, lock: Lock) -> bool {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        // Entered before the task is spawned, so a quiesce called right after this
+        // returns already waits for the release.
+        let busy = self.inner.busy.enter();
+        let this = self.clone();
+        runtime.spawn(async move {
+            let _busy = busy;
+            if let Err(e) = this.release(&lock).await {
+                tracing::warn!(error = %e, "background release failed; the key expires with its TTL");
+            }
+        });
+        true
+    }
+
     /// Waits until no round of this coordinator has work left in the background (late
-    /// answers, rollbacks, the tail of a release).
+    /// answers, rollbacks, the tail of a release, releases started by
+    /// [`release_in_background`](Self::release_in_background)).
+    ///
+    /// The wait is bounded whatever the nodes do: a command in flight gives up after one
+    /// node timeout, and a rollback is tried at most three times, each try bounded by the
+    /// node timeout, 10 ms and 20 ms apart. So it returns at most `4 × node_timeout + 30 ms`
+    /// after the decision of the last round started (a background release first needs its
+    /// own round: add one node timeout). A key that could not be rolled back on a node
+    /// that is down expires there with its TTL.
     pub async fn quiesce(&self) {
         self.inner.busy.idle().await;
     }
 
-    /// Waits for background work, then closes every connection. Rounds started afterwards
-    /// fail with connection errors.
+    /// Waits for background work (see [`quiesce`](Self::quiesce) for the bound), then
+    /// closes every connection, each `QUIT` bounded by the node timeout. Rounds started
+    /// afterwards fail with connection errors.
     pub async fn close(&self) {
         self.quiesce().await;
         join_all(self.inner.nodes.iter().map(Node::quit)).await;
     }
 
+    /// The lock a finished round produced. `held_until` is the deadline an extended lock
+    /// had before the round: extensions never shorten, so it stays a lower bound.
     fn lock_from(
         &self,
         finished: round::Finished,
         spec: Spec,
         ttl: Duration,
+        held_until: Option<Instant>,
     ) -> Result<Lock, Error> {
         let report = Box::new(finished.report);
         if finished.won {
-            let valid_until = finished.t0 + ttl - self.drift(ttl);
+            // `ttl` passed `check_ttl` (at most a year), so neither step can overflow.
+            let valid_until =
+                (finished.t0 + ttl - self.drift(ttl)).max(held_until.unwrap_or(finished.t0));
             return Ok(Lock {
                 keys: spec.keys,
                 name: spec.name,
@@ -366,6 +452,7 @@ impl Spec {
         if keys.is_empty() {
             return Err(ConfigError::NoKeys);
         }
+        token.check()?;
         // Only multi-key locks can repeat a key; the common single-key round skips the set.
         let mut seen =
             std::collections::HashSet::with_capacity(if keys.len() > 1 { keys.len() } else { 0 });

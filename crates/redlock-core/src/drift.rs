@@ -24,7 +24,11 @@ pub fn drift(ttl: Duration, factor: f64) -> Duration {
     } else {
         0.0
     };
-    ttl.mul_f64(factor) + DRIFT_FLOOR
+    // Saturating throughout: `drift` is public and may be handed any TTL, and
+    // `Duration::mul_f64` panics where the product does not fit.
+    Duration::try_from_secs_f64(ttl.as_secs_f64() * factor)
+        .unwrap_or(Duration::MAX)
+        .saturating_add(DRIFT_FLOOR)
 }
 
 /// What is left of a lock's validity: `ttl - elapsed - drift`, or `None` when that is zero or
@@ -57,6 +61,14 @@ mod tests {
                 "factor {f}: {d:?}"
             );
         }
+    }
+
+    #[test]
+    fn drift_of_the_longest_durations_saturates() {
+        assert_eq!(drift(Duration::MAX, 0.0), DRIFT_FLOOR);
+        assert!(drift(Duration::MAX, 0.5) >= Duration::MAX / 2);
+        assert!(drift(Duration::MAX, 0.999_999) > Duration::MAX / 2);
+        assert_eq!(validity(Duration::MAX, Duration::MAX, Duration::MAX), None);
     }
 
     #[test]

@@ -28,9 +28,35 @@ pub enum ConfigError {
         /// The repeated node, with any password masked.
         node: String,
     },
+    /// Two node URLs lead to one Redis server, found at connect by the server's identity
+    /// (the `run_id` of `INFO server`) rather than by the URL text.
+    ///
+    /// This catches what the URL check cannot: other host names or addresses of one server
+    /// (`redis://127.0.0.1:6379` and `redis://localhost:6379`), and other databases of one
+    /// server (`/0` and `/1`): one server process is one failure domain, so all its
+    /// databases together count as one node, never as several votes.
+    ///
+    /// Only nodes reachable at connect can be identified: a node that is down then, or
+    /// that refuses the connection (wrong password, bad database), is not checked, and a
+    /// warning names it.
+    #[error("nodes `{first}` and `{second}` are the same Redis server (same run_id): each node must be a distinct, independent master (not another address, name or database of the same server), or one server would cast two votes")]
+    DuplicateServer {
+        /// The first node, in configuration order, with any password masked.
+        first: String,
+        /// The later node that reached the same server, with any password masked.
+        second: String,
+    },
     /// The per-node timeout is zero.
     #[error("the per-node timeout is zero: set it to a few times the network round trip (for example 50ms)")]
     ZeroNodeTimeout,
+    /// The per-node timeout exceeds [`MAX_NODE_TIMEOUT`](crate::MAX_NODE_TIMEOUT).
+    #[error("the per-node timeout of {timeout:?} is longer than the maximum {max:?}: a node slower than a few round trips should count as failed; use a few times the network round trip (for example 50ms)")]
+    NodeTimeoutTooLong {
+        /// The rejected timeout.
+        timeout: Duration,
+        /// The maximum.
+        max: Duration,
+    },
     /// The reconnection delay is zero.
     #[error("the maximum reconnection delay is zero: set it to at least a few milliseconds (for example 1s)")]
     ZeroReconnectDelay,
@@ -80,6 +106,12 @@ pub enum ConfigError {
     DuplicateKey {
         /// The repeated key.
         key: String,
+    },
+    /// A caller-given token cannot be stored and recognised safely.
+    #[error("the lock token is not usable: {reason}; use Token::random(), or a unique value of printable characters without spaces")]
+    InvalidToken {
+        /// What is wrong with it.
+        reason: String,
     },
     /// A reentrant lock was requested with an empty owner.
     #[error(

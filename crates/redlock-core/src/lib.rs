@@ -59,7 +59,9 @@ mod round;
 mod scripts;
 mod token;
 
-pub use config::{check_key, check_ttl, Config, DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN, MAX_TTL};
+pub use config::{
+    check_key, check_ttl, Config, DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
+};
 pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
 pub use error::{ConfigError, Error};
@@ -67,4 +69,4 @@ pub use inspect::Inspection;
 pub use lock::Lock;
 pub use quorum::quorum;
 pub use report::{CleanupOutcome, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport};
-pub use token::Token;
+pub use token::{Token, MAX_TOKEN_LEN};

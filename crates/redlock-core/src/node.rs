@@ -1,13 +1,15 @@
 //! One Redis master: its fred client, configured so that nothing is ever replayed, and the
 //! commands a round sends to it.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::clients::{Client, WithOptions};
 use fred::error::{Error as FredError, ErrorKind};
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{Options, ReconnectPolicy};
 use fred::types::{Builder, CustomCommand, Key, Value};
+use tokio::sync::broadcast::error::RecvError;
 
 use crate::config::{Config, Endpoint};
 use crate::error::ConfigError;
@@ -24,12 +26,19 @@ pub(crate) struct Node {
     /// `evalsha`/`eval` helpers.
     cmd: WithOptions<Client>,
     timeout: Duration,
+    /// Why the connection last failed, from fred's error events; cleared when it comes
+    /// back. A command refused for want of a connection reports this instead of fred's
+    /// generic "connection closed", so that a wrong password or database says so.
+    last_error: Arc<Mutex<Option<ConnectFailure>>>,
 }
 
 impl Node {
+    /// Builds the client (it connects in [`connect`](Self::connect)). Must run inside a
+    /// Tokio runtime: it starts the task that records the connection's errors.
     pub(crate) fn new(endpoint: Endpoint, config: &Config) -> Result<Node, ConfigError> {
         let timeout = config.node_timeout;
         let mut fred_config = endpoint.fred;
+        let password = fred_config.password.clone();
         // `false` makes fred apply the reconnect policy to the first connection as well: a
         // node that is down at start-up is retried in the background instead of being dead
         // for good. (Commands still fail fast, through the per-command options below.)
@@ -67,37 +76,65 @@ impl Node {
             ..Default::default()
         };
         let cmd = client.with_options(&options);
+        let last_error = Arc::new(Mutex::new(None));
+        // Subscribed before the first connection attempt, so that none of its errors is
+        // missed. The password only lives in the task, to be masked should an error echo it.
+        watch_connection(&client, last_error.clone(), password);
         Ok(Node {
             name: endpoint.name,
             client,
             cmd,
             timeout,
+            last_error,
         })
     }
 
     /// Starts the connection task (it reconnects by itself) and waits up to `within` for the
-    /// first connection. A node that is down does not fail this: it counts as failing in
-    /// rounds until it comes back.
-    pub(crate) async fn connect(&self, within: Duration) -> bool {
+    /// first connection. A node that is down, or that refuses the connection (wrong
+    /// password, database out of range), does not fail this: it counts as failing in rounds
+    /// until it comes back. `Err` says why it is not connected, without any password.
+    pub(crate) async fn connect(&self, within: Duration) -> Result<(), String> {
         let _task = self.client.connect();
         let up = matches!(
             tokio::time::timeout(within, self.client.wait_for_connect()).await,
             Ok(Ok(()))
         );
-        if up {
-            // Loading the scripts now spares the first round on this node an EVALSHA,
-            // NOSCRIPT, EVAL sequence (one more round trip, during which later commands can
-            // overtake it). Best effort: a node that restarts later, empty, falls back to
-            // EVAL by itself.
-            for script in crate::scripts::all() {
-                let load = CustomCommand::new_static("SCRIPT", None, false);
-                let args = vec![Value::from("LOAD"), Value::from(script.source())];
-                let _ = self
-                    .bounded(self.cmd.custom::<Value, Value>(load, args))
-                    .await;
-            }
+        if !up {
+            return Err(match self.connect_failure() {
+                Some(failure) => failure.to_string(),
+                None => format!("no connection within {within:?}"),
+            });
         }
-        up
+        // Loading the scripts now spares the first round on this node an EVALSHA,
+        // NOSCRIPT, EVAL sequence (one more round trip, during which later commands can
+        // overtake it). Best effort: a node that restarts later, empty, falls back to
+        // EVAL by itself.
+        for script in crate::scripts::all() {
+            let load = CustomCommand::new_static("SCRIPT", None, false);
+            let args = vec![Value::from("LOAD"), Value::from(script.source())];
+            let _ = self
+                .bounded(self.cmd.custom::<Value, Value>(load, args))
+                .await;
+        }
+        Ok(())
+    }
+
+    /// The server's identity: the `run_id` field of `INFO server`, under the node timeout.
+    /// Random per server process, and the same for every database of one server and under
+    /// every name or address that reaches it; two nodes reporting the same `run_id` are one
+    /// server, one failure domain.
+    pub(crate) async fn server_id(&self) -> Result<String, NodeOutcome> {
+        let info = CustomCommand::new_static("INFO", None, false);
+        let reply = self
+            .bounded(
+                self.cmd
+                    .custom::<Value, Value>(info, vec![Value::from("server")]),
+            )
+            .await?;
+        reply
+            .as_str()
+            .and_then(|text| run_id(&text))
+            .ok_or_else(|| NodeOutcome::ServerError("INFO server reported no run_id".to_string()))
     }
 
     pub(crate) async fn quit(&self) {
@@ -198,10 +235,138 @@ impl Node {
     ) -> Result<T, NodeOutcome> {
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(failure(&e)),
+            Ok(Err(e)) => Err(self.failure(&e)),
             Err(_) => Err(NodeOutcome::TimedOut),
         }
     }
+
+    /// Sorts a fred error into what a report can say about the node. A command that fred
+    /// refused for want of a connection reports why the connection failed, when known.
+    fn failure(&self, e: &FredError) -> NodeOutcome {
+        if *e.kind() == ErrorKind::Canceled {
+            if let Some(failure) = self.connect_failure() {
+                return failure.outcome();
+            }
+        }
+        failure(e)
+    }
+
+    fn connect_failure(&self) -> Option<ConnectFailure> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Why a node's connection failed (or was closed), as fred reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ConnectFailure {
+    /// The server refused the credentials: `NOAUTH` (it needs a password and none was
+    /// given), `WRONGPASS`, or a password given to a server that has none.
+    Auth(String),
+    /// The server refused the database of the URL (`SELECT`: index out of range).
+    Database(String),
+    /// Anything else: refused, reset, unreachable, protocol errors.
+    Other(String),
+}
+
+impl ConnectFailure {
+    /// `password` is masked should fred's text ever contain it.
+    fn from_fred(e: &FredError, password: Option<&str>) -> ConnectFailure {
+        let mut details = e.details().trim().to_string();
+        if let Some(password) = password.filter(|p| !p.is_empty()) {
+            details = details.replace(password, "***");
+        }
+        let upper = details.to_ascii_uppercase();
+        if *e.kind() == ErrorKind::Auth
+            || upper.starts_with("NOAUTH")
+            || upper.starts_with("WRONGPASS")
+            || (upper.starts_with("ERR") && upper.contains("AUTH"))
+        {
+            ConnectFailure::Auth(details)
+        } else if upper.contains("DB INDEX") || upper.contains("SELECT IS NOT ALLOWED") {
+            ConnectFailure::Database(details)
+        } else {
+            ConnectFailure::Other(format!("{:?}: {details}", e.kind()))
+        }
+    }
+
+    /// What a round reports for a command refused because of this failure. A server that
+    /// refused the password or database answered: that is a server error, and no retry
+    /// fixes it; anything else is a connection error.
+    fn outcome(&self) -> NodeOutcome {
+        match self {
+            ConnectFailure::Auth(_) | ConnectFailure::Database(_) => {
+                NodeOutcome::ServerError(self.to_string())
+            }
+            ConnectFailure::Other(_) => NodeOutcome::ConnectionError(self.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectFailure::Auth(reason) => write!(
+                f,
+                "authentication failed ({reason}): check the password (and user name) in the \
+                 node URL"
+            ),
+            ConnectFailure::Database(reason) => write!(
+                f,
+                "the server refused the database ({reason}): check the database number in the \
+                 node URL against the server's `databases` setting"
+            ),
+            ConnectFailure::Other(reason) => {
+                write!(f, "not connected (last connection error: {reason})")
+            }
+        }
+    }
+}
+
+/// Records every connection error fred reports for `client` in `last`, and clears it when
+/// the connection is (re-)established. Ends when the client is closed or dropped.
+fn watch_connection(
+    client: &Client,
+    last: Arc<Mutex<Option<ConnectFailure>>>,
+    password: Option<String>,
+) {
+    let mut errors = client.error_rx();
+    let mut reconnects = client.reconnect_rx();
+    tokio::spawn(async move {
+        let set = |value: Option<ConnectFailure>| {
+            *last.lock().unwrap_or_else(PoisonError::into_inner) = value;
+        };
+        loop {
+            tokio::select! {
+                // fred sends an attempt's error before the next attempt's success: read
+                // errors first so that a success is never overwritten by an older error.
+                biased;
+                error = errors.recv() => match error {
+                    Ok((error, _)) => {
+                        set(Some(ConnectFailure::from_fred(&error, password.as_deref())));
+                    }
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => break,
+                },
+                up = reconnects.recv() => match up {
+                    Ok(_) => set(None),
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => break,
+                },
+            }
+        }
+    });
+}
+
+/// The `run_id` field of an `INFO` reply.
+fn run_id(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("run_id:"))
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(str::to_string)
 }
 
 fn script_args(head: &str, keys: &[Key], args: &[Value]) -> Vec<Value> {
@@ -223,5 +388,63 @@ fn failure(e: &FredError) -> NodeOutcome {
         | ErrorKind::InvalidArgument
         | ErrorKind::InvalidCommand => NodeOutcome::ServerError(e.details().to_string()),
         _ => NodeOutcome::ConnectionError(format!("{:?}: {}", e.kind(), e.details())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(kind: ErrorKind, details: &str, password: Option<&str>) -> ConnectFailure {
+        ConnectFailure::from_fred(&FredError::new(kind, details.to_string()), password)
+    }
+
+    #[test]
+    fn refused_credentials_and_databases_are_server_errors_that_say_what_to_fix() {
+        for (kind, details) in [
+            (ErrorKind::Auth, "WRONGPASS invalid username-password pair"),
+            (ErrorKind::Auth, "NOAUTH Authentication required."),
+            (
+                ErrorKind::Unknown,
+                "ERR AUTH <password> called without any password configured",
+            ),
+        ] {
+            let failure = classify(kind, details, Some("pw"));
+            assert_eq!(failure, ConnectFailure::Auth(details.to_string()));
+            let NodeOutcome::ServerError(text) = failure.outcome() else {
+                panic!("{failure:?}");
+            };
+            assert!(text.contains(details) && text.contains("check the password"));
+        }
+        let failure = classify(ErrorKind::Unknown, "ERR DB index is out of range", None);
+        assert!(
+            matches!(failure, ConnectFailure::Database(_)),
+            "{failure:?}"
+        );
+        assert!(failure.to_string().contains("database number"), "{failure}");
+    }
+
+    #[test]
+    fn other_connection_errors_stay_connection_errors() {
+        let failure = classify(ErrorKind::IO, "Connection refused", None);
+        let NodeOutcome::ConnectionError(text) = failure.outcome() else {
+            panic!("{failure:?}");
+        };
+        assert!(text.contains("Connection refused"), "{text}");
+    }
+
+    #[test]
+    fn a_password_echoed_in_an_error_is_masked() {
+        let failure = classify(ErrorKind::Auth, "WRONGPASS for hunter2", Some("hunter2"));
+        assert!(!failure.to_string().contains("hunter2"), "{failure}");
+        assert!(!format!("{failure:?}").contains("hunter2"), "{failure:?}");
+    }
+
+    #[test]
+    fn run_id_is_read_from_info_server() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:3f1c0a\r\ntcp_port:6379\r\n";
+        assert_eq!(run_id(info).as_deref(), Some("3f1c0a"));
+        assert_eq!(run_id("# Server\r\nrun_id:\r\n"), None);
+        assert_eq!(run_id(""), None);
     }
 }

@@ -11,7 +11,10 @@ use tokio::sync::watch;
 pub struct NodeName(Arc<str>);
 
 impl NodeName {
-    pub(crate) fn redacted(url: &str) -> Self {
+    /// The name of the node at `url`: the URL with any password replaced by `***` (and
+    /// an unparsable URL that may hold one replaced as a whole). Use it wherever a node URL
+    /// is shown.
+    pub fn redacted(url: &str) -> Self {
         let shown = match url::Url::parse(url) {
             Ok(mut parsed) if parsed.password().is_some() => {
                 let _ = parsed.set_password(Some("***"));

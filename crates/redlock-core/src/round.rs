@@ -103,7 +103,7 @@ impl Busy {
         Busy(Arc::new(watch::Sender::new(0)))
     }
 
-    fn enter(&self) -> BusyGuard {
+    pub(crate) fn enter(&self) -> BusyGuard {
         self.0.send_modify(|n| *n += 1);
         BusyGuard(self.0.clone())
     }
@@ -113,7 +113,7 @@ impl Busy {
     }
 }
 
-struct BusyGuard(Arc<watch::Sender<usize>>);
+pub(crate) struct BusyGuard(Arc<watch::Sender<usize>>);
 
 impl Drop for BusyGuard {
     fn drop(&mut self) {
@@ -379,9 +379,20 @@ impl Background {
     }
 }
 
-/// Compare-and-delete on one node, retried until it is confirmed or the key's TTL has run
-/// out (after which the key is gone by itself). A command that timed out is usually still
-/// queued on the connection behind the command it undoes, so it will run in order.
+/// How many times a rollback is tried on one node. Each try is bounded by the node timeout;
+/// a node that failed this often is down or hung, and our key there expires with its TTL.
+/// Bounding the tries (rather than retrying until the TTL runs out) bounds how long
+/// [`Coordinator::quiesce`](crate::Coordinator::quiesce) and `close` can wait, and keeps
+/// rollbacks from piling up while a node stays down.
+pub(crate) const ROLLBACK_ATTEMPTS: u32 = 3;
+
+/// The pause before the second try; it doubles before each later one (10 ms, 20 ms).
+const ROLLBACK_PAUSE: Duration = Duration::from_millis(10);
+
+/// Compare-and-delete on one node, tried up to [`ROLLBACK_ATTEMPTS`] times and never past
+/// `deadline` (the key's TTL: after it our key is gone by itself). A command that timed out
+/// is usually still queued on the connection behind the command it undoes, so it will run
+/// in order.
 async fn roll_back(
     node: &Node,
     script: &Script,
@@ -389,17 +400,19 @@ async fn roll_back(
     args: &[Value],
     deadline: Instant,
 ) -> CleanupOutcome {
-    let mut pause = Duration::from_millis(10);
+    let mut pause = ROLLBACK_PAUSE;
+    let mut attempt = 1;
     loop {
         match node.eval_flag(script, keys, args).await {
             Ok(true) => return CleanupOutcome::Removed,
             Ok(false) => return CleanupOutcome::NotPresent,
             Err(failure) => {
-                if Instant::now() + pause >= deadline {
+                if attempt >= ROLLBACK_ATTEMPTS || Instant::now() + pause >= deadline {
                     return CleanupOutcome::Failed(failure.to_string());
                 }
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
+                pause *= 2;
+                attempt += 1;
             }
         }
     }

@@ -73,21 +73,26 @@ return 0"#,
 ///
 /// `KEYS[1]` = key, `ARGV[1]` = owner, `ARGV[2]` = hold token, `ARGV[3]` = TTL in ms. Takes
 /// the key when free, adds a hold when the owner already has it. Returns 1 or 0.
+///
+/// A key that exists but is not a reentrant lock (a plain lock's string, a list, or a hash
+/// without an `owner` field) is refused and left as it was: the script looks at the key's
+/// type before it reads or writes a field. Adding a hold never shortens the key's TTL, which
+/// the other holds of the same owner count on.
 pub(crate) static REENTRANT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"local owner = redis.call("HGET", KEYS[1], "owner")
-if owner == false then
+        r#"local kind = redis.call("TYPE", KEYS[1]).ok
+if kind == "none" then
   redis.call("HSET", KEYS[1], "owner", ARGV[1], "hold:" .. ARGV[2], 1)
   redis.call("PEXPIRE", KEYS[1], ARGV[3])
   return 1
-elseif owner == ARGV[1] then
-  redis.call("HSET", KEYS[1], "hold:" .. ARGV[2], 1)
-  if redis.call("PTTL", KEYS[1]) < tonumber(ARGV[3]) then
-    redis.call("PEXPIRE", KEYS[1], ARGV[3])
-  end
-  return 1
 end
-return 0"#,
+if kind ~= "hash" then return 0 end
+if redis.call("HGET", KEYS[1], "owner") ~= ARGV[1] then return 0 end
+redis.call("HSET", KEYS[1], "hold:" .. ARGV[2], 1)
+if redis.call("PTTL", KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call("PEXPIRE", KEYS[1], ARGV[3])
+end
+return 1"#,
     )
 });
 
@@ -112,9 +117,19 @@ return 1"#,
 /// in ms. `KEYS` holds each lock's keys in the same order. A lock is extended (all its keys)
 /// only if every key still holds its token; `PEXPIRE` never recreates a missing key.
 /// Returns one 1 or 0 per lock.
+///
+/// An extension only ever lengthens: a key whose TTL is already at least the one asked for
+/// keeps it (the rule of `PEXPIRE ... GT`, written out so that servers older than Redis 7
+/// apply it too). So no extension, whether it won, lost its quorum, or arrived late, can
+/// move a node's expiry before a validity that a guard reports: not another holder's of a
+/// shared reentrant hold, not a longer manual extension's that renewal follows, and not
+/// the validity a failed extension leaves in place.
 pub(crate) static EXTEND_BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"local results = {}
+        r#"local function lengthen(key, ttl)
+  if redis.call("PTTL", key) < tonumber(ttl) then redis.call("PEXPIRE", key, ttl) end
+end
+local results = {}
 local k = 1
 local a = 2
 while a + 4 <= #ARGV do
@@ -124,7 +139,7 @@ while a + 4 <= #ARGV do
   if kind == "r" then
     local key = KEYS[k]
     if redis.pcall("HGET", key, "owner") == owner and redis.call("HEXISTS", key, "hold:" .. token) == 1 then
-      redis.call("PEXPIRE", key, ttl)
+      lengthen(key, ttl)
     else
       ok = 0
     end
@@ -133,7 +148,7 @@ while a + 4 <= #ARGV do
       if redis.pcall("GET", KEYS[i]) ~= token then ok = 0 end
     end
     if ok == 1 then
-      for i = k, k + n - 1 do redis.call("PEXPIRE", KEYS[i], ttl) end
+      for i = k, k + n - 1 do lengthen(KEYS[i], ttl) end
     end
   end
   k = k + n

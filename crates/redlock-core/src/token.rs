@@ -4,6 +4,8 @@ use std::fmt;
 
 use fred::bytes_utils::Str;
 
+use crate::error::ConfigError;
+
 /// A random value that identifies one acquisition attempt.
 ///
 /// A UUID v4 (122 random bits from the operating system's generator): unguessable and never
@@ -34,7 +36,29 @@ impl Token {
     pub(crate) fn as_fred(&self) -> &Str {
         &self.0
     }
+
+    /// Checks a token before it is stored: not empty, at most [`MAX_TOKEN_LEN`] bytes, and
+    /// no white space or control characters (release notifications carry `"<token> <key>"`,
+    /// so a space in a token would name the wrong key).
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+        let reason = if self.0.is_empty() {
+            "it is empty"
+        } else if self.0.len() > MAX_TOKEN_LEN {
+            "it is longer than 512 bytes"
+        } else if self.0.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            "it contains white space or control characters"
+        } else {
+            return Ok(());
+        };
+        Err(ConfigError::InvalidToken {
+            reason: reason.into(),
+        })
+    }
 }
+
+/// The longest caller-given token, in bytes: far more than any unique identifier needs, and
+/// every round sends it to every node.
+pub const MAX_TOKEN_LEN: usize = 512;
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -60,6 +84,27 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.as_str().len(), 32);
         assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn caller_tokens_are_checked() {
+        assert!(Token::random().check().is_ok());
+        assert!(Token::from_string("job-17/attempt-2").check().is_ok());
+        for bad in [
+            String::new(),
+            "two words".into(),
+            "tab\there".into(),
+            "nul\0".into(),
+            "x".repeat(MAX_TOKEN_LEN + 1),
+        ] {
+            assert!(
+                matches!(
+                    Token::from_string(bad.clone()).check(),
+                    Err(ConfigError::InvalidToken { .. })
+                ),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

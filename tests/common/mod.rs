@@ -53,3 +53,18 @@ pub async fn coordinator(set: &NodeSet, node_timeout: Duration) -> Coordinator {
     };
     Coordinator::connect(config).await.expect("valid config")
 }
+
+/// Waits until every node of `set` has at least `clients` subscribers on the release
+/// channel of the default key prefix, so that a release published next reaches them.
+pub async fn subscribed(set: &NodeSet, clients: u64) {
+    let ready = eventually(Duration::from_secs(10), || async {
+        for node in set.iter() {
+            if node.redis().subscribers("redlock:released").await.unwrap() < clients {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert!(ready, "the wake-up subscribers did not subscribe");
+}

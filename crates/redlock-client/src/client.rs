@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use redlock_core::{Coordinator, Inspection, Lock, NodeOutcome, RoundReport, Token};
+use redlock_core::{ConfigError, Coordinator, Inspection, Lock, NodeOutcome, RoundReport, Token};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -62,6 +62,25 @@ struct Inner {
     notifier: Option<Notifier>,
 }
 
+impl Drop for Inner {
+    /// The last client handle and the last guard are gone (guards hold the client), so
+    /// nothing will use the connections again: close them once background work (rollbacks,
+    /// background releases) is done, instead of leaving fred's connection tasks running.
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let core = self.core.clone();
+        let notifier = self.notifier.take();
+        runtime.spawn(async move {
+            core.close().await;
+            if let Some(notifier) = notifier {
+                notifier.close().await;
+            }
+        });
+    }
+}
+
 /// What a round tries to take.
 #[derive(Clone, Copy)]
 enum Target<'a> {
@@ -112,6 +131,15 @@ impl Redlock {
         format!("{}{key}", self.inner.config.key_prefix)
     }
 
+    /// [`full_key`](Self::full_key) for a key a caller asked to lock or inspect: the key
+    /// itself must not be empty (the prefix alone names no resource).
+    fn checked_key(&self, key: &str) -> Result<String, Error> {
+        if key.is_empty() {
+            return Err(InvalidConfig::Core(ConfigError::EmptyKey).into());
+        }
+        Ok(self.full_key(key))
+    }
+
     /// One attempt, no waiting: the lock, or why not.
     pub async fn try_lock(&self, key: &str) -> Result<LockGuard, Error> {
         let options = LockOptions {
@@ -130,7 +158,7 @@ impl Redlock {
 
     /// [`lock`](Self::lock) with per-call overrides.
     pub async fn lock_with(&self, key: &str, options: &LockOptions) -> Result<LockGuard, Error> {
-        let full = self.full_key(key);
+        let full = self.checked_key(key)?;
         self.acquire(Target::One(&full), options).await
     }
 
@@ -141,7 +169,10 @@ impl Redlock {
         keys: &[&str],
         options: &LockOptions,
     ) -> Result<LockGuard, Error> {
-        let full: Vec<String> = keys.iter().map(|k| self.full_key(k)).collect();
+        let full = keys
+            .iter()
+            .map(|k| self.checked_key(k))
+            .collect::<Result<Vec<_>, _>>()?;
         self.acquire(Target::Many(&full), options).await
     }
 
@@ -154,7 +185,7 @@ impl Redlock {
         owner: &Owner,
         options: &LockOptions,
     ) -> Result<LockGuard, Error> {
-        let full = self.full_key(key);
+        let full = self.checked_key(key)?;
         self.acquire(Target::Reentrant(&full, owner), options).await
     }
 
@@ -206,11 +237,16 @@ impl Redlock {
     /// Reads from every node whether `key` is held and for how long (a quorum read; a
     /// snapshot that may change right after).
     pub async fn inspect(&self, key: &str) -> Result<Inspection, Error> {
-        Ok(self.inner.core.inspect(&self.full_key(key)).await?)
+        Ok(self.inner.core.inspect(&self.checked_key(key)?).await?)
     }
 
-    /// Waits for background work (rollbacks, background releases) and closes every
-    /// connection. Guards still held are not released.
+    /// Waits for background work (rollbacks, background releases of dropped guards) and
+    /// closes every connection. Guards still held are not released, and their renewal fails
+    /// from then on.
+    ///
+    /// Bounded whatever the nodes do: about `5 × node_timeout + 30 ms` for the background
+    /// work (see [`Coordinator::quiesce`]), then one node timeout for the `QUIT`s and at
+    /// most one more for the wake-up subscribers'.
     pub async fn shutdown(&self) {
         self.inner.core.close().await;
         if let Some(notifier) = &self.inner.notifier {
@@ -220,7 +256,15 @@ impl Redlock {
 
     async fn acquire(&self, target: Target<'_>, options: &LockOptions) -> Result<LockGuard, Error> {
         let config = &self.inner.config;
-        let ttl = options.ttl.unwrap_or(config.ttl);
+        let renew = options.renew.unwrap_or(config.renewal.enabled);
+        let ttl = match options.ttl {
+            // The configured TTL was checked at connect (renewal rule included).
+            None if renew == config.renewal.enabled => config.ttl,
+            // A per-call TTL, or renewal turned on for this call, gets the same checks as
+            // the configuration: a TTL renewal cannot keep up with would be lost on
+            // healthy nodes.
+            ttl => config.check_hold(ttl.unwrap_or(config.ttl), renew)?,
+        };
         let retry = options.retry.as_ref().unwrap_or(&config.retry);
         retry.validate()?;
         let keys: Vec<String> = match target {
@@ -232,7 +276,8 @@ impl Redlock {
             tracing::debug_span!("redlock.lock", key = %name, attempts = tracing::field::Empty);
         async {
             let start = Instant::now();
-            let deadline = retry.max_wait.map(|wait| start + wait);
+            // A wait too long to represent (`Duration::MAX`) is no deadline at all.
+            let deadline = retry.max_wait.and_then(|wait| start.checked_add(wait));
             let mut backoff = retry.backoff();
             // Registered before the first attempt, so a release during it is not missed.
             let watch = self.inner.notifier.as_ref().map(|n| n.watch(&keys));
@@ -241,7 +286,7 @@ impl Redlock {
                 attempts += 1;
                 tracing::Span::current().record("attempts", attempts);
                 let report = match self.round(target, ttl).await {
-                    Ok(lock) => return Ok(self.guard(lock, ttl, options, attempts, start)),
+                    Ok(lock) => return Ok(self.guard(lock, ttl, renew, attempts, start)),
                     Err(redlock_core::Error::Config(e)) => {
                         return Err(InvalidConfig::Core(e).into())
                     }
@@ -306,28 +351,31 @@ impl Redlock {
         }
     }
 
+    /// Wraps a won lock in its guard. Runs after the round won, so nothing here may fail:
+    /// every value was checked before the first round.
     fn guard(
         &self,
         lock: Lock,
         ttl: Duration,
-        options: &LockOptions,
+        renew: bool,
         attempts: u32,
         start: Instant,
     ) -> LockGuard {
         let config = &self.inner.config;
         let shared = Shared::new(lock, ttl);
-        if options.renew.unwrap_or(config.renewal.enabled) {
-            let every = config
+        if renew {
+            // Checked against `ttl` by `check_hold` (or `validate` for the configured TTL).
+            let every = config.renew_every_for(ttl);
+            // A cap too long to represent (`Duration::MAX`) is no cap at all.
+            let hold_until = config
                 .renewal
-                .renew_after
-                .filter(|every| *every < ttl)
-                .unwrap_or(ttl / 3);
-            let hold_until = config.renewal.max_hold.map(|max| start + max);
+                .max_hold
+                .and_then(|max| start.checked_add(max));
             self.inner
                 .renewer
                 .add(shared.clone(), Plan { every, hold_until });
         }
-        LockGuard::new(shared, self.inner.core.clone(), attempts)
+        LockGuard::new(shared, self.clone(), attempts)
     }
 }
 

@@ -1,9 +1,11 @@
 //! The client's configuration: a plain struct with defaults, a builder whose setters say
 //! their default, and one `validate` that checks every value before anything connects.
 
+use std::fmt;
 use std::time::Duration;
 
 use humantime::format_duration;
+use redlock_core::NodeName;
 
 use crate::retry::RetryPolicy;
 
@@ -54,7 +56,9 @@ impl Default for RenewalPolicy {
 ///
 /// Build it with [`LockConfig::builder`], or fill the struct and call
 /// [`validate`](Self::validate).
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Its `Debug` output masks the passwords in node URLs.
+#[derive(Clone, PartialEq)]
 #[cfg_attr(
     feature = "serde",
     derive(serde::Serialize, serde::Deserialize),
@@ -107,6 +111,23 @@ impl Default for LockConfig {
     }
 }
 
+/// Shows the node URLs with their passwords masked: a configuration ends up in logs.
+impl fmt::Debug for LockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nodes: Vec<NodeName> = self.nodes.iter().map(|u| NodeName::redacted(u)).collect();
+        f.debug_struct("LockConfig")
+            .field("nodes", &nodes)
+            .field("ttl", &self.ttl)
+            .field("node_timeout", &self.node_timeout)
+            .field("drift_factor", &self.drift_factor)
+            .field("retry", &self.retry)
+            .field("renewal", &self.renewal)
+            .field("key_prefix", &self.key_prefix)
+            .field("notify", &self.notify)
+            .finish()
+    }
+}
+
 impl LockConfig {
     /// A builder starting from the defaults.
     pub fn builder() -> LockConfigBuilder {
@@ -126,16 +147,23 @@ impl LockConfig {
 
     /// The renewal interval: `renewal.renew_after`, or a third of the TTL.
     pub fn renew_every(&self) -> Duration {
-        self.renewal.renew_after.unwrap_or(self.ttl / 3)
+        self.renew_every_for(self.ttl)
+    }
+
+    /// The renewal interval of a lock taken with `ttl` (a per-call TTL, for example).
+    pub(crate) fn renew_every_for(&self, ttl: Duration) -> Duration {
+        self.renewal.renew_after.unwrap_or(ttl / 3)
     }
 
     /// Checks every value without connecting anywhere: the core configuration, the TTL,
     /// the retry policy, the renewal policy and the key prefix, in that order.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
         self.core().validate()?;
-        let ttl = redlock_core::check_ttl(self.ttl, self.drift_factor, self.node_timeout)?;
         self.retry.validate()?;
-        self.validate_renewal(ttl)?;
+        // An explicit interval is checked even with renewal off, so that turning it on later
+        // cannot reveal a mistake made earlier.
+        let renew = self.renewal.enabled || self.renewal.renew_after.is_some();
+        self.check_hold(self.ttl, renew)?;
         if self.key_prefix.len() > MAX_KEY_PREFIX_LEN {
             return Err(InvalidConfig::KeyPrefix {
                 reason: format!(
@@ -148,14 +176,16 @@ impl LockConfig {
         Ok(())
     }
 
-    /// `ttl` has passed `check_ttl`, so it exceeds `drift + node_timeout`.
-    fn validate_renewal(&self, ttl: Duration) -> Result<(), InvalidConfig> {
+    /// The checks on a lock's TTL, for the configured TTL and for a per-call one alike: the
+    /// core's TTL rule, the renewal rule when the lock is renewed (`renew`), and `max_hold`.
+    /// Returns the TTL truncated to whole milliseconds.
+    pub(crate) fn check_hold(&self, ttl: Duration, renew: bool) -> Result<Duration, InvalidConfig> {
+        let ttl = redlock_core::check_ttl(ttl, self.drift_factor, self.node_timeout)?;
         let invalid = |reason: String| Err(InvalidConfig::Renewal { reason });
         let renewal = &self.renewal;
-        // An explicit interval is checked even with renewal off, so that turning it on later
-        // cannot reveal a mistake made earlier.
-        if renewal.enabled || renewal.renew_after.is_some() {
-            let every = self.renew_every();
+        // `ttl` has passed `check_ttl`, so it exceeds `drift + node_timeout`.
+        if renew {
+            let every = self.renew_every_for(ttl);
             let what = match renewal.renew_after {
                 Some(_) => "renew_after".to_string(),
                 None => format!(
@@ -198,7 +228,7 @@ impl LockConfig {
                 ));
             }
         }
-        Ok(())
+        Ok(ttl)
     }
 }
 
@@ -423,6 +453,21 @@ mod tests {
                 ..c
             }
         );
+    }
+
+    #[test]
+    fn debug_masks_passwords() {
+        let c = builder()
+            .node("redis://:s3cret@127.0.0.1:7104")
+            .build()
+            .unwrap();
+        for shown in [
+            format!("{c:?}"),
+            format!("{:?}", builder().node("redis://:s3cret@h:1")),
+        ] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+        }
+        assert!(format!("{c:?}").contains("redis://:***@127.0.0.1:7104"));
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub enum LostReason {
     /// A majority of nodes answered that the key is no longer ours (deleted, expired or
     /// taken over); renewal stopped at once.
     Refused,
+    /// The holder released the lock (or dropped its guard): it is no longer held.
+    Released,
 }
 
 impl fmt::Display for LostReason {
@@ -24,6 +26,7 @@ impl fmt::Display for LostReason {
         f.write_str(match self {
             LostReason::Expired => "its validity ran out before it could be renewed",
             LostReason::Refused => "a majority of nodes no longer hold it for us",
+            LostReason::Released => "its holder released it",
         })
     }
 }

@@ -5,11 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlock_core::{Coordinator, Lock, RoundReport};
+use redlock_core::{Lock, RoundReport};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::client::Redlock;
 use crate::error::{Error, LostReason};
+use crate::renew::refused_by_majority;
 
 /// What the guard, its handles and the renewal scheduler share.
 #[derive(Debug)]
@@ -47,13 +49,20 @@ impl Shared {
         self.lock.lock().expect("lock state").clone()
     }
 
-    /// Records a successful extension.
+    /// Records a successful extension. Extensions never shorten a key on the nodes, so
+    /// the validity only moves forward: a renewal with the configured TTL that finishes
+    /// after a longer manual extension does not take the longer validity back.
     pub(crate) fn extended(&self, lock: Lock) {
         let valid_until = lock.valid_until();
-        *self.lock.lock().expect("lock state") = lock;
+        {
+            let mut current = self.lock.lock().expect("lock state");
+            if valid_until >= current.valid_until() {
+                *current = lock;
+            }
+        }
         self.status.send_modify(|s| {
             if s.lost.is_none() {
-                s.valid_until = valid_until;
+                s.valid_until = s.valid_until.max(valid_until);
             }
         });
     }
@@ -76,8 +85,9 @@ impl Shared {
     }
 }
 
-/// Completes when the lock is lost: a majority of nodes refused a renewal, or the validity
-/// ran out before a renewal succeeded.
+/// Completes when the lock is no longer held: a majority of nodes refused a renewal or an
+/// extension, the validity ran out before a renewal succeeded, or the holder released it
+/// (or dropped its guard).
 async fn lost(shared: Arc<Shared>) -> LostReason {
     let mut rx = shared.status.subscribe();
     loop {
@@ -133,8 +143,10 @@ impl LockHandle {
         self.shared.valid_until()
     }
 
-    /// A future that completes when the lock is lost. It owns what it needs, so it can be
-    /// moved into another task or raced against work with `tokio::select!`.
+    /// A future that completes when the lock is lost, with the reason
+    /// ([`LostReason::Released`] once the guard was released or dropped). It owns what it
+    /// needs, so it can be moved into another task or raced against work with
+    /// `tokio::select!`.
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         lost(self.shared.clone())
     }
@@ -142,25 +154,39 @@ impl LockHandle {
 
 /// A held lock. Release it with [`release`](Self::release), which reports what each node
 /// did. A guard dropped without `release` is released in the background (and a warning is
-/// logged), so the key does not linger for a whole TTL; outside a tokio runtime it expires
+/// logged), so the key does not linger for a whole TTL; the client's `shutdown` and its
+/// coordinator's `quiesce` wait for that release. Outside a tokio runtime the key expires
 /// with its TTL.
+///
+/// A guard keeps its client's connections and renewal running: dropping every
+/// [`Redlock`] handle while guards live does not stop their renewal. Connections close
+/// once the last client handle and the last guard are gone.
+///
+/// Once released (or dropped), the guard's handles report the lock as no longer valid and
+/// their [`lost`](LockHandle::lost) futures complete with [`LostReason::Released`].
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     shared: Arc<Shared>,
-    core: Coordinator,
+    client: Redlock,
     released: bool,
     attempts: u32,
 }
 
 impl LockGuard {
-    pub(crate) fn new(shared: Arc<Shared>, core: Coordinator, attempts: u32) -> LockGuard {
+    pub(crate) fn new(shared: Arc<Shared>, client: Redlock, attempts: u32) -> LockGuard {
         LockGuard {
             shared,
-            core,
+            client,
             released: false,
             attempts,
         }
+    }
+
+    /// Stops renewal and tells every handle that the holder let the lock go.
+    fn let_go(&self) {
+        self.shared.done.store(true, Ordering::SeqCst);
+        self.shared.mark_lost(LostReason::Released);
     }
 
     /// How many rounds the acquisition took (1 when the first attempt won).
@@ -210,24 +236,45 @@ impl LockGuard {
         lost(self.shared.clone())
     }
 
-    /// Extends the lock to `ttl` (or the TTL it was taken with) from now, by one extension
-    /// round. On failure the lock keeps the validity it had.
+    /// Extends the lock to at least `ttl` (or the TTL it was taken with) from now, by one
+    /// extension round.
+    ///
+    /// An extension never shortens: nodes whose key lives longer keep their expiry, and
+    /// the validity never moves back (a shorter `ttl` than the validity left changes
+    /// nothing). On failure the lock keeps the validity it had, which the nodes still
+    /// hold, because a failed extension only ever lengthened keys; when a majority of nodes
+    /// answered that the key is no longer ours, the lock is marked lost
+    /// ([`LostReason::Refused`]) at once.
     pub async fn extend(&self, ttl: Option<Duration>) -> Result<(), Error> {
         let lock = self.shared.current();
-        let extended = self
-            .core
+        match self
+            .client
+            .coordinator()
             .extend(&lock, ttl.unwrap_or(self.shared.ttl))
-            .await?;
-        self.shared.extended(extended);
-        Ok(())
+            .await
+        {
+            Ok(extended) => {
+                self.shared.extended(extended);
+                Ok(())
+            }
+            Err(e) => {
+                if let redlock_core::Error::NoQuorum { report } = &e {
+                    if refused_by_majority(report) {
+                        self.shared.mark_lost(LostReason::Refused);
+                    }
+                }
+                Err(e.into())
+            }
+        }
     }
 
-    /// Releases the lock on every node and reports what each did. Stops renewal first.
+    /// Releases the lock on every node and reports what each did. Stops renewal first, and
+    /// from then on the guard's handles report the lock as not valid.
     pub async fn release(mut self) -> Result<RoundReport, Error> {
         self.released = true;
-        self.shared.done.store(true, Ordering::SeqCst);
+        self.let_go();
         let lock = self.shared.current();
-        Ok(self.core.release(&lock).await?)
+        Ok(self.client.coordinator().release(&lock).await?)
     }
 }
 
@@ -236,22 +283,16 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        self.shared.done.store(true, Ordering::SeqCst);
+        self.let_go();
         let lock = self.shared.current();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                tracing::warn!(key = %lock.key(), "lock guard dropped without release(); releasing it in the background");
-                let core = self.core.clone();
-                runtime.spawn(async move {
-                    if let Err(e) = core.release(&lock).await {
-                        tracing::warn!(error = %e, "background release of a dropped guard failed");
-                    }
-                });
-            }
-            Err(_) => tracing::warn!(
-                key = %lock.key(),
+        let key = lock.key().to_string();
+        if self.client.coordinator().release_in_background(lock) {
+            tracing::warn!(%key, "lock guard dropped without release(); releasing it in the background");
+        } else {
+            tracing::warn!(
+                %key,
                 "lock guard dropped without release() outside a tokio runtime; the key expires with its TTL"
-            ),
+            );
         }
     }
 }

@@ -19,7 +19,7 @@ use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::config::{Config as FredConfig, ReconnectPolicy};
 use fred::types::Builder;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 /// One waiter's wake-up: a `Notify` permit, and whether one was handed out and not yet
 /// taken (so that a waiter who leaves without taking it passes it on).
@@ -40,14 +40,16 @@ impl Slot {
 #[derive(Debug, Default)]
 struct Registry {
     waiters: HashMap<String, VecDeque<(u64, Arc<Slot>)>>,
-    /// Tokens of recent releases, to wake once per release and not once per node: each
-    /// release is published on every node that held the key. `seen_order` evicts the
-    /// oldest when [`SEEN_RELEASES`] are remembered.
+    /// Recent releases as `"<token> <key>"`, to wake once per released key and not once per
+    /// node: each release is published on every node that held the key. The key is part of
+    /// the entry because a multi-key lock releases all its keys under one token, and each
+    /// key has waiters of its own. `seen_order` evicts the oldest when [`SEEN_RELEASES`]
+    /// are remembered.
     seen: HashSet<String>,
     seen_order: VecDeque<String>,
 }
 
-/// How many recent release tokens are remembered to drop the copies from other nodes.
+/// How many recent released keys are remembered to drop the copies from other nodes.
 const SEEN_RELEASES: usize = 4096;
 
 impl Registry {
@@ -57,7 +59,8 @@ impl Registry {
         let Some(list) = self.waiters.get(key) else {
             return;
         };
-        if self.seen.contains(token) {
+        let release = format!("{token} {key}");
+        if self.seen.contains(&release) {
             return;
         }
         if self.seen_order.len() == SEEN_RELEASES {
@@ -65,8 +68,8 @@ impl Registry {
                 self.seen.remove(&oldest);
             }
         }
-        self.seen.insert(token.to_string());
-        self.seen_order.push_back(token.to_string());
+        self.seen.insert(release.clone());
+        self.seen_order.push_back(release);
         if let Some((_, slot)) = list.front() {
             slot.wake();
         }
@@ -100,15 +103,17 @@ impl Registry {
     }
 }
 
-/// How long one subscriber's QUIT may take on shutdown.
-const QUIT_LIMIT: Duration = Duration::from_millis(500);
-
 /// The registry of waiters and the subscriber connections that feed it.
 #[derive(Debug)]
 pub(crate) struct Notifier {
     waiters: Arc<Mutex<Registry>>,
     next_id: AtomicU64,
     subscribers: Vec<SubscriberClient>,
+    /// Set on close: the dispatch tasks stop, also one still trying to subscribe to a node
+    /// that never came up.
+    closed: watch::Sender<bool>,
+    /// Bounds each subscriber's `QUIT` on close.
+    timeout: Duration,
 }
 
 impl Notifier {
@@ -116,6 +121,7 @@ impl Notifier {
     /// subscribed when it comes up) to `channel`.
     pub(crate) fn start(urls: &[String], channel: &str, timeout: Duration) -> Notifier {
         let waiters: Arc<Mutex<Registry>> = Arc::default();
+        let closed = watch::Sender::new(false);
         let mut subscribers = Vec::new();
         for url in urls {
             // The URLs were validated by the coordinator already.
@@ -137,17 +143,22 @@ impl Notifier {
             let Ok(subscriber) = builder.build_subscriber_client() else {
                 continue;
             };
-            tokio::spawn(dispatch(
-                subscriber.clone(),
-                channel.to_string(),
-                waiters.clone(),
-            ));
+            let task = dispatch(subscriber.clone(), channel.to_string(), waiters.clone());
+            let mut closing = closed.subscribe();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = task => {}
+                    _ = closing.wait_for(|closed| *closed) => {}
+                }
+            });
             subscribers.push(subscriber);
         }
         Notifier {
             waiters,
             next_id: AtomicU64::new(0),
             subscribers,
+            closed,
+            timeout,
         }
     }
 
@@ -172,14 +183,15 @@ impl Notifier {
         }
     }
 
-    /// Quits every subscriber, concurrently and each within [`QUIT_LIMIT`]: a QUIT that does
-    /// not finish (seen behind slow links) must not hold up shutdown; the connection closes
-    /// when the client is dropped anyway.
+    /// Stops the dispatch tasks and quits every subscriber, concurrently and each within the
+    /// node timeout: a QUIT that does not finish (seen behind slow links) must not hold up
+    /// shutdown.
     pub(crate) async fn close(&self) {
+        self.closed.send_replace(true);
         let quits = self
             .subscribers
             .iter()
-            .map(|s| tokio::time::timeout(QUIT_LIMIT, s.quit()));
+            .map(|s| tokio::time::timeout(self.timeout, s.quit()));
         futures::future::join_all(quits).await;
     }
 }
@@ -323,6 +335,23 @@ mod tests {
     }
 
     #[test]
+    fn a_multi_key_release_wakes_a_waiter_of_each_key() {
+        let mut registry = Registry::default();
+        let on_a = waiter(&mut registry, 1, &["a"]);
+        let on_b = waiter(&mut registry, 2, &["b"]);
+        // One lock over a and b, released under one token, announced by two nodes.
+        for _node in 0..2 {
+            registry.wake("t1", "a");
+            registry.wake("t1", "b");
+        }
+        assert!(woken(&on_a) && woken(&on_b));
+        take(&on_a);
+        take(&on_b);
+        registry.wake("t1", "b");
+        assert!(!woken(&on_b), "a copy from another node wakes nobody again");
+    }
+
+    #[test]
     fn a_lagging_reader_wakes_the_oldest_waiter_of_every_key() {
         let mut registry = Registry::default();
         let a1 = waiter(&mut registry, 1, &["a"]);
@@ -344,7 +373,7 @@ mod tests {
         assert_eq!(registry.seen.len(), SEEN_RELEASES);
         assert_eq!(registry.seen_order.len(), SEEN_RELEASES);
         // The oldest were forgotten, the newest are still recognised.
-        assert!(!registry.seen.contains("t0"));
+        assert!(!registry.seen.contains("t0 k"));
         registry.wake(&format!("t{}", SEEN_RELEASES + 9), "k");
         assert!(!woken(&slot));
     }

@@ -116,7 +116,8 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     entries.retain(|e| e.shared.status.borrow().lost.is_none());
 }
 
-fn refused_by_majority(report: &redlock_core::RoundReport) -> bool {
+/// Whether so many nodes answered "not ours" that no quorum can hold the key for us.
+pub(crate) fn refused_by_majority(report: &redlock_core::RoundReport) -> bool {
     let refused = report
         .nodes
         .iter()

@@ -1,0 +1,173 @@
+//! What the client promises about the end of a hold and of the client itself: released
+//! guards say so, background releases are waited for, shutdown is bounded with a node
+//! down, guards outlive their client, and a multi-key release wakes every key's waiters.
+
+mod common;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use common::{client, coordinator, eventually, subscribed};
+use redlock_client::{LockConfig, LockOptions, LostReason, Redlock, RetryPolicy};
+use redlock_testkit::{LinkFault, Links, NodeSet};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_release_handles_and_lost_signals_say_the_lock_is_gone() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b).await;
+
+    let guard = c.lock("released").await.unwrap();
+    let handle = guard.handle();
+    let lost = handle.lost();
+    assert!(handle.is_valid());
+    guard.release().await.unwrap();
+    assert!(!handle.is_valid());
+    assert!(handle.remaining().is_none());
+    let reason = tokio::time::timeout(Duration::from_secs(5), lost).await;
+    assert_eq!(reason, Ok(LostReason::Released));
+
+    let guard = c.lock("dropped").await.unwrap();
+    let handle = guard.handle();
+    drop(guard);
+    assert!(!handle.is_valid());
+    assert_eq!(handle.lost().await, LostReason::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiesce_and_shutdown_wait_for_the_background_release_of_a_dropped_guard() {
+    let set = NodeSet::start(3).await.unwrap();
+    let upstreams: Vec<SocketAddr> = set
+        .iter()
+        .map(|node| SocketAddr::from((Ipv4Addr::LOCALHOST, node.port())))
+        .collect();
+    let links = Links::start(1, &upstreams).await.unwrap();
+    let config = LockConfig::builder()
+        .nodes(links.urls(0))
+        .ttl(Duration::from_secs(10))
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let c = Redlock::connect(config).await.unwrap();
+    let guard = c.lock("slow-release").await.unwrap();
+    // From now on every request of the client takes 300 ms to reach its node, while the
+    // test reads the nodes directly, in about a millisecond.
+    let slow = LinkFault::Latency {
+        to_server: Duration::from_millis(300),
+        to_client: Duration::ZERO,
+    };
+    for node in 0..set.len() {
+        links.set_node(node, slow);
+    }
+    drop(guard);
+    c.coordinator().quiesce().await;
+    assert_eq!(
+        set.nodes_holding("redlock:slow-release").await,
+        Vec::<usize>::new(),
+        "quiesce returned before the background release of a dropped guard"
+    );
+
+    let guard = c.lock("slow-release").await.unwrap();
+    drop(guard);
+    c.shutdown().await;
+    assert_eq!(
+        set.nodes_holding("redlock:slow-release").await,
+        Vec::<usize>::new(),
+        "shutdown returned before the background release of a dropped guard"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_does_not_wait_a_ttl_for_a_rollback_on_a_hung_node() {
+    let set = NodeSet::start(3).await.unwrap();
+    let node_timeout = Duration::from_millis(100);
+    let core = coordinator(&set, node_timeout).await;
+    set.node(0)
+        .set("stuck", "someone-else", Some(60_000))
+        .await
+        .unwrap();
+    set.node(1).pause().unwrap();
+    // Node 0 refuses, node 1 hangs, node 2 accepts: lost, and rolled back on 1 and 2.
+    let ttl = Duration::from_secs(30);
+    assert!(core.acquire("stuck", ttl).await.is_err());
+    // The documented bound is 4 node timeouts + 30 ms; a whole TTL is 30 s. The limit
+    // here only stops a hang: it is 25 times the bound.
+    let closed = tokio::time::timeout(Duration::from_secs(10), core.close()).await;
+    set.node(1).resume().unwrap();
+    assert!(
+        closed.is_ok(),
+        "close waited for a rollback on a hung node for the key's whole TTL"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_keep_renewing_after_the_client_is_dropped_and_then_close_its_connections() {
+    let set = NodeSet::start(3).await.unwrap();
+    let baseline = set.node(0).redis().connected_clients().await.unwrap();
+    let ttl = Duration::from_millis(900);
+    let c = client(&set, |b| b.ttl(ttl)).await;
+    let guard = c.lock("orphan").await.unwrap();
+    assert!(set.node(0).redis().connected_clients().await.unwrap() > baseline);
+    drop(c);
+
+    tokio::time::sleep(ttl * 3).await;
+    assert!(
+        guard.is_valid(),
+        "renewal stopped when the client handle was dropped"
+    );
+    assert_eq!(set.nodes_holding("redlock:orphan").await.len(), 3);
+
+    guard.release().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            set.node(0).redis().connected_clients().await.unwrap() <= baseline
+        })
+        .await,
+        "the client's connections stayed open after its last handle and guard were gone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_release_wakes_the_waiters_of_every_key() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = client(&set, |b| b).await;
+    // A seeded backoff whose first delay is far longer than the test: only a wake-up can
+    // bring either waiter back before it.
+    let retry = RetryPolicy {
+        max_attempts: None,
+        max_wait: Some(Duration::from_secs(120)),
+        base_delay: Duration::from_secs(120),
+        max_delay: Duration::from_secs(120),
+        seed: Some(42),
+    };
+    let first_delay = retry.backoff().next().unwrap();
+    assert!(first_delay > Duration::from_secs(30), "{first_delay:?}");
+    let waiters = client(&set, |b| b.retry(retry)).await;
+    subscribed(&set, 2).await;
+
+    let guard = holder
+        .lock_many(&["a", "b"], &LockOptions::default())
+        .await
+        .unwrap();
+    let sets_before = set.node(0).redis().command_calls("set").await.unwrap();
+    let (wa, wb) = (waiters.clone(), waiters.clone());
+    let on_a = tokio::spawn(async move { wa.lock("a").await });
+    let on_b = tokio::spawn(async move { wb.lock("b").await });
+    // Both waiters have been refused once and sleep out their backoff.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            set.node(0).redis().command_calls("set").await.unwrap() >= sets_before + 2
+        })
+        .await
+    );
+    guard.release().await.unwrap();
+
+    for (key, waiter) in [("a", on_a), ("b", on_b)] {
+        let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("the waiter on {key} was not woken by the release"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.attempts(), 2, "{key}");
+        got.release().await.unwrap();
+    }
+}

@@ -1,0 +1,209 @@
+//! Extreme settings and bad arguments: each is a typed error or works, never a panic, and
+//! a lock taken with them leaves nothing behind.
+
+mod common;
+
+use std::time::Duration;
+
+use common::client;
+use redlock_client::{Error, InvalidConfig, LockConfig, LockOptions, Owner, RenewalPolicy};
+use redlock_core::{Config, ConfigError, Coordinator, Token, MAX_NODE_TIMEOUT};
+use redlock_testkit::NodeSet;
+
+fn core_error(e: &Error) -> &ConfigError {
+    match e {
+        Error::InvalidConfig(InvalidConfig::Core(c)) => c,
+        other => panic!("expected a core configuration error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_node_timeout_is_a_typed_error() {
+    let set = NodeSet::start(3).await.unwrap();
+    let config = Config {
+        nodes: set.urls(),
+        node_timeout: Duration::MAX,
+        ..Default::default()
+    };
+    assert_eq!(
+        config.validate(),
+        Err(ConfigError::NodeTimeoutTooLong {
+            timeout: Duration::MAX,
+            max: MAX_NODE_TIMEOUT
+        })
+    );
+    assert!(Coordinator::connect(config).await.is_err());
+    let built = LockConfig::builder()
+        .nodes(set.urls())
+        .node_timeout(Duration::MAX)
+        .build();
+    assert!(matches!(
+        built,
+        Err(InvalidConfig::Core(ConfigError::NodeTimeoutTooLong { .. }))
+    ));
+    // The longest accepted one works (with a TTL long enough for it).
+    let core = Coordinator::connect(Config {
+        nodes: set.urls(),
+        node_timeout: MAX_NODE_TIMEOUT,
+        reconnect_max_delay: Duration::MAX,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let lock = core.acquire("k", Duration::from_secs(120)).await.unwrap();
+    core.release(&lock).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_wait_and_hold_work_and_leave_nothing_behind() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| {
+        b.max_wait(Duration::MAX)
+            .max_hold(Duration::MAX)
+            .backoff(Duration::from_millis(5), Duration::MAX)
+    })
+    .await;
+    let guard = c.lock("extreme").await.unwrap();
+    assert!(guard.is_valid());
+    // A waiter under the same settings gives up by its attempt count.
+    let options = LockOptions {
+        retry: Some(redlock_client::RetryPolicy {
+            max_attempts: Some(2),
+            ..c.config().retry.clone()
+        }),
+        ..Default::default()
+    };
+    assert!(matches!(
+        c.lock_with("extreme", &options).await,
+        Err(Error::NotAcquired { attempts: 2, .. })
+    ));
+    guard.release().await.unwrap();
+    c.shutdown().await;
+    assert!(set.nodes_holding("redlock:extreme").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_ttls_are_typed_errors_and_send_nothing() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b).await;
+    for ttl in [Duration::ZERO, Duration::MAX] {
+        let options = LockOptions {
+            ttl: Some(ttl),
+            ..Default::default()
+        };
+        let err = c.lock_with("ttl", &options).await.unwrap_err();
+        assert!(
+            matches!(
+                core_error(&err),
+                ConfigError::ZeroTtl | ConfigError::TtlTooLong { .. }
+            ),
+            "{err}"
+        );
+    }
+    let guard = c.lock("ttl").await.unwrap();
+    assert!(guard.extend(Some(Duration::MAX)).await.is_err());
+    assert!(guard.is_valid(), "a rejected extension changes nothing");
+    guard.release().await.unwrap();
+    let renewal = LockConfig::builder()
+        .nodes(set.urls())
+        .renewal(RenewalPolicy {
+            renew_after: Some(Duration::MAX),
+            ..Default::default()
+        })
+        .build();
+    assert!(matches!(renewal, Err(InvalidConfig::Renewal { .. })));
+    assert!(set.nodes_holding("redlock:ttl").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_call_ttl_gets_the_renewal_rule_of_the_configuration() {
+    let set = NodeSet::start(3).await.unwrap();
+    // 200 ms node timeout (the test default): a 250 ms TTL passes the core's check, but its
+    // renewal (every 83 ms) must start before 250 - 4.5 - 200 = 45.5 ms.
+    let c = client(&set, |b| b).await;
+    let short = LockOptions {
+        ttl: Some(Duration::from_millis(250)),
+        ..Default::default()
+    };
+    let err = c.lock_with("per-call", &short).await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidConfig(InvalidConfig::Renewal { .. })),
+        "{err}"
+    );
+    // The same TTL in the configuration is rejected the same way.
+    let configured = LockConfig::builder()
+        .nodes(set.urls())
+        .node_timeout(Duration::from_millis(200))
+        .ttl(Duration::from_millis(250))
+        .build();
+    assert!(matches!(configured, Err(InvalidConfig::Renewal { .. })));
+    // Without renewal the TTL is fine.
+    let unrenewed = LockOptions {
+        renew: Some(false),
+        ..short.clone()
+    };
+    c.lock_with("per-call", &unrenewed)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // An explicit interval longer than a per-call TTL is rejected, not silently replaced.
+    let c = client(&set, |b| b.renew_after(Duration::from_secs(1))).await;
+    let shorter_than_interval = LockOptions {
+        ttl: Some(Duration::from_millis(900)),
+        ..Default::default()
+    };
+    let err = c
+        .lock_with("per-call", &shorter_than_interval)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidConfig(InvalidConfig::Renewal { .. })),
+        "{err}"
+    );
+    assert!(set.nodes_holding("redlock:per-call").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_keys_and_unusable_tokens_are_typed_errors() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b).await;
+    let empty = |e: Error| assert_eq!(core_error(&e), &ConfigError::EmptyKey);
+    empty(c.lock("").await.unwrap_err());
+    empty(c.try_lock("").await.unwrap_err());
+    empty(
+        c.lock_many(&["a", ""], &LockOptions::default())
+            .await
+            .unwrap_err(),
+    );
+    empty(
+        c.lock_reentrant("", &Owner::new(), &LockOptions::default())
+            .await
+            .unwrap_err(),
+    );
+    empty(c.inspect("").await.unwrap_err());
+
+    let core = c.coordinator();
+    let ttl = Duration::from_secs(2);
+    for bad in ["", "two words", "line\nbreak"] {
+        let token = Token::from_string(bad);
+        let err = core
+            .acquire_with_token("token", token.clone(), ttl)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                redlock_core::Error::Config(ConfigError::InvalidToken { .. })
+            ),
+            "{bad:?}: {err}"
+        );
+        assert!(core.acquire_many(&["t1", "t2"], token, ttl).await.is_err());
+    }
+    // Nothing reached the nodes (the prefix alone was never locked either).
+    for node in set.iter() {
+        assert_eq!(node.dbsize().await.unwrap(), 0);
+    }
+}

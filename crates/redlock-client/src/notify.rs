@@ -187,7 +187,9 @@ impl Notifier {
     /// node timeout: a QUIT that does not finish (seen behind slow links) must not hold up
     /// shutdown.
     pub(crate) async fn close(&self) {
-        self.closed.send_replace(true);
+        if self.closed.send_replace(true) {
+            return; // closed before
+        }
         let quits = self
             .subscribers
             .iter()

@@ -1,5 +1,6 @@
 //! The coordinator: the node connections, and the acquire, extend and release rounds.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +57,8 @@ struct Inner {
     nodes: Arc<[Node]>,
     config: Config,
     busy: Busy,
+    /// Set by the first `close`: later ones only wait for background work.
+    closed: AtomicBool,
 }
 
 impl Coordinator {
@@ -127,6 +130,7 @@ impl Coordinator {
                 nodes: nodes.into(),
                 config,
                 busy: Busy::new(),
+                closed: AtomicBool::new(false),
             }),
         })
     }
@@ -404,7 +408,9 @@ impl Coordinator {
     /// afterwards fail with connection errors.
     pub async fn close(&self) {
         self.quiesce().await;
-        join_all(self.inner.nodes.iter().map(Node::quit)).await;
+        if !self.inner.closed.swap(true, Ordering::SeqCst) {
+            join_all(self.inner.nodes.iter().map(Node::quit)).await;
+        }
     }
 
     /// The lock a finished round produced. `held_until` is the deadline an extended lock

@@ -2,13 +2,25 @@
 //! docker-compose backend when `REDLOCK_LAB_DOCKER=1` (CI sets it; there a missing Docker
 //! engine fails the run instead of skipping it).
 //!
+//! On the local backend every demonstration runs 20 times in a row (`REDLOCK_LAB_REPEAT`
+//! changes the count; `1` runs each once), and must end as expected every time: a
+//! demonstration that fires only sometimes proves nothing and fails CI at random.
+//!
 //! Runs without the libtest harness so it can print one summary table for the whole run.
 //! Arguments that do not start with `-` filter scenarios by name, like test filters.
 
 use std::process::ExitCode;
 
-use redlock_lab::{docker_requested, run_backend, scenarios, summary, BackendKind, DOCKER_ENV};
+use redlock_lab::{
+    docker_requested, repeat_summary, run_backend, run_repeated, scenarios, summary, BackendKind,
+    Expect, Scenario, DOCKER_ENV,
+};
 use redlock_testkit::DockerSet;
+
+/// How many times in a row each demonstration runs on the local backend.
+const REPEAT: usize = 20;
+/// The environment variable that overrides [`REPEAT`].
+const REPEAT_ENV: &str = "REDLOCK_LAB_REPEAT";
 
 fn main() -> ExitCode {
     let filters: Vec<String> = std::env::args()
@@ -22,36 +34,69 @@ fn main() -> ExitCode {
     if all.is_empty() {
         return ExitCode::SUCCESS;
     }
+    let repeat = match std::env::var(REPEAT_ENV) {
+        Err(_) => REPEAT,
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                eprintln!("{REPEAT_ENV}={v:?}: expected a whole number, 1 or more");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let (demos, must_pass): (Vec<Scenario>, Vec<Scenario>) = all
+        .iter()
+        .copied()
+        .partition(|s| matches!(s.expect, Expect::Violation { .. }));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let mut backends = vec![BackendKind::Local];
-    if docker_requested() {
+    let docker = docker_requested();
+    if docker {
         if let Err(e) = DockerSet::available() {
             eprintln!("{DOCKER_ENV} asks for the docker backend, but it cannot run: {e}");
             return ExitCode::FAILURE;
         }
-        backends.push(BackendKind::Docker);
     } else {
         eprintln!(
             "fault lab: docker backend skipped (set {DOCKER_ENV}=1 to run the same scenarios \
              against the docker-compose node set)"
         );
     }
-    let results = runtime.block_on(async {
-        let mut results = Vec::new();
-        for backend in backends {
-            results.extend(run_backend(backend, &all).await);
-        }
-        results
+    let (local, local_demos, on_docker) = runtime.block_on(async {
+        let local = run_backend(BackendKind::Local, &must_pass).await;
+        let local_demos = run_repeated(BackendKind::Local, &demos, repeat).await;
+        let on_docker = if docker {
+            run_backend(BackendKind::Docker, &all).await
+        } else {
+            Vec::new()
+        };
+        (local, local_demos, on_docker)
     });
-    println!("\nfault lab summary\n\n{}", summary(&results));
-    if results.iter().all(|r| r.passed()) {
+    // The table shows the first of each demonstration's local runs; the repetition table
+    // counts all of them.
+    let table = local
+        .iter()
+        .chain(local_demos.iter().step_by(repeat))
+        .chain(&on_docker);
+    println!("\nfault lab summary\n\n{}", summary(table));
+    if repeat > 1 && !local_demos.is_empty() {
+        println!(
+            "\ndemonstrations, {repeat} runs each in a row (local)\n\n{}",
+            repeat_summary(&local_demos)
+        );
+    }
+    if local
+        .iter()
+        .chain(&local_demos)
+        .chain(&on_docker)
+        .all(|r| r.passed())
+    {
         ExitCode::SUCCESS
     } else {
-        eprintln!("fault lab: some scenarios did not end as expected (see the table above)");
+        eprintln!("fault lab: some runs did not end as expected (see the tables above)");
         ExitCode::FAILURE
     }
 }

@@ -15,7 +15,7 @@ use crate::history::{At, Event, FaultKind};
 const EXPIRY_SLACK: Duration = Duration::from_millis(20);
 /// Slack around fault times and release starts: an observation's reply can arrive a little
 /// after the event that explains it.
-const EVENT_SLACK: Duration = Duration::from_millis(5);
+pub const EVENT_SLACK: Duration = Duration::from_millis(5);
 
 /// What one sample of a key on one node showed.
 #[derive(Clone, Debug, PartialEq, Eq)]

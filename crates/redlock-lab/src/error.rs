@@ -14,6 +14,10 @@ pub enum LabError {
     /// A client configuration was refused.
     #[error("client configuration refused: {0}")]
     Config(#[from] redlock_client::InvalidConfig),
+    /// A scenario's schedule waited for an event (e.g. the observer seeing a new holder's
+    /// token) that did not come in time.
+    #[error("the schedule waited in vain: {0}")]
+    Schedule(String),
     /// Anything else, with what to do about it.
     #[error("{0}")]
     Setup(String),

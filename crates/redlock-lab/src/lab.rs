@@ -9,6 +9,7 @@ use redlock_testkit::{LinkFault, Links};
 use crate::backend::{Nodes, Setup};
 use crate::error::LabError;
 use crate::history::{FaultKind, History};
+use crate::observer::Samples;
 
 /// Settings shared by the scenarios. Short TTLs keep the whole lab within a few minutes.
 #[derive(Clone, Copy, Debug)]
@@ -46,6 +47,9 @@ pub struct Lab {
     pub timing: Timing,
     /// What the nodes were started with.
     pub setup: Setup,
+    /// The observer's samples so far, for schedules that wait until the observer has seen
+    /// what the checker needs.
+    pub observed: Samples,
 }
 
 impl Lab {

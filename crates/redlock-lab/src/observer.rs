@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config, LuaInterface, ReconnectPolicy, ServerConfig};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
 use crate::checker::Observation;
 use crate::history::History;
@@ -26,14 +27,70 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_millis(50);
 pub struct Observer {
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    samples: Arc<Mutex<Vec<Observation>>>,
+    samples: Samples,
+}
+
+/// The samples taken so far, shared with the scenario's driver so that its schedule can wait
+/// for what the checker needs to have seen (a new holder's token on the nodes, a sample taken
+/// after a fault) instead of sleeping and hoping the 5 ms sampling caught it. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Samples {
+    taken: Arc<Mutex<Vec<Observation>>>,
+    added: Arc<Notify>,
+}
+
+impl Samples {
+    fn push(&self, observation: Observation) {
+        self.taken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(observation);
+        self.added.notify_waiters();
+    }
+
+    fn take(&self) -> Vec<Observation> {
+        std::mem::take(&mut *self.taken.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Waits until a sample that `wanted` accepts has been taken (one taken before the call
+    /// counts) and returns it, or `None` after `within`.
+    pub async fn wait_for(
+        &self,
+        within: Duration,
+        wanted: impl Fn(&Observation) -> bool,
+    ) -> Option<Observation> {
+        let deadline = Instant::now() + within;
+        let mut scanned = 0;
+        loop {
+            // Registered before the scan, so a sample pushed between the scan and the wait
+            // still wakes this waiter.
+            let added = self.added.notified();
+            tokio::pin!(added);
+            added.as_mut().enable();
+            {
+                let taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(found) = taken
+                    .get(scanned..)
+                    .unwrap_or_default()
+                    .iter()
+                    .find(|o| wanted(o))
+                {
+                    return Some(found.clone());
+                }
+                scanned = taken.len();
+            }
+            if tokio::time::timeout_at(deadline, added).await.is_err() {
+                return None;
+            }
+        }
+    }
 }
 
 impl Observer {
     /// Starts sampling `keys` on each node in `nodes` (index order).
     pub fn start(history: &History, nodes: &[SocketAddr], keys: &[String]) -> Observer {
         let (stop, stopped) = watch::channel(false);
-        let samples = Arc::new(Mutex::new(Vec::new()));
+        let samples = Samples::default();
         let tasks = nodes
             .iter()
             .enumerate()
@@ -55,13 +112,18 @@ impl Observer {
         }
     }
 
+    /// The samples taken so far, as they come.
+    pub fn samples(&self) -> Samples {
+        self.samples.clone()
+    }
+
     /// Stops sampling and returns every sample taken.
     pub async fn stop(self) -> Vec<Observation> {
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
         }
-        std::mem::take(&mut *self.samples.lock().unwrap_or_else(PoisonError::into_inner))
+        self.samples.take()
     }
 }
 
@@ -70,7 +132,7 @@ struct Sampler {
     addr: SocketAddr,
     keys: Vec<String>,
     history: History,
-    samples: Arc<Mutex<Vec<Observation>>>,
+    samples: Samples,
 }
 
 impl Sampler {
@@ -111,17 +173,14 @@ impl Sampler {
                     continue;
                 };
                 let received = self.history.now();
-                self.samples
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(Observation {
-                        node: self.node,
-                        key: key.clone(),
-                        sent,
-                        received,
-                        token,
-                        pttl,
-                    });
+                self.samples.push(Observation {
+                    node: self.node,
+                    key: key.clone(),
+                    sent,
+                    received,
+                    token,
+                    pttl,
+                });
             }
         }
         let _ = tokio::time::timeout(SAMPLE_TIMEOUT, client.quit()).await;

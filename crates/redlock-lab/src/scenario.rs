@@ -27,11 +27,15 @@ const SETTLE: Duration = Duration::from_millis(200);
 pub enum Expect {
     /// Zero violations.
     Safe,
-    /// A demonstration: the checker must report at least one violation, because the
-    /// scenario breaks an assumption of Redlock.
+    /// A demonstration: the checker must report the violations that follow from breaking
+    /// an assumption of Redlock.
     Violation {
         /// The assumption broken, as in the README (H1-H4).
         breaks: &'static str,
+        /// The categories ([`crate::checker::Violation::category`]) the checker must report, each at least
+        /// once: the consequence of the break, so that a violation of another kind (say a
+        /// key left behind) cannot pass for it.
+        caught_as: &'static [&'static str],
     },
 }
 
@@ -39,7 +43,7 @@ impl fmt::Display for Expect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Expect::Safe => f.write_str("0 (must pass)"),
-            Expect::Violation { breaks } => {
+            Expect::Violation { breaks, .. } => {
                 let h = breaks.split(':').next().unwrap_or(breaks);
                 write!(f, ">0 (demo, breaks {h})")
             }
@@ -107,8 +111,22 @@ impl ScenarioResult {
         self.error.is_none()
             && match self.expect {
                 Expect::Safe => self.violations.is_empty(),
-                Expect::Violation { .. } => !self.violations.is_empty(),
+                Expect::Violation { .. } => {
+                    !self.violations.is_empty() && self.missing().is_empty()
+                }
             }
+    }
+
+    /// The categories a demonstration must show that the checker did not report.
+    pub fn missing(&self) -> Vec<&'static str> {
+        match self.expect {
+            Expect::Safe => Vec::new(),
+            Expect::Violation { caught_as, .. } => caught_as
+                .iter()
+                .copied()
+                .filter(|c| !self.violations.iter().any(|v| v.category() == *c))
+                .collect(),
+        }
     }
 }
 
@@ -145,15 +163,18 @@ pub async fn run(
             return (result, Some(nodes));
         }
     };
+    let history = History::new();
+    let prefix = format!("lab:{}:", scenario.name);
+    let observer = Observer::start(&history, &nodes.addrs(), &[format!("{prefix}{KEY}")]);
     let lab = Lab {
         nodes,
         links,
-        history: History::new(),
-        prefix: format!("lab:{}:", scenario.name),
+        history,
+        prefix,
         timing: scenario.timing,
         setup: scenario.setup,
+        observed: observer.samples(),
     };
-    let observer = Observer::start(&lab.history, &lab.nodes.addrs(), &[lab.full_key(KEY)]);
     match tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(&lab)).await {
         Ok(Ok(outcome)) => {
             result.notes = outcome.notes;

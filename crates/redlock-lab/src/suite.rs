@@ -16,41 +16,117 @@ pub fn docker_requested() -> bool {
 
 /// Runs `scenarios` on `backend` in order, printing a line per scenario to stderr.
 pub async fn run_backend(backend: BackendKind, scenarios: &[Scenario]) -> Vec<ScenarioResult> {
+    run_repeated(backend, scenarios, 1).await
+}
+
+/// Runs each of `scenarios` `times` times in a row on `backend` (all runs of the first
+/// scenario, then all of the next), printing a line per run to stderr. See
+/// [`repeat_summary`] for the per-scenario count.
+pub async fn run_repeated(
+    backend: BackendKind,
+    scenarios: &[Scenario],
+    times: usize,
+) -> Vec<ScenarioResult> {
     let mut results = Vec::new();
     let mut reuse: Option<Nodes> = None;
     for s in scenarios {
-        eprintln!("[lab] {backend}: {} ...", s.name);
-        let (result, nodes) = scenario::run(backend, s, reuse.take()).await;
-        eprintln!(
-            "[lab] {backend}: {} -> {} acquisitions, {} violation(s), {} in {:.1}s",
-            s.name,
-            result.acquisitions,
-            result.violations.len(),
-            if result.passed() {
-                "as expected"
+        for run in 1..=times {
+            let label = if times > 1 {
+                format!("{} (run {run}/{times})", s.name)
             } else {
-                "UNEXPECTED"
-            },
-            result.elapsed.as_secs_f64()
-        );
-        if let Some(error) = &result.error {
-            eprintln!("[lab]   error: {error}");
+                s.name.to_owned()
+            };
+            eprintln!("[lab] {backend}: {label} ...");
+            let (result, nodes) = scenario::run(backend, s, reuse.take()).await;
+            eprintln!(
+                "[lab] {backend}: {label} -> {} acquisitions, {} violation(s), {} in {:.1}s",
+                result.acquisitions,
+                result.violations.len(),
+                if result.passed() {
+                    "as expected"
+                } else {
+                    "UNEXPECTED"
+                },
+                result.elapsed.as_secs_f64()
+            );
+            if let Some(error) = &result.error {
+                eprintln!("[lab]   error: {error}");
+            }
+            reuse = nodes;
+            results.push(result);
         }
-        reuse = nodes;
-        results.push(result);
     }
     results
 }
 
+/// Per scenario and backend (in order of first appearance): how many runs ended as expected,
+/// the range of violations found and the run times; then the details of every run that did
+/// not end as expected.
+pub fn repeat_summary<'a>(results: impl IntoIterator<Item = &'a ScenarioResult>) -> String {
+    let mut groups: Vec<Vec<&ScenarioResult>> = Vec::new();
+    for r in results {
+        match groups
+            .iter_mut()
+            .find(|g| g[0].name == r.name && g[0].backend == r.backend)
+        {
+            Some(group) => group.push(r),
+            None => groups.push(vec![r]),
+        }
+    }
+    let mut out = String::new();
+    out.push_str(
+        "| scenario | backend | runs | as expected | violations found (min-max) | expected | time per run (mean / max) |\n",
+    );
+    out.push_str("|---|---|---:|---:|---:|---|---:|\n");
+    for group in &groups {
+        let first = group[0];
+        let passed = group.iter().filter(|r| r.passed()).count();
+        let found = group.iter().map(|r| r.violations.len());
+        let (min, max) = (found.clone().min().unwrap_or(0), found.max().unwrap_or(0));
+        let total: f64 = group.iter().map(|r| r.elapsed.as_secs_f64()).sum();
+        let longest = group
+            .iter()
+            .map(|r| r.elapsed.as_secs_f64())
+            .fold(0.0, f64::max);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {passed}/{} | {min}-{max} | {} | {:.2}s / {longest:.2}s |",
+            first.name,
+            first.backend,
+            group.len(),
+            group.len(),
+            first.expect,
+            total / group.len() as f64,
+        );
+    }
+    for group in &groups {
+        for (i, r) in group.iter().enumerate() {
+            if !r.passed() {
+                let _ = writeln!(
+                    out,
+                    "\n{} ({}), run {} of {}:",
+                    r.name,
+                    r.backend,
+                    i + 1,
+                    group.len()
+                );
+                details(&mut out, r);
+            }
+        }
+    }
+    out
+}
+
 /// The summary table (Markdown) and, under it, what each demonstration broke and the first
 /// violations of every scenario that found some.
-pub fn summary(results: &[ScenarioResult]) -> String {
+pub fn summary<'a>(results: impl IntoIterator<Item = &'a ScenarioResult>) -> String {
+    let results: Vec<&ScenarioResult> = results.into_iter().collect();
     let mut out = String::new();
     out.push_str(
         "| scenario | backend | acquisitions | writes | violations found | expected | result |\n",
     );
     out.push_str("|---|---|---:|---:|---:|---|---|\n");
-    for r in results {
+    for r in &results {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} |",
@@ -69,37 +145,48 @@ pub fn summary(results: &[ScenarioResult]) -> String {
             }
         );
     }
-    for r in results {
+    for r in &results {
         if r.violations.is_empty() && r.error.is_none() && r.notes.is_empty() {
             continue;
         }
         let _ = writeln!(out, "\n{} ({}):", r.name, r.backend);
-        if let Expect::Violation { breaks } = r.expect {
-            let _ = writeln!(out, "  breaks {breaks}");
-        }
-        for note in &r.notes {
-            let _ = writeln!(out, "  note: {note}");
-        }
-        if let Some(error) = &r.error {
-            let _ = writeln!(out, "  error: {error}");
-        }
-        let mut by_category: Vec<(&str, usize)> = Vec::new();
-        for v in &r.violations {
-            match by_category.iter_mut().find(|(c, _)| *c == v.category()) {
-                Some((_, n)) => *n += 1,
-                None => by_category.push((v.category(), 1)),
-            }
-        }
-        if !by_category.is_empty() {
-            let list: Vec<String> = by_category
-                .iter()
-                .map(|(c, n)| format!("{n} {c}"))
-                .collect();
-            let _ = writeln!(out, "  found: {}", list.join(", "));
-        }
-        for v in r.violations.iter().take(8) {
-            let _ = writeln!(out, "  - {v}");
-        }
+        details(&mut out, r);
     }
     out
+}
+
+/// What a demonstration broke and must show, the driver's notes, the error, and the
+/// violations found (by category, then the first few).
+fn details(out: &mut String, r: &ScenarioResult) {
+    if let Expect::Violation { breaks, caught_as } = r.expect {
+        let _ = writeln!(out, "  breaks {breaks}");
+        let _ = writeln!(out, "  must show: {}", caught_as.join(", "));
+        let missing = r.missing();
+        if !missing.is_empty() {
+            let _ = writeln!(out, "  NOT SHOWN: {}", missing.join(", "));
+        }
+    }
+    for note in &r.notes {
+        let _ = writeln!(out, "  note: {note}");
+    }
+    if let Some(error) = &r.error {
+        let _ = writeln!(out, "  error: {error}");
+    }
+    let mut by_category: Vec<(&str, usize)> = Vec::new();
+    for v in &r.violations {
+        match by_category.iter_mut().find(|(c, _)| *c == v.category()) {
+            Some((_, n)) => *n += 1,
+            None => by_category.push((v.category(), 1)),
+        }
+    }
+    if !by_category.is_empty() {
+        let list: Vec<String> = by_category
+            .iter()
+            .map(|(c, n)| format!("{n} {c}"))
+            .collect();
+        let _ = writeln!(out, "  found: {}", list.join(", "));
+    }
+    for v in r.violations.iter().take(8) {
+        let _ = writeln!(out, "  - {v}");
+    }
 }

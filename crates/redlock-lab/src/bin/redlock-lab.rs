@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use redlock_lab::{run_backend, scenarios, summary, BackendKind};
+use redlock_lab::{repeat_summary, run_repeated, scenarios, summary, BackendKind, Expect};
 use redlock_testkit::DockerSet;
 
 /// Fault-injection scenarios with a safety checker, against local redis-server processes
@@ -17,6 +17,14 @@ struct Args {
     /// Run only scenarios whose name contains this (repeatable).
     #[arg(long = "scenario")]
     scenarios: Vec<String>,
+    /// Run only the demonstrations (the scenarios that must show a violation).
+    #[arg(long)]
+    demos: bool,
+    /// Run each selected scenario this many times in a row and report, per scenario, how
+    /// many runs ended as expected (e.g. `--demos --repeat 20` to show that every
+    /// demonstration fires every time). Fails if any run did not.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -40,6 +48,9 @@ async fn main() -> ExitCode {
         .init();
     let args = Args::parse();
     let mut all = scenarios();
+    if args.demos {
+        all.retain(|s| matches!(s.expect, Expect::Violation { .. }));
+    }
     if !args.scenarios.is_empty() {
         all.retain(|s| args.scenarios.iter().any(|f| s.name.contains(f.as_str())));
         if all.is_empty() {
@@ -64,11 +75,16 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    let times = args.repeat as usize;
     let mut results = Vec::new();
     for backend in backends {
-        results.extend(run_backend(*backend, &all).await);
+        results.extend(run_repeated(*backend, &all, times).await);
     }
-    println!("{}", summary(&results));
+    if times > 1 {
+        println!("{}", repeat_summary(&results));
+    } else {
+        println!("{}", summary(&results));
+    }
     if results.iter().all(|r| r.passed()) {
         ExitCode::SUCCESS
     } else {

@@ -11,7 +11,9 @@ use std::time::Duration;
 use redlock_client::Redlock;
 use tokio::time::Instant;
 
+use crate::checker::{Observation, EVENT_SLACK};
 use crate::error::LabError;
+use crate::history::At;
 use crate::lab::Lab;
 use crate::scenario::{Outcome, Scenario, KEY};
 use crate::workload::{contend, Resource};
@@ -57,4 +59,106 @@ async fn shutdown(clients: &[Redlock]) {
 /// `fraction` of the lab's run time.
 fn at(lab: &Lab, fraction: f64) -> Duration {
     lab.timing.run_for.mul_f64(fraction)
+}
+
+/// How many nodes a lock needs.
+fn quorum(lab: &Lab) -> usize {
+    lab.nodes.len() / 2 + 1
+}
+
+/// Every node's index.
+fn every_node(lab: &Lab) -> Vec<usize> {
+    (0..lab.nodes.len()).collect()
+}
+
+/// Waits until the observer has taken, on `need` distinct nodes of `nodes`, a sample of the
+/// scenario key that `wanted` accepts; returns the first such sample of each of those nodes.
+/// Gives up with [`LabError::Schedule`] after two TTLs and two seconds: every wait of the
+/// demonstrations is for something that follows within a TTL.
+async fn seen_on(
+    lab: &Lab,
+    nodes: &[usize],
+    need: usize,
+    what: &str,
+    wanted: impl Fn(&Observation) -> bool,
+) -> Result<Vec<Observation>, LabError> {
+    let key = lab.full_key(KEY);
+    let deadline = Instant::now() + lab.timing.ttl * 2 + Duration::from_secs(2);
+    let mut found: Vec<Observation> = Vec::new();
+    while found.len() < need {
+        let next = lab
+            .observed
+            .wait_for(deadline.saturating_duration_since(Instant::now()), |o| {
+                o.key == key
+                    && nodes.contains(&o.node)
+                    && !found.iter().any(|f| f.node == o.node)
+                    && wanted(o)
+            })
+            .await;
+        match next {
+            Some(sample) => found.push(sample),
+            None => {
+                return Err(LabError::Schedule(format!(
+                    "the observer did not see {what} on {need} of nodes {nodes:?} (only on {:?})",
+                    found.iter().map(|f| f.node).collect::<Vec<_>>()
+                )))
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Waits until the observer has seen `token` on a quorum of the nodes (where a won lock has
+/// it for sure); returns those nodes.
+async fn seen_holding(lab: &Lab, token: &str) -> Result<Vec<usize>, LabError> {
+    let found = seen_on(lab, &every_node(lab), quorum(lab), "the new token", |o| {
+        o.token.as_deref() == Some(token)
+    })
+    .await?;
+    Ok(found.iter().map(|o| o.node).collect())
+}
+
+/// Waits until the observer has seen `token` absent (the key missing or another token) on
+/// `need` of `nodes`, in samples sent from `since` on.
+async fn seen_without(
+    lab: &Lab,
+    token: &str,
+    nodes: &[usize],
+    need: usize,
+    since: At,
+) -> Result<(), LabError> {
+    seen_on(lab, nodes, need, "the old token gone", |o| {
+        o.sent >= since && o.token.as_deref() != Some(token)
+    })
+    .await
+    .map(drop)
+}
+
+/// Waits until the observer has seen no key at all on every node, in samples sent from now
+/// on: a round starts clean, whatever an earlier round left.
+async fn seen_empty(lab: &Lab) -> Result<(), LabError> {
+    let since = lab.history.now();
+    seen_on(
+        lab,
+        &every_node(lab),
+        lab.nodes.len(),
+        "the key absent",
+        |o| o.sent >= since && o.token.is_none(),
+    )
+    .await
+    .map(drop)
+}
+
+/// Waits until the observer has sampled each of `nodes` with a sample sent at or after
+/// `since` (so what happened before `since` is on record), then until the checker's slack
+/// around events has passed after the last of those samples (so an event that follows, such
+/// as the holder's own release, cannot explain away what they show).
+async fn seen_after(lab: &Lab, nodes: &[usize], since: At) -> Result<(), LabError> {
+    let found = seen_on(lab, nodes, nodes.len(), "a sample after the event", |o| {
+        o.sent >= since
+    })
+    .await?;
+    let last = found.iter().map(|o| o.received).max().unwrap_or(since);
+    tokio::time::sleep((last + EVENT_SLACK * 2).saturating_sub(lab.history.now())).await;
+    Ok(())
 }

@@ -4,21 +4,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::clients::SubscriberClient;
 use fred::types::{Key, Value};
 use futures::future::{join, join_all};
 use tokio::time::Instant;
 
-use crate::batch;
 use crate::config::{check_key, Config};
+use crate::connection::{self, Connection};
 use crate::drift::drift;
 use crate::error::{ConfigError, Error};
 use crate::inspect::Inspection;
 use crate::lock::Lock;
-use crate::node::Node;
+use crate::lock_spec::LockSpec;
 use crate::quorum::quorum;
-use crate::report::{NodeName, RoundKind};
-use crate::round::{self, Busy, Forward, Op};
-use crate::scripts::{Script, ACQUIRE_MANY, REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE};
+use crate::report::{NodeName, RoundKind, RoundReport};
+use crate::round::{self, BackgroundWork, Command, Decided, Request, Round};
+use crate::scripts::EXTEND_BATCH;
 use crate::token::Token;
 
 /// The most locks [`Coordinator::extend_many`] sends in one script call per node. At this
@@ -54,9 +55,9 @@ pub struct Coordinator {
 
 #[derive(Debug)]
 struct Inner {
-    nodes: Arc<[Node]>,
+    connections: Arc<[Connection]>,
     config: Config,
-    busy: Busy,
+    work: BackgroundWork,
     /// Set by the first `close`: later ones only wait for background work.
     closed: AtomicBool,
 }
@@ -73,63 +74,28 @@ impl Coordinator {
     /// can be checked, and the others are named in a warning.
     pub async fn connect(config: Config) -> Result<Coordinator, ConfigError> {
         let endpoints = config.endpoints()?;
-        let nodes = endpoints
+        let connections = endpoints
             .into_iter()
-            .map(|e| Node::new(e, &config))
+            .map(|e| Connection::new(e, &config))
             .collect::<Result<Vec<_>, _>>()?;
         // Long enough for a healthy node to connect even with a tiny node timeout; a node
         // that is down costs this once, at start-up.
         let within = config.node_timeout.max(STARTUP_WAIT);
-        let connected = join_all(nodes.iter().map(|node| node.connect(within))).await;
-        for (node, connected) in nodes.iter().zip(&connected) {
+        let connected = join_all(connections.iter().map(|c| c.connect(within))).await;
+        for (connection, connected) in connections.iter().zip(&connected) {
             if let Err(reason) = connected {
-                tracing::warn!(node = %node.name, %reason, "node not usable at start-up; it counts as failing until it connects");
+                tracing::warn!(node = %connection.name, %reason, "node not usable at start-up; it counts as failing until it connects");
             }
         }
-        // One server reached under two names, addresses or databases would cast two votes:
-        // compare the servers' identities (`run_id`), not the URLs. This also rejects two
-        // databases of one server: one process, one failure domain. Only the nodes connected
-        // now can be identified; the others (down, or refusing the password or database)
-        // are not checked, and a warning names them.
-        let ids = join_all(
-            nodes
-                .iter()
-                .zip(&connected)
-                .map(|(node, connected)| async move {
-                    match connected {
-                        Ok(()) => node.server_id().await.ok(),
-                        Err(_) => None,
-                    }
-                }),
-        )
-        .await;
-        let mut seen: std::collections::HashMap<&str, &NodeName> = Default::default();
-        let mut unchecked = Vec::new();
-        for (node, id) in nodes.iter().zip(&ids) {
-            let Some(id) = id else {
-                unchecked.push(node.name.to_string());
-                continue;
-            };
-            if let Some(first) = seen.insert(id, &node.name) {
-                let err = ConfigError::DuplicateServer {
-                    first: first.to_string(),
-                    second: node.name.to_string(),
-                };
-                join_all(nodes.iter().map(Node::quit)).await;
-                return Err(err);
-            }
-        }
-        if !unchecked.is_empty() {
-            tracing::warn!(
-                nodes = %unchecked.join(", "),
-                "nodes not connected at start-up were not checked for being the same server as another node (only connected nodes can be identified): make sure every URL names a distinct master"
-            );
+        if let Err(e) = connection::check_distinct(&connections, &connected).await {
+            join_all(connections.iter().map(Connection::quit)).await;
+            return Err(e);
         }
         Ok(Coordinator {
             inner: Arc::new(Inner {
-                nodes: nodes.into(),
+                connections: connections.into(),
                 config,
-                busy: Busy::new(),
+                work: BackgroundWork::new(),
                 closed: AtomicBool::new(false),
             }),
         })
@@ -142,12 +108,16 @@ impl Coordinator {
 
     /// The number of nodes that must accept: `N / 2 + 1`.
     pub fn quorum(&self) -> usize {
-        quorum(self.inner.nodes.len())
+        quorum(self.inner.connections.len())
     }
 
     /// The nodes, in configuration order, as reports name them.
     pub fn nodes(&self) -> Vec<NodeName> {
-        self.inner.nodes.iter().map(|n| n.name.clone()).collect()
+        self.inner
+            .connections
+            .iter()
+            .map(|c| c.name.clone())
+            .collect()
     }
 
     /// The drift allowance for a TTL under this configuration.
@@ -174,13 +144,8 @@ impl Coordinator {
         token: Token,
         ttl: Duration,
     ) -> Result<Lock, Error> {
-        let spec = Spec::new(&[key], token, None)?;
-        let ttl = self.inner.config.check_ttl(ttl)?;
-        let forward = Forward::SetNx {
-            token: spec.token_value(),
-            ttl_ms: ttl.as_millis() as u64,
-        };
-        self.acquire_spec(spec, forward, ttl).await
+        let spec = LockSpec::new(&[key], token, None)?;
+        self.acquire_spec(spec, ttl).await
     }
 
     /// One acquisition round over several keys, all or nothing: each node sets every key or
@@ -193,13 +158,8 @@ impl Coordinator {
         ttl: Duration,
     ) -> Result<Lock, Error> {
         let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
-        let spec = Spec::new(&keys, token, None)?;
-        let ttl = self.inner.config.check_ttl(ttl)?;
-        let forward = Forward::Script {
-            script: &ACQUIRE_MANY,
-            args: vec![spec.token_value(), (ttl.as_millis() as i64).into()],
-        };
-        self.acquire_spec(spec, forward, ttl).await
+        let spec = LockSpec::new(&keys, token, None)?;
+        self.acquire_spec(spec, ttl).await
     }
 
     /// One acquisition round of a reentrant lock: succeeds when the key is free or already
@@ -216,37 +176,20 @@ impl Coordinator {
         if owner.is_empty() {
             return Err(ConfigError::EmptyOwner.into());
         }
-        let spec = Spec::new(&[key], token, Some(owner.into()))?;
-        let ttl = self.inner.config.check_ttl(ttl)?;
-        let forward = Forward::Script {
-            script: &REENTRANT_ACQUIRE,
-            args: vec![
-                owner.into(),
-                spec.token_value(),
-                (ttl.as_millis() as i64).into(),
-            ],
-        };
-        self.acquire_spec(spec, forward, ttl).await
+        let spec = LockSpec::new(&[key], token, Some(owner.into()))?;
+        self.acquire_spec(spec, ttl).await
     }
 
-    async fn acquire_spec(
-        &self,
-        spec: Spec,
-        forward: Forward,
-        ttl: Duration,
-    ) -> Result<Lock, Error> {
-        let op = Op {
+    async fn acquire_spec(&self, spec: LockSpec, ttl: Duration) -> Result<Lock, Error> {
+        let ttl = self.inner.config.check_ttl(ttl)?;
+        let round = Round {
             kind: RoundKind::Acquire,
-            name: spec.name.clone(),
-            keys: spec.fred_keys(),
-            forward,
-            // A rollback publishes nothing: nobody held the lock, so nobody waits for it.
-            undo: Some(spec.release(None)),
-            ttl: Some(ttl),
+            command: spec.acquire(ttl),
+            requests: vec![spec.acquire_request(ttl)],
             drift_factor: self.inner.config.drift_factor,
         };
-        let finished = round::run(&self.inner.nodes, op, &self.inner.busy).await;
-        self.lock_from(finished, spec, ttl, None)
+        let decided = self.run_one(round).await;
+        self.lock_from(decided, spec, ttl, None)
     }
 
     /// One extension round: compare-and-`PEXPIRE` to `ttl` on every node, counted like an
@@ -290,66 +233,80 @@ impl Coordinator {
     }
 
     async fn extend_checked(&self, locks: &[(&Lock, Duration)]) -> Vec<Result<Lock, Error>> {
-        if locks.is_empty() {
-            return Vec::new();
-        }
-        let drift_factor = self.inner.config.drift_factor;
-        let nodes = &self.inner.nodes;
-        let mut finished = Vec::with_capacity(locks.len());
+        let mut decided = Vec::with_capacity(locks.len());
         let mut chunks = locks.chunks(EXTEND_BATCH_LOCKS);
         while let Some(first) = chunks.next() {
-            let first = batch::extend(nodes, first, drift_factor);
+            let first = self.extend_batch(first);
             match chunks.next() {
                 Some(second) => {
-                    let (a, b) = join(first, batch::extend(nodes, second, drift_factor)).await;
-                    finished.extend(a.into_iter().chain(b));
+                    let (a, b) = join(first, self.extend_batch(second)).await;
+                    decided.extend(a.into_iter().chain(b));
                 }
-                None => finished.extend(first.await),
+                None => decided.extend(first.await),
             }
         }
         locks
             .iter()
-            .zip(finished)
-            .map(|((lock, ttl), finished)| {
-                let spec = Spec {
-                    keys: lock.keys.clone(),
-                    name: lock.name.clone(),
-                    token: lock.token.clone(),
-                    owner: lock.owner.clone(),
-                };
+            .zip(decided)
+            .map(|((lock, ttl), decided)| {
                 // Extensions only lengthen, so what the lock held before still stands.
-                self.lock_from(finished, spec, *ttl, Some(lock.valid_until))
+                self.lock_from(decided, LockSpec::of(lock), *ttl, Some(lock.valid_until))
             })
             .collect()
+    }
+
+    /// One extension round for up to [`EXTEND_BATCH_LOCKS`] locks: one script call per
+    /// node, each lock decided on its own quorum.
+    async fn extend_batch(&self, locks: &[(&Lock, Duration)]) -> Vec<Decided> {
+        let mut keys: Vec<Key> = Vec::new();
+        // The script's first argument is reserved.
+        let mut args: Vec<Value> = vec![Value::from("batch")];
+        let mut requests = Vec::with_capacity(locks.len());
+        for (lock, ttl) in locks {
+            let spec = LockSpec::of(lock);
+            keys.extend(spec.fred_keys());
+            spec.extend_args(*ttl, &mut args);
+            requests.push(Request {
+                name: spec.name.clone(),
+                ttl: Some(*ttl),
+                undo: None,
+            });
+        }
+        let round = Round {
+            kind: RoundKind::Extend,
+            command: Command::Script {
+                script: &EXTEND_BATCH,
+                keys,
+                args,
+            },
+            requests,
+            drift_factor: self.inner.config.drift_factor,
+        };
+        round::run(&self.inner.connections, round, &self.inner.work).await
     }
 
     /// Releases a lock: compare-and-delete on every node (for a reentrant lock: drops this
     /// hold, and the key with the last one). Returns once a quorum of nodes no longer hold
     /// it; the remaining nodes finish in the background. It only ever deletes a key that
     /// still holds this lock's token, so a late release never touches a newer holder.
-    pub async fn release(&self, lock: &Lock) -> Result<crate::RoundReport, Error> {
-        let spec = Spec {
-            keys: lock.keys.clone(),
-            name: lock.name.clone(),
-            token: lock.token.clone(),
-            owner: lock.owner.clone(),
-        };
-        let (script, args) = spec.release(self.inner.config.release_channel.as_deref());
-        let op = Op {
+    pub async fn release(&self, lock: &Lock) -> Result<RoundReport, Error> {
+        let spec = LockSpec::of(lock);
+        let round = Round {
             kind: RoundKind::Release,
-            name: spec.name.clone(),
-            keys: spec.fred_keys(),
-            forward: Forward::Script { script, args },
-            undo: None,
-            ttl: None,
+            command: spec.release(self.inner.config.release_channel.as_deref()),
+            requests: vec![Request {
+                name: spec.name.clone(),
+                ttl: None,
+                undo: None,
+            }],
             drift_factor: self.inner.config.drift_factor,
         };
-        let finished = round::run(&self.inner.nodes, op, &self.inner.busy).await;
-        if finished.won {
-            Ok(finished.report)
+        let decided = self.run_one(round).await;
+        if decided.won {
+            Ok(decided.report)
         } else {
             Err(Error::NoQuorum {
-                report: Box::new(finished.report),
+                report: Box::new(decided.report),
             })
         }
     }
@@ -358,14 +315,42 @@ impl Coordinator {
     /// quorum holds it and for how long. A snapshot: it may change right after.
     pub async fn inspect(&self, key: &str) -> Result<Inspection, Error> {
         check_key(key)?;
-        let ttls = join_all(
-            self.inner
-                .nodes
-                .iter()
-                .map(|node| async move { (node.name.clone(), node.pttl(Key::from(key)).await) }),
-        )
-        .await;
-        Ok(Inspection::new(key, ttls))
+        let round = Round {
+            kind: RoundKind::Inspect,
+            command: Command::Pttl {
+                key: Key::from(key),
+            },
+            requests: vec![Request {
+                name: key.into(),
+                ttl: None,
+                undo: None,
+            }],
+            drift_factor: self.inner.config.drift_factor,
+        };
+        let decided = self.run_one(round).await;
+        Ok(Inspection::new(key, &decided.report, &decided.values))
+    }
+
+    /// One subscriber connection per node, in configuration order, for hearing release
+    /// notifications (`Config::release_channel`). Built with the same settings as the
+    /// round connections (timeouts, reconnect policy, credentials, TLS); not connected
+    /// yet. A node whose subscriber cannot be built has an error in its place.
+    pub fn subscribers(&self) -> Vec<(NodeName, Result<SubscriberClient, ConfigError>)> {
+        match self.inner.config.endpoints() {
+            Ok(endpoints) => endpoints
+                .into_iter()
+                .map(|e| {
+                    let subscriber = connection::subscriber(&e, &self.inner.config);
+                    (e.name, subscriber)
+                })
+                .collect(),
+            // Validated at connect; a configuration cannot change afterwards.
+            Err(e) => self
+                .nodes()
+                .into_iter()
+                .map(|n| (n, Err(e.clone())))
+                .collect(),
+        }
     }
 
     /// Releases a lock without waiting for it, for a holder that cannot await (a guard
@@ -378,7 +363,7 @@ impl Coordinator {
         };
         // Entered before the task is spawned, so a quiesce called right after this
         // returns already waits for the release.
-        let busy = self.inner.busy.enter();
+        let busy = self.inner.work.enter();
         let this = self.clone();
         runtime.spawn(async move {
             let _busy = busy;
@@ -390,7 +375,7 @@ impl Coordinator {
     }
 
     /// Waits until no round of this coordinator has work left in the background (late
-    /// answers, rollbacks, the tail of a release, releases started by
+    /// answers, rollbacks, the nodes a release had not heard from yet, releases started by
     /// [`release_in_background`](Self::release_in_background)).
     ///
     /// The wait is bounded whatever the nodes do: a command in flight gives up after one
@@ -400,7 +385,7 @@ impl Coordinator {
     /// own round: add one node timeout). A key that could not be rolled back on a node
     /// that is down expires there with its TTL.
     pub async fn quiesce(&self) {
-        self.inner.busy.idle().await;
+        self.inner.work.idle().await;
     }
 
     /// Waits for background work (see [`quiesce`](Self::quiesce) for the bound), then
@@ -409,31 +394,35 @@ impl Coordinator {
     pub async fn close(&self) {
         self.quiesce().await;
         if !self.inner.closed.swap(true, Ordering::SeqCst) {
-            join_all(self.inner.nodes.iter().map(Node::quit)).await;
+            join_all(self.inner.connections.iter().map(Connection::quit)).await;
         }
     }
 
-    /// The lock a finished round produced. `held_until` is the deadline an extended lock
+    async fn run_one(&self, round: Round) -> Decided {
+        let mut decided = round::run(&self.inner.connections, round, &self.inner.work).await;
+        decided
+            .pop()
+            .expect("one result for a round of one request")
+    }
+
+    /// The lock a decided request produced. `held_until` is the deadline an extended lock
     /// had before the round: extensions never shorten, so it stays a lower bound.
     fn lock_from(
         &self,
-        finished: round::Finished,
-        spec: Spec,
+        decided: Decided,
+        spec: LockSpec,
         ttl: Duration,
         held_until: Option<Instant>,
     ) -> Result<Lock, Error> {
-        let report = Box::new(finished.report);
-        if finished.won {
-            // `ttl` passed `check_ttl` (at most a year), so neither step can overflow.
-            let valid_until =
-                (finished.t0 + ttl - self.drift(ttl)).max(held_until.unwrap_or(finished.t0));
+        let report = Box::new(decided.report);
+        if let (true, Some(valid_until)) = (decided.won, decided.valid_until) {
             return Ok(Lock {
                 keys: spec.keys,
                 name: spec.name,
                 token: spec.token,
                 owner: spec.owner,
                 ttl,
-                valid_until,
+                valid_until: held_until.map_or(valid_until, |held| held.max(valid_until)),
                 report: *report,
             });
         }
@@ -441,60 +430,6 @@ impl Coordinator {
             Err(Error::ValidityExhausted { report, ttl })
         } else {
             Err(Error::NoQuorum { report })
-        }
-    }
-}
-
-/// The identity of a lock: what its scripts are built from.
-struct Spec {
-    keys: Arc<[Arc<str>]>,
-    name: Arc<str>,
-    token: Token,
-    owner: Option<Arc<str>>,
-}
-
-impl Spec {
-    fn new(keys: &[&str], token: Token, owner: Option<Arc<str>>) -> Result<Spec, ConfigError> {
-        if keys.is_empty() {
-            return Err(ConfigError::NoKeys);
-        }
-        token.check()?;
-        // Only multi-key locks can repeat a key; the common single-key round skips the set.
-        let mut seen =
-            std::collections::HashSet::with_capacity(if keys.len() > 1 { keys.len() } else { 0 });
-        for key in keys {
-            check_key(key)?;
-            if keys.len() > 1 && !seen.insert(*key) {
-                return Err(ConfigError::DuplicateKey {
-                    key: (*key).to_string(),
-                });
-            }
-        }
-        Ok(Spec {
-            keys: keys.iter().map(|k| Arc::from(*k)).collect(),
-            name: keys.join(", ").into(),
-            token,
-            owner,
-        })
-    }
-
-    fn fred_keys(&self) -> Vec<Key> {
-        self.keys.iter().map(|k| Key::from(&**k)).collect()
-    }
-
-    fn token_value(&self) -> Value {
-        Value::String(self.token.as_fred().clone())
-    }
-
-    /// The compare-and-delete for this lock, publishing on `channel` when given.
-    fn release(&self, channel: Option<&str>) -> (&'static Script, Vec<Value>) {
-        let channel = Value::from(channel.unwrap_or(""));
-        match &self.owner {
-            Some(owner) => (
-                &REENTRANT_RELEASE,
-                vec![Value::from(&**owner), self.token_value(), channel],
-            ),
-            None => (&RELEASE, vec![self.token_value(), channel]),
         }
     }
 }

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 /// The fixed part of the drift: Redis expires keys with 1 ms precision, and short TTLs need
 /// a floor that a proportional factor alone would not give them.
 pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
@@ -39,6 +41,21 @@ pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Dur
         .filter(|v| !v.is_zero())
 }
 
+/// The validity left at the decision of a round that started at `t0` and was decided
+/// `elapsed` later, with its deadline `t0 + ttl - drift`; `None` when nothing is left. The
+/// one place where a round's validity is computed.
+pub(crate) fn lease(
+    ttl: Duration,
+    drift_factor: f64,
+    t0: Instant,
+    elapsed: Duration,
+) -> Option<(Duration, Instant)> {
+    let left = validity(ttl, elapsed, drift(ttl, drift_factor))?;
+    // `t0 + elapsed` is now; `left` is at most the TTL, which is checked to be at most a
+    // year, so the deadline cannot overflow.
+    Some((left, t0 + elapsed + left))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,6 +86,15 @@ mod tests {
         assert!(drift(Duration::MAX, 0.5) >= Duration::MAX / 2);
         assert!(drift(Duration::MAX, 0.999_999) > Duration::MAX / 2);
         assert_eq!(validity(Duration::MAX, Duration::MAX, Duration::MAX), None);
+    }
+
+    #[test]
+    fn a_lease_ends_at_t0_plus_ttl_minus_drift() {
+        let t0 = Instant::now();
+        let (left, until) = lease(1000 * MS, 0.01, t0, 10 * MS).unwrap();
+        assert_eq!(left, 978 * MS);
+        assert_eq!(until, t0 + 988 * MS);
+        assert_eq!(lease(1000 * MS, 0.01, t0, 988 * MS), None);
     }
 
     #[test]

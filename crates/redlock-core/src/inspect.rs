@@ -2,8 +2,10 @@
 
 use std::time::Duration;
 
+use fred::types::Value;
+
 use crate::quorum::quorum;
-use crate::report::{NodeName, NodeOutcome};
+use crate::report::{NodeName, NodeOutcome, RoundReport};
 
 /// What the nodes say about a key, read with `PTTL` on every node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +23,27 @@ pub struct Inspection {
 }
 
 impl Inspection {
-    pub(crate) fn new(key: &str, nodes: Vec<(NodeName, Result<Option<u64>, NodeOutcome>)>) -> Self {
+    /// The inspection a `PTTL` round produced: each node's outcome from `report`, and its
+    /// TTL in milliseconds from `values` (-1: no expiry).
+    pub(crate) fn new(key: &str, report: &RoundReport, values: &[Option<Value>]) -> Self {
+        let nodes = report
+            .nodes
+            .iter()
+            .zip(values)
+            .map(|(node, value)| {
+                let ttl = match (&node.outcome, value) {
+                    (NodeOutcome::Held, Some(Value::Integer(-1))) => Ok(Some(u64::MAX)),
+                    (NodeOutcome::Held, Some(Value::Integer(ms))) => Ok(Some(*ms as u64)),
+                    (NodeOutcome::NotHeld, _) => Ok(None),
+                    (other, _) => Err(other.clone()),
+                };
+                (node.node.clone(), ttl)
+            })
+            .collect();
+        Inspection::from_ttls(key, nodes)
+    }
+
+    fn from_ttls(key: &str, nodes: Vec<(NodeName, Result<Option<u64>, NodeOutcome>)>) -> Self {
         let n = nodes.len();
         let q = quorum(n);
         let mut present: Vec<u64> = nodes
@@ -77,7 +99,7 @@ mod tests {
             .enumerate()
             .map(|(i, r)| (NodeName::redacted(&format!("redis://h:{i}")), r.clone()))
             .collect();
-        Inspection::new("k", nodes)
+        Inspection::from_ttls("k", nodes)
     }
 
     #[test]

@@ -6,6 +6,19 @@
 //! (or cancelled) round set, including on nodes that answer late. It never retries: retry,
 //! renewal and guards are policy, and live in `redlock-client`.
 //!
+//! # How it is built
+//! - `round`: the one round engine. Every round (acquire one key, several keys or a
+//!   reentrant hold; extend one lock or a batch; release; inspect) is one command per
+//!   node and one request per lock, each request decided on its own quorum, its validity
+//!   computed from the round's `t0` (`drift`), what is left after the decision (late
+//!   answers, rollbacks) handed to one background task, and a drop guard for rounds
+//!   abandoned before their decision.
+//! - `connection`: one node's connection and the commands it sends, each bounded by the
+//!   node timeout; the one place that builds fred clients for lock nodes (also the
+//!   subscribers that [`Coordinator::subscribers`] hands out); why a connection failed.
+//! - `lock_spec` and `scripts`: a lock's identity and the Lua that takes, extends and
+//!   releases it; `quorum`, `drift`: the arithmetic; `coordinator`: the public API.
+//!
 //! # Guarantees
 //! - never reports success with fewer than a quorum of confirmed `SET NX` (G1);
 //! - validity is `ttl - (now - t0) - drift` with `t0` read before the first send, and a
@@ -45,14 +58,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
-mod batch;
 mod config;
+mod connection;
 mod coordinator;
 mod drift;
 mod error;
 mod inspect;
 mod lock;
-mod node;
+mod lock_spec;
 mod quorum;
 mod report;
 mod round;

@@ -23,18 +23,18 @@ pub(crate) enum Decision {
     Lost,
 }
 
-/// Counts replies as they arrive and says when the round is decided.
+/// Counts one request's votes as they arrive and says when it is decided.
 #[derive(Debug, Clone)]
-pub(crate) struct Tally {
+pub(crate) struct Votes {
     n: usize,
     quorum: usize,
     accepted: usize,
     failed: usize,
 }
 
-impl Tally {
+impl Votes {
     pub(crate) fn new(n: usize) -> Self {
-        Tally {
+        Votes {
             n,
             quorum: quorum(n),
             accepted: 0,
@@ -85,7 +85,7 @@ mod tests {
 
     #[test]
     fn decides_won_at_the_quorum_th_acceptance() {
-        let mut t = Tally::new(5);
+        let mut t = Votes::new(5);
         assert_eq!(t.record(true), None);
         assert_eq!(t.record(false), None);
         assert_eq!(t.record(true), None);
@@ -94,7 +94,7 @@ mod tests {
 
     #[test]
     fn decides_lost_once_the_quorum_is_impossible() {
-        let mut t = Tally::new(5);
+        let mut t = Votes::new(5);
         assert_eq!(t.record(false), None);
         assert_eq!(t.record(true), None);
         assert_eq!(t.record(false), None);
@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn an_even_split_is_lost_not_pending() {
-        let mut t = Tally::new(4);
+        let mut t = Votes::new(4);
         assert_eq!(t.record(true), None);
         assert_eq!(t.record(true), None);
         assert_eq!(t.record(false), None);
@@ -116,7 +116,7 @@ mod tests {
         // the final count, and it never comes later than the last reply.
         for n in 1..=7usize {
             for mask in 0u32..(1 << n) {
-                let mut t = Tally::new(n);
+                let mut t = Votes::new(n);
                 let mut first = None;
                 for i in 0..n {
                     let d = t.record(mask & (1 << i) != 0);

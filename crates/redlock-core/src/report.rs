@@ -59,6 +59,8 @@ pub enum RoundKind {
     Extend,
     /// Compare-and-delete on every node.
     Release,
+    /// `PTTL` on every node: who holds the key, and for how long.
+    Inspect,
 }
 
 impl fmt::Display for RoundKind {
@@ -67,6 +69,7 @@ impl fmt::Display for RoundKind {
             RoundKind::Acquire => "acquire",
             RoundKind::Extend => "extend",
             RoundKind::Release => "release",
+            RoundKind::Inspect => "inspect",
         })
     }
 }
@@ -83,6 +86,8 @@ pub enum NodeOutcome {
     Extended,
     /// The node deleted our key.
     Released,
+    /// The node holds the key (inspect).
+    Held,
     /// The key is not ours on this node: absent, expired or held by another owner
     /// (extend, release). A release counts it as done; an extension as failed.
     NotHeld,
@@ -107,6 +112,7 @@ impl NodeOutcome {
                 | NodeOutcome::HeldByOther
                 | NodeOutcome::Extended
                 | NodeOutcome::Released
+                | NodeOutcome::Held
                 | NodeOutcome::NotHeld
         )
     }
@@ -126,6 +132,7 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::HeldByOther => f.write_str("held by another owner"),
             NodeOutcome::Extended => f.write_str("extended"),
             NodeOutcome::Released => f.write_str("released"),
+            NodeOutcome::Held => f.write_str("holds the key"),
             NodeOutcome::NotHeld => f.write_str("not held by us"),
             NodeOutcome::TimedOut => f.write_str("timed out"),
             NodeOutcome::ConnectionError(e) => write!(f, "connection error: {e}"),
@@ -204,11 +211,19 @@ impl fmt::Display for NodeReport {
     }
 }
 
-/// The state that a round's node tasks keep filling in after the round is decided.
+/// What a round's background work keeps filling in after the round is decided: each
+/// request's node reports, and how many nodes are still open.
 #[derive(Debug, Clone)]
-pub(crate) struct Tail {
-    pub(crate) nodes: Vec<NodeReport>,
+pub(crate) struct Settling {
+    pub(crate) requests: Vec<Vec<NodeReport>>,
     pub(crate) open: usize,
+}
+
+/// One request's view of its round's [`Settling`].
+#[derive(Debug, Clone)]
+pub(crate) struct SettlingView {
+    pub(crate) rx: watch::Receiver<Settling>,
+    pub(crate) index: usize,
 }
 
 /// The report of one round: each node's outcome at the moment the round was decided.
@@ -229,7 +244,7 @@ pub struct RoundReport {
     /// The validity left at the decision (`ttl - elapsed - drift`), for a round with a TTL
     /// that reached its quorum, when positive.
     pub validity: Option<Duration>,
-    pub(crate) tail: Option<watch::Receiver<Tail>>,
+    pub(crate) settling: Option<SettlingView>,
 }
 
 impl RoundReport {
@@ -240,15 +255,14 @@ impl RoundReport {
 
     /// Waits until every node has answered or timed out and every rollback has finished,
     /// then returns the complete report: late answers marked `late`, rollbacks in
-    /// `cleanup`. Extension rounds keep no background work (a late `PEXPIRE` needs no
-    /// rollback): their report is returned as decided. Never needed for correctness (the work happens whether or not anyone
+    /// `cleanup`. Never needed for correctness (the work happens whether or not anyone
     /// waits); useful for tests, diagnostics and graceful shutdown.
     pub async fn settled(&self) -> RoundReport {
         let mut report = self.clone();
-        if let Some(mut rx) = report.tail.take() {
+        if let Some(mut view) = report.settling.take() {
             // An error means every node task has ended: the state is final either way.
-            let _ = rx.wait_for(|tail| tail.open == 0).await;
-            report.nodes = rx.borrow().nodes.clone();
+            let _ = view.rx.wait_for(|settling| settling.open == 0).await;
+            report.nodes = view.rx.borrow().requests[view.index].clone();
         }
         report
     }

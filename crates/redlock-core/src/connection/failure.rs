@@ -1,0 +1,176 @@
+//! Why a node's connection failed, kept so that rounds can say it: a wrong password or a
+//! database out of range is reported with the server's own words instead of fred's generic
+//! "connection closed".
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use fred::clients::Client;
+use fred::error::{Error as FredError, ErrorKind};
+use fred::interfaces::EventInterface;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::report::NodeOutcome;
+
+/// Why a node's connection failed (or was closed), as fred reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ConnectFailure {
+    /// The server refused the credentials: `NOAUTH` (it needs a password and none was
+    /// given), `WRONGPASS`, or a password given to a server that has none.
+    Auth(String),
+    /// The server refused the database of the URL (`SELECT`: index out of range).
+    Database(String),
+    /// Anything else: refused, reset, unreachable, protocol errors.
+    Other(String),
+}
+
+impl ConnectFailure {
+    /// `password` is masked should fred's text ever contain it.
+    fn from_fred(e: &FredError, password: Option<&str>) -> ConnectFailure {
+        let mut details = e.details().trim().to_string();
+        if let Some(password) = password.filter(|p| !p.is_empty()) {
+            details = details.replace(password, "***");
+        }
+        let upper = details.to_ascii_uppercase();
+        if *e.kind() == ErrorKind::Auth
+            || upper.starts_with("NOAUTH")
+            || upper.starts_with("WRONGPASS")
+            || (upper.starts_with("ERR") && upper.contains("AUTH"))
+        {
+            ConnectFailure::Auth(details)
+        } else if upper.contains("DB INDEX") || upper.contains("SELECT IS NOT ALLOWED") {
+            ConnectFailure::Database(details)
+        } else {
+            ConnectFailure::Other(format!("{:?}: {details}", e.kind()))
+        }
+    }
+
+    /// What a round reports for a command refused because of this failure. A server that
+    /// refused the password or database answered: that is a server error, and no retry
+    /// fixes it; anything else is a connection error.
+    pub(crate) fn outcome(&self) -> NodeOutcome {
+        match self {
+            ConnectFailure::Auth(_) | ConnectFailure::Database(_) => {
+                NodeOutcome::ServerError(self.to_string())
+            }
+            ConnectFailure::Other(_) => NodeOutcome::ConnectionError(self.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectFailure::Auth(reason) => write!(
+                f,
+                "authentication failed ({reason}): check the password (and user name) in the \
+                 node URL"
+            ),
+            ConnectFailure::Database(reason) => write!(
+                f,
+                "the server refused the database ({reason}): check the database number in the \
+                 node URL against the server's `databases` setting"
+            ),
+            ConnectFailure::Other(reason) => {
+                write!(f, "not connected (last connection error: {reason})")
+            }
+        }
+    }
+}
+
+/// Records every connection error fred reports for `client` in `last`, and clears it when
+/// the connection is (re-)established. Ends when the client is closed or dropped.
+pub(crate) fn watch_connection(
+    client: &Client,
+    last: Arc<Mutex<Option<ConnectFailure>>>,
+    password: Option<String>,
+) {
+    let mut errors = client.error_rx();
+    let mut reconnects = client.reconnect_rx();
+    tokio::spawn(async move {
+        let set = |value: Option<ConnectFailure>| {
+            *last.lock().unwrap_or_else(PoisonError::into_inner) = value;
+        };
+        loop {
+            tokio::select! {
+                // fred sends an attempt's error before the next attempt's success: read
+                // errors first so that a success is never overwritten by an older error.
+                biased;
+                error = errors.recv() => match error {
+                    Ok((error, _)) => {
+                        set(Some(ConnectFailure::from_fred(&error, password.as_deref())));
+                    }
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => break,
+                },
+                up = reconnects.recv() => match up {
+                    Ok(_) => set(None),
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => break,
+                },
+            }
+        }
+    });
+}
+
+/// Sorts a fred error into what a report can say about the node.
+pub(crate) fn failure(e: &FredError) -> NodeOutcome {
+    match e.kind() {
+        ErrorKind::Timeout => NodeOutcome::TimedOut,
+        // Redis error replies (NOAUTH, OOM, READONLY, script errors) arrive as `Unknown`.
+        ErrorKind::Unknown
+        | ErrorKind::Auth
+        | ErrorKind::InvalidArgument
+        | ErrorKind::InvalidCommand => NodeOutcome::ServerError(e.details().to_string()),
+        _ => NodeOutcome::ConnectionError(format!("{:?}: {}", e.kind(), e.details())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(kind: ErrorKind, details: &str, password: Option<&str>) -> ConnectFailure {
+        ConnectFailure::from_fred(&FredError::new(kind, details.to_string()), password)
+    }
+
+    #[test]
+    fn refused_credentials_and_databases_are_server_errors_that_say_what_to_fix() {
+        for (kind, details) in [
+            (ErrorKind::Auth, "WRONGPASS invalid username-password pair"),
+            (ErrorKind::Auth, "NOAUTH Authentication required."),
+            (
+                ErrorKind::Unknown,
+                "ERR AUTH <password> called without any password configured",
+            ),
+        ] {
+            let failure = classify(kind, details, Some("pw"));
+            assert_eq!(failure, ConnectFailure::Auth(details.to_string()));
+            let NodeOutcome::ServerError(text) = failure.outcome() else {
+                panic!("{failure:?}");
+            };
+            assert!(text.contains(details) && text.contains("check the password"));
+        }
+        let failure = classify(ErrorKind::Unknown, "ERR DB index is out of range", None);
+        assert!(
+            matches!(failure, ConnectFailure::Database(_)),
+            "{failure:?}"
+        );
+        assert!(failure.to_string().contains("database number"), "{failure}");
+    }
+
+    #[test]
+    fn other_connection_errors_stay_connection_errors() {
+        let failure = classify(ErrorKind::IO, "Connection refused", None);
+        let NodeOutcome::ConnectionError(text) = failure.outcome() else {
+            panic!("{failure:?}");
+        };
+        assert!(text.contains("Connection refused"), "{text}");
+    }
+
+    #[test]
+    fn a_password_echoed_in_an_error_is_masked() {
+        let failure = classify(ErrorKind::Auth, "WRONGPASS for hunter2", Some("hunter2"));
+        assert!(!failure.to_string().contains("hunter2"), "{failure}");
+        assert!(!format!("{failure:?}").contains("hunter2"), "{failure:?}");
+    }
+}

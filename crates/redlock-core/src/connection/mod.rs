@@ -1,0 +1,275 @@
+//! One Redis master: its fred client, configured so that nothing is ever replayed, and the
+//! commands a round sends to it, each bounded by the node timeout.
+
+mod factory;
+mod failure;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use fred::clients::{Client, SubscriberClient, WithOptions};
+use fred::error::{Error as FredError, ErrorKind};
+use fred::interfaces::ClientLike;
+use fred::types::config::Options;
+use fred::types::{CustomCommand, Key, Value};
+
+use crate::config::{Config, Endpoint};
+use crate::error::ConfigError;
+use crate::report::{NodeName, NodeOutcome};
+use crate::scripts::Script;
+
+use failure::{watch_connection, ConnectFailure};
+
+/// A subscriber for release notifications from the node at `endpoint`, with the same
+/// settings as the node's round connection.
+pub(crate) fn subscriber(
+    endpoint: &Endpoint,
+    config: &Config,
+) -> Result<SubscriberClient, ConfigError> {
+    factory::subscriber(endpoint, config)
+}
+
+/// A connection to one master, opened once and shared by every round.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub(crate) name: NodeName,
+    client: Client,
+    /// The same client with per-command options. Every command goes through `custom`,
+    /// because fred applies per-command options to `custom` but silently not to its
+    /// `evalsha`/`eval` helpers.
+    cmd: WithOptions<Client>,
+    timeout: Duration,
+    /// Why the connection last failed, from fred's error events; cleared when it comes
+    /// back. A command refused for want of a connection reports this instead of fred's
+    /// generic "connection closed", so that a wrong password or database says so.
+    last_error: Arc<Mutex<Option<ConnectFailure>>>,
+}
+
+impl Connection {
+    /// Builds the client (it connects in [`connect`](Self::connect)). Must run inside a
+    /// Tokio runtime: it starts the task that records the connection's errors.
+    pub(crate) fn new(endpoint: Endpoint, config: &Config) -> Result<Connection, ConfigError> {
+        let timeout = config.node_timeout;
+        let client = factory::round_client(&endpoint, config)?;
+        let options = Options {
+            max_attempts: Some(1),
+            timeout: Some(timeout),
+            fail_fast: true,
+            ..Default::default()
+        };
+        let cmd = client.with_options(&options);
+        let last_error = Arc::new(Mutex::new(None));
+        // Subscribed before the first connection attempt, so that none of its errors is
+        // missed. The password only lives in the task, to be masked should an error echo it.
+        watch_connection(&client, last_error.clone(), endpoint.fred.password.clone());
+        Ok(Connection {
+            name: endpoint.name,
+            client,
+            cmd,
+            timeout,
+            last_error,
+        })
+    }
+
+    /// Starts the connection task (it reconnects by itself) and waits up to `within` for the
+    /// first connection. A node that is down, or that refuses the connection (wrong
+    /// password, database out of range), does not fail this: it counts as failing in rounds
+    /// until it comes back. `Err` says why it is not connected, without any password.
+    pub(crate) async fn connect(&self, within: Duration) -> Result<(), String> {
+        let _task = self.client.connect();
+        let up = matches!(
+            tokio::time::timeout(within, self.client.wait_for_connect()).await,
+            Ok(Ok(()))
+        );
+        if !up {
+            return Err(match self.connect_failure() {
+                Some(failure) => failure.to_string(),
+                None => format!("no connection within {within:?}"),
+            });
+        }
+        // Loading the scripts now spares the first round on this node an EVALSHA,
+        // NOSCRIPT, EVAL sequence (one more round trip, during which later commands can
+        // overtake it). Best effort: a node that restarts later, empty, falls back to
+        // EVAL by itself.
+        for script in crate::scripts::all() {
+            let _ = self
+                .custom(
+                    "SCRIPT",
+                    vec![Value::from("LOAD"), Value::from(script.source())],
+                )
+                .await;
+        }
+        Ok(())
+    }
+
+    /// The server's identity: the `run_id` field of `INFO server`, under the node timeout.
+    /// Random per server process, and the same for every database of one server and under
+    /// every name or address that reaches it; two nodes reporting the same `run_id` are one
+    /// server, one failure domain.
+    pub(crate) async fn server_id(&self) -> Result<String, NodeOutcome> {
+        let reply = self.custom("INFO", vec![Value::from("server")]).await?;
+        reply
+            .as_str()
+            .and_then(|text| run_id(&text))
+            .ok_or_else(|| NodeOutcome::ServerError("INFO server reported no run_id".to_string()))
+    }
+
+    pub(crate) async fn quit(&self) {
+        let _ = tokio::time::timeout(self.timeout, self.client.quit()).await;
+    }
+
+    /// `SET key token NX PX ttl`: the raw reply (`OK` when set, nil when the key exists).
+    pub(crate) async fn set_nx_px(
+        &self,
+        key: Key,
+        token: Value,
+        ttl: Duration,
+    ) -> Result<Value, NodeOutcome> {
+        // TTLs are checked to be at most a year before any round, so this never saturates.
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let args = vec![key.into(), token, "NX".into(), "PX".into(), ttl_ms.into()];
+        self.custom("SET", args).await
+    }
+
+    /// `PTTL key`: the raw reply (milliseconds, -1 without expiry, -2 when absent).
+    pub(crate) async fn pttl(&self, key: Key) -> Result<Value, NodeOutcome> {
+        self.custom("PTTL", vec![Value::from(key)]).await
+    }
+
+    /// Runs a script by its SHA-1, loading it with `EVAL` when the node does not know it
+    /// (`NOSCRIPT`: first use, or a restarted node). Both steps share one timeout.
+    pub(crate) async fn eval(
+        &self,
+        script: &Script,
+        keys: &[Key],
+        args: &[Value],
+    ) -> Result<Value, NodeOutcome> {
+        self.bounded(async {
+            let evalsha = CustomCommand::new_static("EVALSHA", None, false);
+            match self
+                .cmd
+                .custom::<Value, Value>(evalsha, script_args(script.sha(), keys, args))
+                .await
+            {
+                Err(e) if e.details().starts_with("NOSCRIPT") => {
+                    let eval = CustomCommand::new_static("EVAL", None, false);
+                    self.cmd
+                        .custom::<Value, Value>(eval, script_args(script.source(), keys, args))
+                        .await
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+
+    /// One command with the per-command options, under the node timeout.
+    async fn custom(&self, command: &'static str, args: Vec<Value>) -> Result<Value, NodeOutcome> {
+        let command = CustomCommand::new_static(command, None, false);
+        self.bounded(self.cmd.custom::<Value, Value>(command, args))
+            .await
+    }
+
+    /// fred's own timeout covers commands it has written; this one also covers time spent
+    /// before that (a connection being re-established), and uses tokio's clock.
+    async fn bounded<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, FredError>>,
+    ) -> Result<T, NodeOutcome> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(self.failure(&e)),
+            Err(_) => Err(NodeOutcome::TimedOut),
+        }
+    }
+
+    /// Sorts a fred error into what a report can say about the node. A command that fred
+    /// refused for want of a connection reports why the connection failed, when known.
+    fn failure(&self, e: &FredError) -> NodeOutcome {
+        if *e.kind() == ErrorKind::Canceled {
+            if let Some(failure) = self.connect_failure() {
+                return failure.outcome();
+            }
+        }
+        failure::failure(e)
+    }
+
+    fn connect_failure(&self) -> Option<ConnectFailure> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Fails when two connected nodes are one server: reached under two names, addresses or
+/// databases, it would cast two votes. Compares the servers' identities (`run_id`), not the
+/// URLs, so two databases of one server are rejected too (one process, one failure
+/// domain). Only the nodes connected now can be identified; the others (down, or refusing
+/// the password or database) are not checked, and a warning names them.
+pub(crate) async fn check_distinct(
+    connections: &[Connection],
+    connected: &[Result<(), String>],
+) -> Result<(), ConfigError> {
+    let ids = futures::future::join_all(connections.iter().zip(connected).map(
+        |(connection, connected)| async move {
+            match connected {
+                Ok(()) => connection.server_id().await.ok(),
+                Err(_) => None,
+            }
+        },
+    ))
+    .await;
+    let mut seen: std::collections::HashMap<&str, &NodeName> = Default::default();
+    let mut unchecked = Vec::new();
+    for (connection, id) in connections.iter().zip(&ids) {
+        let Some(id) = id else {
+            unchecked.push(connection.name.to_string());
+            continue;
+        };
+        if let Some(first) = seen.insert(id, &connection.name) {
+            return Err(ConfigError::DuplicateServer {
+                first: first.to_string(),
+                second: connection.name.to_string(),
+            });
+        }
+    }
+    if !unchecked.is_empty() {
+        tracing::warn!(
+            nodes = %unchecked.join(", "),
+            "nodes not connected at start-up were not checked for being the same server as another node (only connected nodes can be identified): make sure every URL names a distinct master"
+        );
+    }
+    Ok(())
+}
+
+/// The `run_id` field of an `INFO` reply.
+fn run_id(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("run_id:"))
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(str::to_string)
+}
+
+fn script_args(head: &str, keys: &[Key], args: &[Value]) -> Vec<Value> {
+    let mut all = Vec::with_capacity(2 + keys.len() + args.len());
+    all.push(head.into());
+    all.push((keys.len() as i64).into());
+    all.extend(keys.iter().cloned().map(Value::from));
+    all.extend(args.iter().cloned());
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_id_is_read_from_info_server() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:3f1c0a\r\ntcp_port:6379\r\n";
+        assert_eq!(run_id(info).as_deref(), Some("3f1c0a"));
+        assert_eq!(run_id("# Server\r\nrun_id:\r\n"), None);
+        assert_eq!(run_id(""), None);
+    }
+}

@@ -1,0 +1,143 @@
+//! A lock's identity (keys, token, owner) and the commands built from it: what a round
+//! sends to take, extend, release or undo it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+
+use crate::config::check_key;
+use crate::error::ConfigError;
+use crate::lock::Lock;
+use crate::round::{Command, Request, Undo};
+use crate::scripts::{Script, ACQUIRE_MANY, REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE};
+use crate::token::Token;
+
+/// What a lock's scripts are built from.
+pub(crate) struct LockSpec {
+    pub(crate) keys: Arc<[Arc<str>]>,
+    pub(crate) name: Arc<str>,
+    pub(crate) token: Token,
+    pub(crate) owner: Option<Arc<str>>,
+}
+
+impl LockSpec {
+    /// Checks the keys (not empty, none repeated) and the token.
+    pub(crate) fn new(
+        keys: &[&str],
+        token: Token,
+        owner: Option<Arc<str>>,
+    ) -> Result<LockSpec, ConfigError> {
+        if keys.is_empty() {
+            return Err(ConfigError::NoKeys);
+        }
+        token.check()?;
+        // Only multi-key locks can repeat a key; the common single-key round skips the set.
+        let mut seen =
+            std::collections::HashSet::with_capacity(if keys.len() > 1 { keys.len() } else { 0 });
+        for key in keys {
+            check_key(key)?;
+            if keys.len() > 1 && !seen.insert(*key) {
+                return Err(ConfigError::DuplicateKey {
+                    key: (*key).to_string(),
+                });
+            }
+        }
+        Ok(LockSpec {
+            keys: keys.iter().map(|k| Arc::from(*k)).collect(),
+            name: keys.join(", ").into(),
+            token,
+            owner,
+        })
+    }
+
+    /// The identity of a lock that was already won.
+    pub(crate) fn of(lock: &Lock) -> LockSpec {
+        LockSpec {
+            keys: lock.keys.clone(),
+            name: lock.name.clone(),
+            token: lock.token.clone(),
+            owner: lock.owner.clone(),
+        }
+    }
+
+    pub(crate) fn fred_keys(&self) -> Vec<Key> {
+        self.keys.iter().map(|k| Key::from(&**k)).collect()
+    }
+
+    fn token_value(&self) -> Value {
+        Value::String(self.token.as_fred().clone())
+    }
+
+    /// The command that takes the lock with `ttl`: `SET NX PX` for one key, a script for
+    /// several keys or a reentrant hold.
+    pub(crate) fn acquire(&self, ttl: Duration) -> Command {
+        let ttl_ms = Value::from(ttl_ms(ttl));
+        match (&self.owner, self.keys.len()) {
+            (Some(owner), _) => self.script(
+                &REENTRANT_ACQUIRE,
+                vec![Value::from(&**owner), self.token_value(), ttl_ms],
+            ),
+            (None, 1) => Command::SetNx {
+                key: Key::from(&*self.keys[0]),
+                token: self.token_value(),
+            },
+            (None, _) => self.script(&ACQUIRE_MANY, vec![self.token_value(), ttl_ms]),
+        }
+    }
+
+    /// The acquisition's request: it asks for `ttl`, and is undone by a compare-and-delete
+    /// that publishes nothing (nobody held the lock, so nobody waits for its release).
+    pub(crate) fn acquire_request(&self, ttl: Duration) -> Request {
+        let (script, args) = self.release_script(None);
+        Request {
+            name: self.name.clone(),
+            ttl: Some(ttl),
+            undo: Some(Undo {
+                script,
+                keys: self.fred_keys(),
+                args,
+            }),
+        }
+    }
+
+    /// The compare-and-delete for this lock, publishing on `channel` when given.
+    pub(crate) fn release(&self, channel: Option<&str>) -> Command {
+        let (script, args) = self.release_script(channel);
+        self.script(script, args)
+    }
+
+    /// One lock's five arguments to the batch extension script.
+    pub(crate) fn extend_args(&self, ttl: Duration, args: &mut Vec<Value>) {
+        args.push(Value::from(if self.owner.is_some() { "r" } else { "e" }));
+        args.push(Value::from(self.keys.len() as i64));
+        args.push(self.token_value());
+        args.push(Value::from(self.owner.as_deref().unwrap_or("")));
+        args.push(Value::from(ttl_ms(ttl)));
+    }
+
+    fn release_script(&self, channel: Option<&str>) -> (&'static Script, Vec<Value>) {
+        let channel = Value::from(channel.unwrap_or(""));
+        match &self.owner {
+            Some(owner) => (
+                &REENTRANT_RELEASE,
+                vec![Value::from(&**owner), self.token_value(), channel],
+            ),
+            None => (&RELEASE, vec![self.token_value(), channel]),
+        }
+    }
+
+    fn script(&self, script: &'static Script, args: Vec<Value>) -> Command {
+        Command::Script {
+            script,
+            keys: self.fred_keys(),
+            args,
+        }
+    }
+}
+
+/// A TTL in whole milliseconds, as `PX` and the scripts take it. TTLs are checked to be at
+/// most a year before any round, so this never saturates.
+fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
+}

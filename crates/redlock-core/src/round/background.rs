@@ -1,0 +1,246 @@
+//! The part of a round that outlives its decision: commands still in flight, whose late
+//! answers are recorded, and the rollback of what a round that is not kept may have set.
+//! A round dropped before its decision hands everything here with the verdict "roll back"
+//! (deadpool's drop-guard idea), so an abandoned round leaves no key behind either.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::command::Answer;
+use super::{Round, Undo};
+use crate::connection::Connection;
+use crate::report::{CleanupOutcome, NodeOutcome, Settling};
+
+/// How many times a rollback is tried on one node. Each try is bounded by the node timeout;
+/// a node that failed this often is down or hung, and our key there expires with its TTL.
+/// Bounding the tries (rather than retrying until the TTL runs out) bounds how long
+/// [`Coordinator::quiesce`](crate::Coordinator::quiesce) and `close` can wait, and keeps
+/// rollbacks from piling up while a node stays down.
+pub(crate) const ROLLBACK_ATTEMPTS: u32 = 3;
+
+/// The pause before the second try; it doubles before each later one (10 ms, 20 ms).
+const ROLLBACK_PAUSE: Duration = Duration::from_millis(10);
+
+/// Counts a coordinator's background work (commands still in flight, rollbacks,
+/// background releases), so that callers can wait for it to drain.
+#[derive(Debug, Clone)]
+pub(crate) struct BackgroundWork(Arc<watch::Sender<usize>>);
+
+impl BackgroundWork {
+    pub(crate) fn new() -> Self {
+        BackgroundWork(Arc::new(watch::Sender::new(0)))
+    }
+
+    /// Counts one piece of work until the returned guard is dropped.
+    pub(crate) fn enter(&self) -> WorkGuard {
+        self.0.send_modify(|n| *n += 1);
+        WorkGuard(self.0.clone())
+    }
+
+    pub(crate) async fn idle(&self) {
+        let _ = self.0.subscribe().wait_for(|n| *n == 0).await;
+    }
+}
+
+/// One piece of background work, counted while it lives.
+pub(crate) struct WorkGuard(Arc<watch::Sender<usize>>);
+
+impl Drop for WorkGuard {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// One node's command: its index, what it answered for each request, and when (from the
+/// round's start).
+pub(crate) type Reply = (usize, Vec<Answer>, Duration);
+pub(crate) type Call = Pin<Box<dyn Future<Output = Reply> + Send>>;
+
+/// A round's commands and answers until the decision; dropped undecided, it rolls back.
+pub(crate) struct InFlight {
+    pub(crate) connections: Arc<[Connection]>,
+    pub(crate) round: Arc<Round>,
+    pub(crate) t0: Instant,
+    pub(crate) settling: Arc<watch::Sender<Settling>>,
+    pub(crate) work: BackgroundWork,
+    pub(crate) calls: FuturesUnordered<Call>,
+    pub(crate) answered: Vec<Option<(Vec<Answer>, Duration)>>,
+    pub(crate) handed_off: bool,
+}
+
+impl InFlight {
+    /// Records the answers so far in the settling, then hands what is left to a background
+    /// task: the commands still in flight, and the rollback of every request in
+    /// `roll_back` on every node that may hold its key.
+    pub(crate) fn hand_off(&mut self, roll_back: Vec<bool>) {
+        self.handed_off = true;
+        let answered = std::mem::take(&mut self.answered);
+        let calls = std::mem::take(&mut self.calls);
+        let round = &self.round;
+        let mut to_undo = Vec::new();
+        self.settling.send_modify(|settling| {
+            for (i, answer) in answered.into_iter().enumerate() {
+                let Some((answers, latency)) = answer else {
+                    continue;
+                };
+                let mut undo_here = false;
+                for (j, answer) in answers.iter().enumerate() {
+                    let report = &mut settling.requests[j][i];
+                    report.latency = Some(latency);
+                    report.outcome = answer.outcome.clone();
+                    if roll_back[j] {
+                        if needs_undo(&answer.outcome) {
+                            undo_here = true;
+                        } else {
+                            // A refusal set nothing: our key is not there (the token is new).
+                            report.cleanup = Some(CleanupOutcome::NotPresent);
+                        }
+                    }
+                }
+                if undo_here {
+                    to_undo.push((i, answers));
+                } else {
+                    settling.open -= 1;
+                }
+            }
+        });
+        if calls.is_empty() && to_undo.is_empty() {
+            return;
+        }
+        let work = Background {
+            connections: self.connections.clone(),
+            round: round.clone(),
+            t0: self.t0,
+            settling: self.settling.clone(),
+            roll_back,
+            _work: self.work.enter(),
+        };
+        let task = work.run(calls, to_undo).in_current_span();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(task);
+            }
+            // Dropped outside a runtime: nothing can be awaited any more. The keys set by
+            // this round expire with their TTL.
+            Err(_) => tracing::warn!("round dropped outside a tokio runtime: no rollback"),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.handed_off {
+            // The round's future was dropped before it decided: nothing may be kept.
+            let roll_back = self
+                .round
+                .requests
+                .iter()
+                .map(|r| r.undo.is_some())
+                .collect();
+            self.hand_off(roll_back);
+        }
+    }
+}
+
+/// Whether a node's answer leaves our key possibly set there: everything but a refusal.
+fn needs_undo(outcome: &NodeOutcome) -> bool {
+    !matches!(outcome, NodeOutcome::HeldByOther)
+}
+
+/// What outlives the decision.
+struct Background {
+    connections: Arc<[Connection]>,
+    round: Arc<Round>,
+    t0: Instant,
+    settling: Arc<watch::Sender<Settling>>,
+    roll_back: Vec<bool>,
+    _work: WorkGuard,
+}
+
+impl Background {
+    async fn run(self, calls: FuturesUnordered<Call>, answered: Vec<(usize, Vec<Answer>)>) {
+        let this = &self;
+        let mut work: FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send + '_>>> =
+            FuturesUnordered::new();
+        for call in calls {
+            work.push(Box::pin(async move {
+                let (i, answers, latency) = call.await;
+                this.settling.send_modify(|settling| {
+                    for (j, answer) in answers.iter().enumerate() {
+                        let report = &mut settling.requests[j][i];
+                        report.outcome = answer.outcome.clone();
+                        report.latency = Some(latency);
+                        report.late = true;
+                    }
+                });
+                this.finish(i, &answers).await;
+            }));
+        }
+        for (i, answers) in answered {
+            work.push(Box::pin(async move { this.finish(i, &answers).await }));
+        }
+        while work.next().await.is_some() {}
+    }
+
+    /// Rolls node `i` back for every request that is not kept and whose answer may have
+    /// set its key there, then closes the node in the settling.
+    async fn finish(&self, i: usize, answers: &[Answer]) {
+        let connection = &self.connections[i];
+        let mut cleanups = Vec::new();
+        for (j, (request, answer)) in self.round.requests.iter().zip(answers).enumerate() {
+            let (Some(undo), true) = (&request.undo, self.roll_back[j]) else {
+                continue;
+            };
+            let cleanup = if needs_undo(&answer.outcome) {
+                // Past the TTL our key is gone by itself, wherever it was set.
+                let deadline = self.t0 + request.ttl.unwrap_or_default();
+                let cleanup = roll_back(connection, undo, deadline).await;
+                if answer.outcome.is_answer() || matches!(cleanup, CleanupOutcome::Removed) {
+                    tracing::debug!(node = %connection.name, outcome = %answer.outcome, %cleanup, "rolled back");
+                } else {
+                    tracing::warn!(node = %connection.name, outcome = %answer.outcome, %cleanup, "rollback on an unresponsive node");
+                }
+                cleanup
+            } else {
+                CleanupOutcome::NotPresent
+            };
+            cleanups.push((j, cleanup));
+        }
+        self.settling.send_modify(|settling| {
+            for (j, cleanup) in cleanups {
+                settling.requests[j][i].cleanup = Some(cleanup);
+            }
+            settling.open -= 1;
+        });
+    }
+}
+
+/// Compare-and-delete on one node, tried up to [`ROLLBACK_ATTEMPTS`] times and never past
+/// `deadline` (the key's TTL: after it our key is gone by itself). A command that timed out
+/// is usually still queued on the connection behind the command it undoes, so it will run
+/// in order.
+async fn roll_back(connection: &Connection, undo: &Undo, deadline: Instant) -> CleanupOutcome {
+    let mut pause = ROLLBACK_PAUSE;
+    let mut attempt = 1;
+    loop {
+        let failure = match connection.eval(undo.script, &undo.keys, &undo.args).await {
+            Ok(fred::types::Value::Integer(n)) if n > 0 => return CleanupOutcome::Removed,
+            Ok(fred::types::Value::Integer(_)) => return CleanupOutcome::NotPresent,
+            Ok(other) => format!("unexpected reply to the rollback script: {other:?}"),
+            Err(failure) => failure.to_string(),
+        };
+        if attempt >= ROLLBACK_ATTEMPTS || Instant::now() + pause >= deadline {
+            return CleanupOutcome::Failed(failure);
+        }
+        tokio::time::sleep(pause).await;
+        pause *= 2;
+        attempt += 1;
+    }
+}

@@ -1,0 +1,210 @@
+//! What a round sends to each node, and how a node's reply reads for each of the round's
+//! requests. Every kind of round (acquire, extend, release, inspect; one lock or a batch)
+//! is one [`Command`] per node; the engine in the parent module never looks inside.
+
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+
+use crate::connection::Connection;
+use crate::report::{NodeOutcome, RoundKind};
+use crate::scripts::Script;
+
+/// The command a round sends to every node.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// `SET key token NX PX ttl`, for a round of one request; the TTL is the request's.
+    SetNx { key: Key, token: Value },
+    /// A script. It answers 1 (done) or 0 (refused) for a round of one request, or an
+    /// array with one element per request, each either 1/0 or `{1/0, value}`: the value
+    /// (a counter, a TTL, an owner) is carried to the caller as the node returned it.
+    Script {
+        script: &'static Script,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    },
+    /// `PTTL key`, for a round of one request: the key's TTL is carried as the value.
+    Pttl { key: Key },
+}
+
+/// What one node answered for one request.
+#[derive(Debug, Clone)]
+pub(crate) struct Answer {
+    pub(crate) outcome: NodeOutcome,
+    /// What the node returned beyond yes or no, when it did.
+    pub(crate) value: Option<Value>,
+}
+
+impl Command {
+    /// Sends the command to one node; `ttl` is the TTL of the round's first request.
+    pub(crate) async fn send(
+        &self,
+        connection: &Connection,
+        ttl: Option<Duration>,
+    ) -> Result<Value, NodeOutcome> {
+        match self {
+            Command::SetNx { key, token } => {
+                let ttl = ttl.unwrap_or_default();
+                connection.set_nx_px(key.clone(), token.clone(), ttl).await
+            }
+            Command::Script { script, keys, args } => connection.eval(script, keys, args).await,
+            Command::Pttl { key } => connection.pttl(key.clone()).await,
+        }
+    }
+
+    /// Reads one node's reply as one answer per request.
+    pub(crate) fn read(
+        &self,
+        kind: RoundKind,
+        reply: Result<Value, NodeOutcome>,
+        requests: usize,
+    ) -> Vec<Answer> {
+        let failed = |outcome: NodeOutcome| {
+            vec![
+                Answer {
+                    outcome,
+                    value: None,
+                };
+                requests
+            ]
+        };
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(failure) => return failed(failure),
+        };
+        let flags = match (self, reply) {
+            (Command::SetNx { .. }, Value::Null) => vec![(false, None)],
+            (Command::SetNx { .. }, Value::String(s)) if &*s == "OK" => vec![(true, None)],
+            (Command::Pttl { .. }, Value::Integer(-2)) => vec![(false, None)],
+            (Command::Pttl { .. }, Value::Integer(ms)) if ms >= -1 => {
+                vec![(true, Some(Value::Integer(ms)))]
+            }
+            (Command::Script { .. }, Value::Integer(n)) if requests == 1 => vec![(n > 0, None)],
+            (Command::Script { .. }, Value::Array(items)) if items.len() == requests => {
+                match items.into_iter().map(element).collect::<Option<Vec<_>>>() {
+                    Some(flags) => flags,
+                    None => return failed(unexpected(self)),
+                }
+            }
+            _ => return failed(unexpected(self)),
+        };
+        flags
+            .into_iter()
+            .map(|(done, value)| Answer {
+                outcome: outcome(kind, done),
+                value,
+            })
+            .collect()
+    }
+}
+
+/// One element of a script's array reply: 1/0, or `{1/0, value}`.
+fn element(item: Value) -> Option<(bool, Option<Value>)> {
+    match item {
+        Value::Integer(n) => Some((n > 0, None)),
+        Value::Array(mut pair) if pair.len() == 2 => {
+            let value = pair.pop();
+            match pair.pop() {
+                Some(Value::Integer(n)) => Some((n > 0, value)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+fn unexpected(command: &Command) -> NodeOutcome {
+    let what = match command {
+        Command::SetNx { .. } => "SET",
+        Command::Script { .. } => "the script",
+        Command::Pttl { .. } => "PTTL",
+    };
+    NodeOutcome::ServerError(format!(
+        "unexpected reply to {what}: the node may not be a Redis master"
+    ))
+}
+
+/// What a node's yes or no means in a round of `kind`.
+fn outcome(kind: RoundKind, done: bool) -> NodeOutcome {
+    match (kind, done) {
+        (RoundKind::Acquire, true) => NodeOutcome::Acquired,
+        (RoundKind::Acquire, false) => NodeOutcome::HeldByOther,
+        (RoundKind::Extend, true) => NodeOutcome::Extended,
+        (RoundKind::Release, true) => NodeOutcome::Released,
+        (RoundKind::Inspect, true) => NodeOutcome::Held,
+        (RoundKind::Extend | RoundKind::Release | RoundKind::Inspect, false) => {
+            NodeOutcome::NotHeld
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script() -> Command {
+        Command::Script {
+            script: &crate::scripts::EXTEND_BATCH,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    fn outcomes(answers: &[Answer]) -> Vec<NodeOutcome> {
+        answers.iter().map(|a| a.outcome.clone()).collect()
+    }
+
+    #[test]
+    fn a_batch_reply_answers_each_request_and_carries_values() {
+        let reply = Value::Array(vec![
+            Value::Integer(1),
+            Value::Integer(0),
+            Value::Array(vec![Value::Integer(1), Value::Integer(42)]),
+        ]);
+        let answers = script().read(RoundKind::Extend, Ok(reply), 3);
+        assert_eq!(
+            outcomes(&answers),
+            [
+                NodeOutcome::Extended,
+                NodeOutcome::NotHeld,
+                NodeOutcome::Extended
+            ]
+        );
+        assert_eq!(answers[2].value, Some(Value::Integer(42)));
+        assert_eq!(answers[0].value, None);
+    }
+
+    #[test]
+    fn a_failure_or_a_malformed_reply_fails_every_request() {
+        let answers = script().read(RoundKind::Extend, Err(NodeOutcome::TimedOut), 2);
+        assert_eq!(
+            outcomes(&answers),
+            [NodeOutcome::TimedOut, NodeOutcome::TimedOut]
+        );
+        let short = Value::Array(vec![Value::Integer(1)]);
+        let answers = script().read(RoundKind::Extend, Ok(short), 2);
+        assert!(answers
+            .iter()
+            .all(|a| matches!(a.outcome, NodeOutcome::ServerError(_))));
+    }
+
+    #[test]
+    fn set_and_pttl_replies() {
+        let set = Command::SetNx {
+            key: Key::from("k"),
+            token: Value::from("t"),
+        };
+        let ok = set.read(RoundKind::Acquire, Ok(Value::from("OK")), 1);
+        assert_eq!(outcomes(&ok), [NodeOutcome::Acquired]);
+        let taken = set.read(RoundKind::Acquire, Ok(Value::Null), 1);
+        assert_eq!(outcomes(&taken), [NodeOutcome::HeldByOther]);
+        let pttl = Command::Pttl {
+            key: Key::from("k"),
+        };
+        let held = pttl.read(RoundKind::Inspect, Ok(Value::Integer(900)), 1);
+        assert_eq!(outcomes(&held), [NodeOutcome::Held]);
+        assert_eq!(held[0].value, Some(Value::Integer(900)));
+        let absent = pttl.read(RoundKind::Inspect, Ok(Value::Integer(-2)), 1);
+        assert_eq!(outcomes(&absent), [NodeOutcome::NotHeld]);
+    }
+}

@@ -1,0 +1,281 @@
+//! The round engine: one command fanned out to every node at once, each of the round's
+//! requests (one lock, or a batch of extensions) decided on its own quorum as soon as the
+//! replies allow, validity computed from the round's `t0`, and whatever was set rolled back
+//! on every node when a request is lost, cancelled, or won too late.
+//!
+//! Every round of the crate runs here: single-key, multi-key and reentrant acquisitions,
+//! extensions (one or a batch), releases and inspections. What differs between them is the
+//! [`Command`] sent and the [`RoundKind`], which says which answers count.
+//!
+//! The round's own task drives every node's command until the decision, with no task or
+//! channel in between (each command is handed to its node's connection before the round
+//! first waits, so commands leave in the order rounds are started). Whatever is left after
+//! the decision goes to one background task (see `background`).
+
+mod background;
+mod command;
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::connection::Connection;
+use crate::drift::lease;
+use crate::quorum::{quorum, Decision, Votes};
+use crate::report::{NodeOutcome, NodeReport, RoundKind, RoundReport, Settling, SettlingView};
+use crate::scripts::Script;
+
+pub(crate) use background::BackgroundWork;
+use background::{Call, InFlight};
+use command::Answer;
+pub(crate) use command::Command;
+
+/// One lock's part in a round.
+#[derive(Debug)]
+pub(crate) struct Request {
+    /// The key as reported (one key, or several joined).
+    pub(crate) name: Arc<str>,
+    /// The TTL the request asks for; its validity is computed from it.
+    pub(crate) ttl: Option<Duration>,
+    /// What undoes the command on a node, for requests that must roll back when not won.
+    pub(crate) undo: Option<Undo>,
+}
+
+/// A compare-and-delete that undoes what a request may have set on a node.
+#[derive(Debug)]
+pub(crate) struct Undo {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Vec<Key>,
+    pub(crate) args: Vec<Value>,
+}
+
+/// Everything one round sends and decides.
+#[derive(Debug)]
+pub(crate) struct Round {
+    pub(crate) kind: RoundKind,
+    pub(crate) command: Command,
+    pub(crate) requests: Vec<Request>,
+    pub(crate) drift_factor: f64,
+}
+
+impl Round {
+    /// Whether an answer counts towards a request's quorum. A release is done on a node
+    /// once our key is gone from it, whether we deleted it or it had already expired.
+    fn counts(&self, outcome: &NodeOutcome) -> bool {
+        match self.kind {
+            RoundKind::Acquire => *outcome == NodeOutcome::Acquired,
+            RoundKind::Extend => *outcome == NodeOutcome::Extended,
+            RoundKind::Release => matches!(outcome, NodeOutcome::Released | NodeOutcome::NotHeld),
+            RoundKind::Inspect => *outcome == NodeOutcome::Held,
+        }
+    }
+
+    /// An inspection reads every node (up to its timeout) instead of stopping at a quorum:
+    /// how long the key is held depends on every node's TTL.
+    fn waits_for_all(&self) -> bool {
+        self.kind == RoundKind::Inspect
+    }
+}
+
+/// How one request of a round ended.
+#[derive(Debug)]
+pub(crate) struct Decided {
+    pub(crate) report: RoundReport,
+    /// Reached its quorum (and, with a TTL, had validity left).
+    pub(crate) won: bool,
+    /// For a won request with a TTL: `t0 + ttl - drift`.
+    pub(crate) valid_until: Option<Instant>,
+    /// What each node returned beyond yes or no, by node, as far as known at the decision.
+    pub(crate) values: Vec<Option<Value>>,
+}
+
+/// Runs one round over all nodes; returns one result per request, in order.
+pub(crate) async fn run(
+    connections: &Arc<[Connection]>,
+    round: Round,
+    work: &BackgroundWork,
+) -> Vec<Decided> {
+    let key = match round.requests.as_slice() {
+        [one] => one.name.to_string(),
+        many => format!("{} locks", many.len()),
+    };
+    let span = tracing::debug_span!(
+        "redlock.round",
+        kind = %round.kind,
+        %key,
+        nodes = connections.len(),
+        accepted = tracing::field::Empty,
+        won = tracing::field::Empty,
+        elapsed_us = tracing::field::Empty,
+    );
+    run_inner(connections, Arc::new(round), work)
+        .instrument(span)
+        .await
+}
+
+async fn run_inner(
+    connections: &Arc<[Connection]>,
+    round: Arc<Round>,
+    work: &BackgroundWork,
+) -> Vec<Decided> {
+    let n = connections.len();
+    let r = round.requests.len();
+    let pending: Vec<NodeReport> = connections
+        .iter()
+        .map(|c| NodeReport::pending(c.name.clone()))
+        .collect();
+    let settling = Arc::new(watch::Sender::new(Settling {
+        requests: vec![pending; r],
+        open: n,
+    }));
+    let ttl = round.requests.first().and_then(|request| request.ttl);
+
+    // t0 is read before the first command can leave (guarantee G2).
+    let t0 = Instant::now();
+    let mut flight = InFlight {
+        connections: connections.clone(),
+        round: round.clone(),
+        t0,
+        settling: settling.clone(),
+        work: work.clone(),
+        calls: FuturesUnordered::new(),
+        answered: vec![None; n],
+        handed_off: false,
+    };
+    let mut tally = RoundVotes::new(n, r);
+    for i in 0..n {
+        let mut call: Call = Box::pin(
+            {
+                let (connections, round) = (connections.clone(), round.clone());
+                async move {
+                    let reply = round.command.send(&connections[i], ttl).await;
+                    let answers = round.command.read(round.kind, reply, r);
+                    (i, answers, t0.elapsed())
+                }
+            }
+            .in_current_span(),
+        );
+        // Polling the command once here hands it to the node's connection now, in this
+        // round's order: a command first polled after the round returned could otherwise
+        // send its SET after the caller's next round (a release) had sent its delete,
+        // leaving the key behind until its TTL. (The waker is replaced at the next poll.)
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        match call.as_mut().poll(&mut cx) {
+            Poll::Ready((i, answers, latency)) => {
+                tally.record(&round, i, &answers);
+                flight.answered[i] = Some((answers, latency));
+            }
+            Poll::Pending => flight.calls.push(call),
+        }
+    }
+    while !tally.done(round.waits_for_all()) {
+        match flight.calls.next().await {
+            Some((i, answers, latency)) => {
+                tally.record(&round, i, &answers);
+                flight.answered[i] = Some((answers, latency));
+            }
+            // Every node has answered, so every request is decided.
+            None => break,
+        }
+    }
+    let elapsed = t0.elapsed();
+
+    let mut results = Vec::with_capacity(r);
+    let mut roll_back = Vec::with_capacity(r);
+    for (j, request) in round.requests.iter().enumerate() {
+        let votes = &tally.votes[j];
+        let reached = votes.decision() == Some(Decision::Won);
+        // Validity only means something for a request that reached its quorum.
+        let lease = request
+            .ttl
+            .filter(|_| reached)
+            .and_then(|ttl| lease(ttl, round.drift_factor, t0, elapsed));
+        let won = reached && (request.ttl.is_none() || lease.is_some());
+        roll_back.push(!won && request.undo.is_some());
+        results.push((votes.accepted(), won, lease));
+    }
+    flight.hand_off(roll_back);
+
+    let span = tracing::Span::current();
+    let decided = results
+        .into_iter()
+        .zip(tally.values)
+        .enumerate()
+        .map(|(j, ((accepted, won, lease), values))| {
+            let report = RoundReport {
+                kind: round.kind,
+                key: round.requests[j].name.clone(),
+                quorum: quorum(n),
+                accepted,
+                nodes: settling.borrow().requests[j].clone(),
+                elapsed,
+                validity: lease.map(|(validity, _)| validity),
+                settling: Some(SettlingView {
+                    rx: settling.subscribe(),
+                    index: j,
+                }),
+            };
+            if r == 1 {
+                span.record("accepted", accepted);
+                span.record("won", won);
+                tracing::debug!(report = %report, "round decided");
+            }
+            Decided {
+                report,
+                won,
+                valid_until: lease.map(|(_, until)| until),
+                values,
+            }
+        })
+        .collect();
+    span.record("elapsed_us", elapsed.as_micros() as u64);
+    decided
+}
+
+/// The votes of every request of a round, and what the nodes returned with them.
+struct RoundVotes {
+    votes: Vec<Votes>,
+    /// By request, then by node.
+    values: Vec<Vec<Option<Value>>>,
+    /// Requests not decided yet.
+    open: usize,
+    /// Nodes that have not answered yet.
+    silent: usize,
+}
+
+impl RoundVotes {
+    fn new(nodes: usize, requests: usize) -> Self {
+        RoundVotes {
+            votes: vec![Votes::new(nodes); requests],
+            values: vec![vec![None; nodes]; requests],
+            open: requests,
+            silent: nodes,
+        }
+    }
+
+    /// Records node `i`'s answers; each request counts only until it is decided.
+    fn record(&mut self, round: &Round, i: usize, answers: &[Answer]) {
+        self.silent -= 1;
+        for (j, answer) in answers.iter().enumerate() {
+            self.values[j][i] = answer.value.clone();
+            let votes = &mut self.votes[j];
+            if votes.decision().is_none() && votes.record(round.counts(&answer.outcome)).is_some() {
+                self.open -= 1;
+            }
+        }
+    }
+
+    fn done(&self, wait_for_all: bool) -> bool {
+        if wait_for_all {
+            self.silent == 0
+        } else {
+            self.open == 0
+        }
+    }
+}

@@ -10,12 +10,12 @@ use redlock_core::{ConfigError, Coordinator, Inspection, Lock, NodeOutcome, Roun
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::config::{InvalidConfig, LockConfig};
-use crate::error::Error;
-use crate::guard::{LockGuard, LockHandle, Shared};
+use crate::config::LockConfig;
+use crate::error::{Error, InvalidConfig};
+use crate::guard::{HoldState, KeepAlive, LockGuard, LockHandle};
 use crate::notify::Notifier;
 use crate::owner::Owner;
-use crate::renew::{Plan, Renewer};
+use crate::renew::{RenewalPlan, Renewer};
 use crate::retry::RetryPolicy;
 
 /// Per-call overrides of the client's configuration.
@@ -83,7 +83,7 @@ impl Drop for Inner {
 
 /// What a round tries to take.
 #[derive(Clone, Copy)]
-enum Target<'a> {
+enum Acquisition<'a> {
     One(&'a str),
     Many(&'a [String]),
     Reentrant(&'a str, &'a Owner),
@@ -104,7 +104,7 @@ impl Redlock {
             .map_err(InvalidConfig::Core)?;
         let notifier = config
             .notify
-            .then(|| Notifier::start(&config.nodes, &channel, config.node_timeout));
+            .then(|| Notifier::start(core.subscribers(), &channel, config.node_timeout));
         let renewer = Renewer::start(core.clone());
         Ok(Redlock {
             inner: Arc::new(Inner {
@@ -159,7 +159,7 @@ impl Redlock {
     /// [`lock`](Self::lock) with per-call overrides.
     pub async fn lock_with(&self, key: &str, options: &LockOptions) -> Result<LockGuard, Error> {
         let full = self.checked_key(key)?;
-        self.acquire(Target::One(&full), options).await
+        self.acquire(Acquisition::One(&full), options).await
     }
 
     /// Acquires several keys all-or-nothing (each node sets all of them or none) and holds
@@ -173,7 +173,7 @@ impl Redlock {
             .iter()
             .map(|k| self.checked_key(k))
             .collect::<Result<Vec<_>, _>>()?;
-        self.acquire(Target::Many(&full), options).await
+        self.acquire(Acquisition::Many(&full), options).await
     }
 
     /// Acquires `key` for `owner`, reentrantly: if `owner` already holds it, this adds a
@@ -186,7 +186,8 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<LockGuard, Error> {
         let full = self.checked_key(key)?;
-        self.acquire(Target::Reentrant(&full, owner), options).await
+        self.acquire(Acquisition::Reentrant(&full, owner), options)
+            .await
     }
 
     /// Runs `work` under the lock: acquires `key` (retrying), renews it while `work` runs,
@@ -254,7 +255,11 @@ impl Redlock {
         }
     }
 
-    async fn acquire(&self, target: Target<'_>, options: &LockOptions) -> Result<LockGuard, Error> {
+    async fn acquire(
+        &self,
+        target: Acquisition<'_>,
+        options: &LockOptions,
+    ) -> Result<LockGuard, Error> {
         let config = &self.inner.config;
         let renew = options.renew.unwrap_or(config.renewal.enabled);
         let ttl = match options.ttl {
@@ -268,8 +273,8 @@ impl Redlock {
         let retry = options.retry.as_ref().unwrap_or(&config.retry);
         retry.validate()?;
         let keys: Vec<String> = match target {
-            Target::One(key) | Target::Reentrant(key, _) => vec![key.to_string()],
-            Target::Many(keys) => keys.to_vec(),
+            Acquisition::One(key) | Acquisition::Reentrant(key, _) => vec![key.to_string()],
+            Acquisition::Many(keys) => keys.to_vec(),
         };
         let name = keys.join(", ");
         let span =
@@ -339,12 +344,16 @@ impl Redlock {
         .await
     }
 
-    async fn round(&self, target: Target<'_>, ttl: Duration) -> Result<Lock, redlock_core::Error> {
+    async fn round(
+        &self,
+        target: Acquisition<'_>,
+        ttl: Duration,
+    ) -> Result<Lock, redlock_core::Error> {
         let core = &self.inner.core;
         match target {
-            Target::One(key) => core.acquire(key, ttl).await,
-            Target::Many(keys) => core.acquire_many(keys, Token::random(), ttl).await,
-            Target::Reentrant(key, owner) => {
+            Acquisition::One(key) => core.acquire(key, ttl).await,
+            Acquisition::Many(keys) => core.acquire_many(keys, Token::random(), ttl).await,
+            Acquisition::Reentrant(key, owner) => {
                 core.acquire_reentrant(key, owner.as_str(), Token::random(), ttl)
                     .await
             }
@@ -362,7 +371,7 @@ impl Redlock {
         start: Instant,
     ) -> LockGuard {
         let config = &self.inner.config;
-        let shared = Shared::new(lock, ttl);
+        let shared = HoldState::new(lock, ttl);
         if renew {
             // Checked against `ttl` by `check_hold` (or `validate` for the configured TTL).
             let every = config.renew_every_for(ttl);
@@ -373,9 +382,10 @@ impl Redlock {
                 .and_then(|max| start.checked_add(max));
             self.inner
                 .renewer
-                .add(shared.clone(), Plan { every, hold_until });
+                .add(shared.clone(), RenewalPlan { every, hold_until });
         }
-        LockGuard::new(shared, self.clone(), attempts)
+        let keep_alive = KeepAlive(self.inner.clone());
+        LockGuard::new(shared, self.inner.core.clone(), keep_alive, attempts)
     }
 }
 

@@ -1,5 +1,10 @@
-//! The client's configuration: a plain struct with defaults, a builder whose setters say
-//! their default, and one `validate` that checks every value before anything connects.
+//! The client's configuration: a plain struct with defaults, and one `validate` that checks
+//! every value before anything connects. The builder is in `builder.rs`, the renewal policy
+//! next to the renewal scheduler, the error in `error.rs`.
+//!
+//! The rule that a renewal fits in a lock's TTL lives here once, in
+//! `LockConfig::check_hold`, for the configured TTL and a per-call one alike: it needs the
+//! node timeout and the drift factor as well as the renewal policy.
 
 use std::fmt;
 use std::time::Duration;
@@ -7,46 +12,13 @@ use std::time::Duration;
 use humantime::format_duration;
 use redlock_core::NodeName;
 
+use crate::error::InvalidConfig;
+use crate::renew::policy::RenewalPolicy;
 use crate::retry::RetryPolicy;
 
 /// The longest key prefix, in bytes. The prefix is sent with every key of every round; a
 /// namespace needs a few bytes, and a long one eats into redlock-core's key length limit.
 const MAX_KEY_PREFIX_LEN: usize = 256;
-
-/// Automatic renewal (the watchdog) of a held lock.
-///
-/// Defaults: `enabled` `true`, `renew_after` `None` (a third of the TTL), `max_hold` `None`.
-#[derive(Debug, Clone, PartialEq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(default, deny_unknown_fields)
-)]
-pub struct RenewalPolicy {
-    /// Whether a held lock is extended in the background until it is released. Defaults to
-    /// `true`.
-    pub enabled: bool,
-    /// How long after each acquisition or renewal the next renewal starts. `None` means a
-    /// third of the TTL, which leaves time for two more renewals before the lock expires.
-    /// Defaults to `None`.
-    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
-    pub renew_after: Option<Duration>,
-    /// The longest a lock is held, counted from its acquisition, however often it is
-    /// extended: the Redlock spec asks that extensions be bounded, so that a holder stuck in
-    /// a loop cannot keep a resource forever. `None` means no cap. Defaults to `None`.
-    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
-    pub max_hold: Option<Duration>,
-}
-
-impl Default for RenewalPolicy {
-    fn default() -> Self {
-        RenewalPolicy {
-            enabled: true,
-            renew_after: None,
-            max_hold: None,
-        }
-    }
-}
 
 /// Everything a client needs.
 ///
@@ -129,11 +101,6 @@ impl fmt::Debug for LockConfig {
 }
 
 impl LockConfig {
-    /// A builder starting from the defaults.
-    pub fn builder() -> LockConfigBuilder {
-        LockConfigBuilder::default()
-    }
-
     /// The core configuration derived from this one: the nodes, the node timeout and the
     /// drift factor; every other core setting keeps its default.
     pub fn core(&self) -> redlock_core::Config {
@@ -152,7 +119,7 @@ impl LockConfig {
 
     /// The renewal interval of a lock taken with `ttl` (a per-call TTL, for example).
     pub(crate) fn renew_every_for(&self, ttl: Duration) -> Duration {
-        self.renewal.renew_after.unwrap_or(ttl / 3)
+        self.renewal.interval(ttl)
     }
 
     /// Checks every value without connecting anywhere: the core configuration, the TTL,
@@ -232,186 +199,10 @@ impl LockConfig {
     }
 }
 
-/// Builds a [`LockConfig`], starting from its defaults and validating at the end.
-///
-/// ```
-/// use std::time::Duration;
-/// use redlock_client::LockConfig;
-///
-/// let config = LockConfig::builder()
-///     .nodes((7101..=7103).map(|port| format!("redis://127.0.0.1:{port}")))
-///     .ttl(Duration::from_secs(15))
-///     .max_wait(Duration::from_secs(2))
-///     .key_prefix("billing:")
-///     .build()
-///     .expect("a valid configuration");
-/// assert_eq!(config.renew_every(), Duration::from_secs(5));
-///
-/// // Values are checked when building, never later.
-/// assert!(LockConfig::builder().build().is_err(), "no nodes");
-/// ```
-#[derive(Debug, Clone, Default)]
-pub struct LockConfigBuilder {
-    config: LockConfig,
-}
-
-impl LockConfigBuilder {
-    /// Replaces the node URLs. Defaults to none: at least one is required, 3 or 5
-    /// independent masters is typical.
-    #[must_use]
-    pub fn nodes(mut self, nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
-        self.config.nodes = nodes.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// Adds one node URL to those already given. Defaults to none.
-    #[must_use]
-    pub fn node(mut self, node: impl Into<String>) -> Self {
-        self.config.nodes.push(node.into());
-        self
-    }
-
-    /// Sets the lock TTL. Defaults to 30 s.
-    #[must_use]
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.config.ttl = ttl;
-        self
-    }
-
-    /// Sets how long one node gets to answer one command. Defaults to 100 ms.
-    #[must_use]
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.config.node_timeout = timeout;
-        self
-    }
-
-    /// Sets the clock drift allowance, a fraction of the TTL in `[0, 1)`. Defaults to 0.01.
-    #[must_use]
-    pub fn drift_factor(mut self, factor: f64) -> Self {
-        self.config.drift_factor = factor;
-        self
-    }
-
-    /// Replaces the whole retry policy. Defaults to [`RetryPolicy::default()`].
-    #[must_use]
-    pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.config.retry = retry;
-        self
-    }
-
-    /// Limits `lock` to `attempts` rounds, the first included (1 = no retry). Defaults to
-    /// unlimited, bounded by the wait.
-    #[must_use]
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.config.retry.max_attempts = Some(attempts);
-        self
-    }
-
-    /// Sets the overall deadline of `lock`, from its first attempt. Defaults to 10 s.
-    #[must_use]
-    pub fn max_wait(mut self, wait: Duration) -> Self {
-        self.config.retry.max_wait = Some(wait);
-        self
-    }
-
-    /// Sets the first backoff cap and the largest one. Defaults to 50 ms and 1 s.
-    #[must_use]
-    pub fn backoff(mut self, base_delay: Duration, max_delay: Duration) -> Self {
-        self.config.retry.base_delay = base_delay;
-        self.config.retry.max_delay = max_delay;
-        self
-    }
-
-    /// Fixes the jitter seed, for tests and reproducible runs. Defaults to none (seeded
-    /// from the OS).
-    #[must_use]
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.config.retry.seed = Some(seed);
-        self
-    }
-
-    /// Replaces the whole renewal policy. Defaults to [`RenewalPolicy::default()`].
-    #[must_use]
-    pub fn renewal(mut self, renewal: RenewalPolicy) -> Self {
-        self.config.renewal = renewal;
-        self
-    }
-
-    /// Sets how long after each acquisition or renewal the next renewal starts. Defaults to
-    /// a third of the TTL. Does not turn renewal back on after [`no_renewal`](Self::no_renewal).
-    #[must_use]
-    pub fn renew_after(mut self, after: Duration) -> Self {
-        self.config.renewal.renew_after = Some(after);
-        self
-    }
-
-    /// Caps the total time a lock is held, extensions included. Defaults to no cap.
-    #[must_use]
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.config.renewal.max_hold = Some(max_hold);
-        self
-    }
-
-    /// Turns automatic renewal off: a lock then lasts one TTL unless extended by hand.
-    /// Renewal is on by default.
-    #[must_use]
-    pub fn no_renewal(mut self) -> Self {
-        self.config.renewal.enabled = false;
-        self
-    }
-
-    /// Sets the prefix of every key. Defaults to `"redlock:"`.
-    #[must_use]
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.config.key_prefix = prefix.into();
-        self
-    }
-
-    /// Sets whether releases are published and waiters woken by them. Defaults to `true`.
-    #[must_use]
-    pub fn notify(mut self, notify: bool) -> Self {
-        self.config.notify = notify;
-        self
-    }
-
-    /// Validates the configuration (see [`LockConfig::validate`]) and returns it.
-    pub fn build(self) -> Result<LockConfig, InvalidConfig> {
-        self.config.validate()?;
-        Ok(self.config)
-    }
-}
-
-/// A configuration value that cannot work. Nothing was connected; each message names the
-/// value and what to change.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvalidConfig {
-    /// A value checked by redlock-core: nodes, node timeout, drift factor or TTL.
-    #[error(transparent)]
-    Core(#[from] redlock_core::ConfigError),
-    /// The retry policy.
-    #[error("invalid retry policy: {reason}")]
-    Retry {
-        /// What is wrong and what to change.
-        reason: String,
-    },
-    /// The renewal policy.
-    #[error("invalid renewal policy: {reason}")]
-    Renewal {
-        /// What is wrong and what to change.
-        reason: String,
-    },
-    /// The key prefix.
-    #[error("invalid key prefix: {reason}")]
-    KeyPrefix {
-        /// What is wrong and what to change.
-        reason: String,
-    },
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::builder::LockConfigBuilder;
     use redlock_core::ConfigError;
 
     const MS: Duration = Duration::from_millis(1);
@@ -468,84 +259,6 @@ mod tests {
             assert!(!shown.contains("s3cret"), "{shown}");
         }
         assert!(format!("{c:?}").contains("redis://:***@127.0.0.1:7104"));
-    }
-
-    #[test]
-    fn builder_setters() {
-        let c = LockConfig::builder()
-            .node(NODES[0])
-            .node(NODES[1])
-            .node(NODES[2].to_string())
-            .ttl(10_000 * MS)
-            .node_timeout(50 * MS)
-            .drift_factor(0.02)
-            .max_attempts(4)
-            .max_wait(2000 * MS)
-            .backoff(10 * MS, 200 * MS)
-            .seed(9)
-            .renew_after(2000 * MS)
-            .max_hold(60_000 * MS)
-            .key_prefix("billing:")
-            .notify(false)
-            .build()
-            .unwrap();
-        assert_eq!(c.nodes, NODES);
-        assert_eq!(c.ttl, 10_000 * MS);
-        assert_eq!(c.node_timeout, 50 * MS);
-        assert_eq!(c.drift_factor, 0.02);
-        assert_eq!(
-            c.retry,
-            RetryPolicy {
-                max_attempts: Some(4),
-                max_wait: Some(2000 * MS),
-                base_delay: 10 * MS,
-                max_delay: 200 * MS,
-                seed: Some(9),
-            }
-        );
-        assert_eq!(
-            c.renewal,
-            RenewalPolicy {
-                enabled: true,
-                renew_after: Some(2000 * MS),
-                max_hold: Some(60_000 * MS),
-            }
-        );
-        assert_eq!(c.renew_every(), 2000 * MS);
-        assert_eq!(c.key_prefix, "billing:");
-        assert!(!c.notify);
-
-        let core = c.core();
-        assert_eq!(core.nodes, NODES);
-        assert_eq!(core.node_timeout, 50 * MS);
-        assert_eq!(core.drift_factor, 0.02);
-        assert_eq!(
-            core.reconnect_max_delay,
-            redlock_core::Config::default().reconnect_max_delay
-        );
-
-        let c = builder()
-            .retry(RetryPolicy::no_retry())
-            .renewal(RenewalPolicy {
-                max_hold: Some(60_000 * MS),
-                ..RenewalPolicy::default()
-            })
-            .no_renewal()
-            .build()
-            .unwrap();
-        assert_eq!(c.retry, RetryPolicy::no_retry());
-        assert!(!c.renewal.enabled);
-        assert_eq!(c.renewal.max_hold, Some(60_000 * MS));
-        // `nodes` replaces, `node` adds.
-        assert_eq!(
-            builder()
-                .nodes([NODES[1]])
-                .node(NODES[2])
-                .build()
-                .unwrap()
-                .nodes,
-            NODES[1..]
-        );
     }
 
     #[test]

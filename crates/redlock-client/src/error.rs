@@ -1,11 +1,14 @@
-//! The client's error type: one enum, with variants a caller can act on.
+//! The client's errors: one enum for taking, holding and releasing a lock, with variants a
+//! caller can act on, and [`InvalidConfig`] for values that cannot work.
+//!
+//! `InvalidConfig` lives here rather than next to the configuration because every policy
+//! validates into it (`LockConfig`, `RetryPolicy`, per-call options): with it in this leaf
+//! module, the policies depend on the error and never on each other.
 
 use std::fmt;
 use std::time::Duration;
 
 use redlock_core::RoundReport;
-
-use crate::config::InvalidConfig;
 
 /// Why a lock was lost while it was held.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +32,34 @@ impl fmt::Display for LostReason {
             LostReason::Released => "its holder released it",
         })
     }
+}
+
+/// A configuration value that cannot work. Nothing was connected; each message names the
+/// value and what to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidConfig {
+    /// A value checked by redlock-core: nodes, node timeout, drift factor or TTL.
+    #[error(transparent)]
+    Core(#[from] redlock_core::ConfigError),
+    /// The retry policy.
+    #[error("invalid retry policy: {reason}")]
+    Retry {
+        /// What is wrong and what to change.
+        reason: String,
+    },
+    /// The renewal policy.
+    #[error("invalid renewal policy: {reason}")]
+    Renewal {
+        /// What is wrong and what to change.
+        reason: String,
+    },
+    /// The key prefix.
+    #[error("invalid key prefix: {reason}")]
+    KeyPrefix {
+        /// What is wrong and what to change.
+        reason: String,
+    },
 }
 
 /// Everything that can go wrong taking, holding or releasing a lock.

@@ -5,17 +5,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlock_core::{Lock, RoundReport};
+use redlock_core::{Coordinator, Lock, NodeOutcome, RoundReport};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::client::Redlock;
 use crate::error::{Error, LostReason};
-use crate::renew::refused_by_majority;
 
 /// What the guard, its handles and the renewal scheduler share.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct HoldState {
     /// The lock as last acquired or extended.
     pub(crate) lock: Mutex<Lock>,
     pub(crate) status: watch::Sender<Status>,
@@ -31,13 +29,13 @@ pub(crate) struct Status {
     pub(crate) lost: Option<LostReason>,
 }
 
-impl Shared {
-    pub(crate) fn new(lock: Lock, ttl: Duration) -> Arc<Shared> {
+impl HoldState {
+    pub(crate) fn new(lock: Lock, ttl: Duration) -> Arc<HoldState> {
         let status = Status {
             valid_until: lock.valid_until(),
             lost: None,
         };
-        Arc::new(Shared {
+        Arc::new(HoldState {
             lock: Mutex::new(lock),
             status: watch::Sender::new(status),
             done: AtomicBool::new(false),
@@ -88,7 +86,7 @@ impl Shared {
 /// Completes when the lock is no longer held: a majority of nodes refused a renewal or an
 /// extension, the validity ran out before a renewal succeeded, or the holder released it
 /// (or dropped its guard).
-async fn lost(shared: Arc<Shared>) -> LostReason {
+async fn lost(shared: Arc<HoldState>) -> LostReason {
     let mut rx = shared.status.subscribe();
     loop {
         let (until, lost) = {
@@ -115,7 +113,7 @@ async fn lost(shared: Arc<Shared>) -> LostReason {
 /// it (the closure of [`Redlock::with_lock`](crate::Redlock::with_lock), a worker task).
 #[derive(Debug, Clone)]
 pub struct LockHandle {
-    shared: Arc<Shared>,
+    shared: Arc<HoldState>,
 }
 
 impl LockHandle {
@@ -167,17 +165,37 @@ impl LockHandle {
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
-    shared: Arc<Shared>,
-    client: Redlock,
+    shared: Arc<HoldState>,
+    core: Coordinator,
+    /// The client that made this guard: kept alive (its renewal task, its connections)
+    /// while the guard lives.
+    _client: KeepAlive,
     released: bool,
     attempts: u32,
 }
 
+/// Something kept alive for as long as its holder lives, whatever its type.
+// Never read: holding it is the point.
+#[allow(dead_code)]
+pub(crate) struct KeepAlive(pub(crate) Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for KeepAlive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeepAlive")
+    }
+}
+
 impl LockGuard {
-    pub(crate) fn new(shared: Arc<Shared>, client: Redlock, attempts: u32) -> LockGuard {
+    pub(crate) fn new(
+        shared: Arc<HoldState>,
+        core: Coordinator,
+        client: KeepAlive,
+        attempts: u32,
+    ) -> LockGuard {
         LockGuard {
             shared,
-            client,
+            core,
+            _client: client,
             released: false,
             attempts,
         }
@@ -248,8 +266,7 @@ impl LockGuard {
     pub async fn extend(&self, ttl: Option<Duration>) -> Result<(), Error> {
         let lock = self.shared.current();
         match self
-            .client
-            .coordinator()
+            .core
             .extend(&lock, ttl.unwrap_or(self.shared.ttl))
             .await
         {
@@ -274,7 +291,7 @@ impl LockGuard {
         self.released = true;
         self.let_go();
         let lock = self.shared.current();
-        Ok(self.client.coordinator().release(&lock).await?)
+        Ok(self.core.release(&lock).await?)
     }
 }
 
@@ -286,7 +303,7 @@ impl Drop for LockGuard {
         self.let_go();
         let lock = self.shared.current();
         let key = lock.key().to_string();
-        if self.client.coordinator().release_in_background(lock) {
+        if self.core.release_in_background(lock) {
             tracing::warn!(%key, "lock guard dropped without release(); releasing it in the background");
         } else {
             tracing::warn!(
@@ -295,4 +312,14 @@ impl Drop for LockGuard {
             );
         }
     }
+}
+
+/// Whether so many nodes answered "not ours" that no quorum can hold the key for us.
+pub(crate) fn refused_by_majority(report: &redlock_core::RoundReport) -> bool {
+    let refused = report
+        .nodes
+        .iter()
+        .filter(|n| n.outcome == NodeOutcome::NotHeld)
+        .count();
+    refused > report.nodes.len() - report.quorum
 }

@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod builder;
 mod client;
 mod config;
 mod error;
@@ -49,11 +50,13 @@ mod owner;
 mod renew;
 mod retry;
 
+pub use builder::LockConfigBuilder;
 pub use client::{LockOptions, Redlock};
-pub use config::{InvalidConfig, LockConfig, LockConfigBuilder, RenewalPolicy};
-pub use error::{Error, LostReason};
+pub use config::LockConfig;
+pub use error::{Error, InvalidConfig, LostReason};
 pub use guard::{LockGuard, LockHandle};
 pub use owner::Owner;
 pub use redlock_core;
 pub use redlock_core::{Inspection, NodeOutcome, RoundReport};
+pub use renew::policy::RenewalPolicy;
 pub use retry::{Backoff, RetryPolicy};

@@ -17,19 +17,18 @@ use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
-use fred::types::config::{Config as FredConfig, ReconnectPolicy};
-use fred::types::Builder;
+use redlock_core::{ConfigError, NodeName};
 use tokio::sync::{watch, Notify};
 
 /// One waiter's wake-up: a `Notify` permit, and whether one was handed out and not yet
 /// taken (so that a waiter who leaves without taking it passes it on).
 #[derive(Debug, Default)]
-struct Slot {
+struct WakeUp {
     notify: Notify,
     pending: AtomicBool,
 }
 
-impl Slot {
+impl WakeUp {
     fn wake(&self) {
         self.pending.store(true, Ordering::SeqCst);
         self.notify.notify_one();
@@ -39,7 +38,7 @@ impl Slot {
 /// The waiters by key, oldest first, and the releases seen lately.
 #[derive(Debug, Default)]
 struct Registry {
-    waiters: HashMap<String, VecDeque<(u64, Arc<Slot>)>>,
+    waiters: HashMap<String, VecDeque<(u64, Arc<WakeUp>)>>,
     /// Recent releases as `"<token> <key>"`, to wake once per released key and not once per
     /// node: each release is published on every node that held the key. The key is part of
     /// the entry because a multi-key lock releases all its keys under one token, and each
@@ -86,7 +85,7 @@ impl Registry {
 
     /// Removes waiter `id` from the lists of `keys`; when it held a wake-up it did not use,
     /// the next waiter of each key gets one instead.
-    fn remove(&mut self, id: u64, keys: &[String], slot: &Slot) {
+    fn remove(&mut self, id: u64, keys: &[String], slot: &WakeUp) {
         let unused = slot.pending.load(Ordering::SeqCst);
         for key in keys {
             if let Some(list) = self.waiters.get_mut(key) {
@@ -117,31 +116,25 @@ pub(crate) struct Notifier {
 }
 
 impl Notifier {
-    /// Connects one subscriber per node (in the background: a node that is down is
-    /// subscribed when it comes up) to `channel`.
-    pub(crate) fn start(urls: &[String], channel: &str, timeout: Duration) -> Notifier {
+    /// Starts one subscriber per node on `channel` (built by the coordinator, with the
+    /// same settings as its round connections), connecting in the background: a node that
+    /// is down is subscribed when it comes up. A node whose subscriber could not be built
+    /// is logged: its releases then wake nobody, and waiters fall back to their backoff.
+    pub(crate) fn start(
+        subscribers: Vec<(NodeName, Result<SubscriberClient, ConfigError>)>,
+        channel: &str,
+        timeout: Duration,
+    ) -> Notifier {
         let waiters: Arc<Mutex<Registry>> = Arc::default();
         let closed = watch::Sender::new(false);
-        let mut subscribers = Vec::new();
-        for url in urls {
-            // The URLs were validated by the coordinator already.
-            let Ok(mut config) = FredConfig::from_url(url) else {
-                continue;
-            };
-            config.fail_fast = false;
-            let mut builder = Builder::from_config(config);
-            builder
-                .with_connection_config(|c| {
-                    c.connection_timeout = timeout;
-                    c.internal_command_timeout = timeout;
-                    c.tcp.nodelay = Some(true);
-                })
-                // fred's default of 32 buffered messages is easily overrun by a burst of
-                // releases; a lagging reader wakes the oldest waiter of every key instead (see below).
-                .with_performance_config(|p| p.broadcast_channel_capacity = 1024)
-                .set_policy(ReconnectPolicy::new_exponential(0, 1, 1000, 2));
-            let Ok(subscriber) = builder.build_subscriber_client() else {
-                continue;
+        let mut started = Vec::new();
+        for (node, subscriber) in subscribers {
+            let subscriber = match subscriber {
+                Ok(subscriber) => subscriber,
+                Err(error) => {
+                    tracing::warn!(%node, %error, "no wake-up subscriber for this node: its releases wake nobody, and waiters fall back to their backoff");
+                    continue;
+                }
             };
             let task = dispatch(subscriber.clone(), channel.to_string(), waiters.clone());
             let mut closing = closed.subscribe();
@@ -151,12 +144,12 @@ impl Notifier {
                     _ = closing.wait_for(|closed| *closed) => {}
                 }
             });
-            subscribers.push(subscriber);
+            started.push(subscriber);
         }
         Notifier {
             waiters,
             next_id: AtomicU64::new(0),
-            subscribers,
+            subscribers: started,
             closed,
             timeout,
         }
@@ -164,9 +157,9 @@ impl Notifier {
 
     /// Registers a waiter for `keys`; it is woken when any of them is released, and
     /// removed when the returned value is dropped.
-    pub(crate) fn watch(&self, keys: &[String]) -> Watch<'_> {
+    pub(crate) fn watch(&self, keys: &[String]) -> Waiter<'_> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot::default());
+        let slot = Arc::new(WakeUp::default());
         let mut registry = self.waiters.lock().expect("notifier lock");
         for key in keys {
             registry
@@ -175,7 +168,7 @@ impl Notifier {
                 .or_default()
                 .push_back((id, slot.clone()));
         }
-        Watch {
+        Waiter {
             notifier: self,
             id,
             keys: keys.to_vec(),
@@ -200,14 +193,14 @@ impl Notifier {
 
 /// One waiter's registration.
 #[derive(Debug)]
-pub(crate) struct Watch<'a> {
+pub(crate) struct Waiter<'a> {
     notifier: &'a Notifier,
     id: u64,
     keys: Vec<String>,
-    slot: Arc<Slot>,
+    slot: Arc<WakeUp>,
 }
 
-impl Watch<'_> {
+impl Waiter<'_> {
     /// Completes when this waiter's turn came with a release of a watched key since the
     /// last call. A turn that came while the waiter was busy is kept (as a `Notify`
     /// permit), not lost.
@@ -217,7 +210,7 @@ impl Watch<'_> {
     }
 }
 
-impl Drop for Watch<'_> {
+impl Drop for Waiter<'_> {
     fn drop(&mut self) {
         let mut registry = self.notifier.waiters.lock().expect("notifier lock");
         registry.remove(self.id, &self.keys, &self.slot);
@@ -264,8 +257,8 @@ async fn dispatch(subscriber: SubscriberClient, channel: String, waiters: Arc<Mu
 mod tests {
     use super::*;
 
-    fn waiter(registry: &mut Registry, id: u64, keys: &[&str]) -> Arc<Slot> {
-        let slot = Arc::new(Slot::default());
+    fn waiter(registry: &mut Registry, id: u64, keys: &[&str]) -> Arc<WakeUp> {
+        let slot = Arc::new(WakeUp::default());
         for key in keys {
             registry
                 .waiters
@@ -276,12 +269,12 @@ mod tests {
         slot
     }
 
-    fn woken(slot: &Slot) -> bool {
+    fn woken(slot: &WakeUp) -> bool {
         slot.pending.load(Ordering::SeqCst)
     }
 
-    /// What `Watch::released` does once its permit arrived.
-    fn take(slot: &Slot) {
+    /// What `Waiter::released` does once its permit arrived.
+    fn take(slot: &WakeUp) {
         slot.pending.store(false, Ordering::SeqCst);
     }
 

@@ -9,35 +9,41 @@
 //! the guard's lost signal fires. With `max_hold`, renewal stops once the lock has been
 //! held that long, and the lock then expires with its last validity (the Redlock spec asks
 //! that extensions be bounded).
+//!
+//! Whether, how often and for how long locks are renewed is the user's
+//! [`RenewalPolicy`](policy::RenewalPolicy), in [`policy`]: plain data that the configuration
+//! holds without depending on this scheduler.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_core::{Coordinator, Error as CoreError, NodeOutcome};
+use redlock_core::{Coordinator, Error as CoreError};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::error::LostReason;
-use crate::guard::Shared;
+use crate::guard::{refused_by_majority, HoldState};
+
+pub(crate) mod policy;
 
 /// How often and for how long one lock is renewed.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Plan {
+pub(crate) struct RenewalPlan {
     pub(crate) every: Duration,
     pub(crate) hold_until: Option<Instant>,
 }
 
 struct Entry {
-    shared: Arc<Shared>,
-    plan: Plan,
+    shared: Arc<HoldState>,
+    plan: RenewalPlan,
     due: Instant,
 }
 
 /// The handle to a client's renewal scheduler. The task ends when the client is dropped.
 #[derive(Debug)]
 pub(crate) struct Renewer {
-    tx: mpsc::UnboundedSender<(Arc<Shared>, Plan)>,
+    tx: mpsc::UnboundedSender<(Arc<HoldState>, RenewalPlan)>,
 }
 
 impl Renewer {
@@ -47,12 +53,12 @@ impl Renewer {
         Renewer { tx }
     }
 
-    pub(crate) fn add(&self, shared: Arc<Shared>, plan: Plan) {
+    pub(crate) fn add(&self, shared: Arc<HoldState>, plan: RenewalPlan) {
         let _ = self.tx.send((shared, plan));
     }
 }
 
-async fn run(core: Coordinator, mut rx: mpsc::UnboundedReceiver<(Arc<Shared>, Plan)>) {
+async fn run(core: Coordinator, mut rx: mpsc::UnboundedReceiver<(Arc<HoldState>, RenewalPlan)>) {
     let mut entries: Vec<Entry> = Vec::new();
     loop {
         let next = entries.iter().map(|e| e.due).min();
@@ -114,14 +120,4 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
         }
     }
     entries.retain(|e| e.shared.status.borrow().lost.is_none());
-}
-
-/// Whether so many nodes answered "not ours" that no quorum can hold the key for us.
-pub(crate) fn refused_by_majority(report: &redlock_core::RoundReport) -> bool {
-    let refused = report
-        .nodes
-        .iter()
-        .filter(|n| n.outcome == NodeOutcome::NotHeld)
-        .count();
-    refused > report.nodes.len() - report.quorum
 }

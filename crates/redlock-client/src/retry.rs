@@ -18,7 +18,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::config::InvalidConfig;
+use crate::error::InvalidConfig;
 
 /// How `lock` retries a round that did not reach a quorum.
 ///

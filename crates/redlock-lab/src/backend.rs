@@ -1,11 +1,13 @@
-//! The two node-set backends behind one interface: local redis-server processes (default,
-//! fast) and the docker-compose node set of `docker-compose.yml`.
+//! The lab's two node-set backends: local redis-server processes (default, fast) and the
+//! docker-compose node set of `docker-compose.yml`.
+//!
+//! Both implement testkit's [`Nodes`] interface, so scenarios are written once against it.
+//! What is left here is lab-specific: which set to start for a scenario's [`Setup`], and
+//! keeping the docker set (slow to start) from one scenario to the next.
 
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::time::Duration;
 
-use redlock_testkit::{ClockControl, DockerOptions, DockerSet, NodeOptions, NodeSet, RedisAt};
+use redlock_testkit::{DockerOptions, DockerSet, NodeOptions, NodeSet, Nodes};
 
 use crate::error::LabError;
 
@@ -41,30 +43,24 @@ pub struct Setup {
 /// The docker set always has this many nodes.
 pub const DOCKER_NODES: usize = 5;
 
-/// A started node set of either kind.
+/// A started node set of either kind, handed from one scenario to the next so that the docker
+/// set is reused.
 #[derive(Debug)]
-pub enum Nodes {
-    /// Local processes.
+pub enum Backend {
+    /// Local processes, as many as the scenario asked for.
     Local(NodeSet),
-    /// Containers; the scenario uses the first `used` of them.
-    Docker {
-        /// The containers.
-        set: DockerSet,
-        /// How many the scenario uses.
-        used: usize,
-        /// The options the set was started with.
-        options: DockerOptions,
-    },
+    /// The five containers; a scenario uses the first [`Setup::nodes`] of them.
+    Docker(DockerSet),
 }
 
-impl Nodes {
+impl Backend {
     /// Starts a node set for `setup`. For docker, `reuse` is a set from an earlier scenario:
     /// it is kept (flushed, clocks reset) when its options match, else taken down first.
     pub async fn start(
         kind: BackendKind,
         setup: Setup,
-        reuse: Option<Nodes>,
-    ) -> Result<Nodes, LabError> {
+        reuse: Option<Backend>,
+    ) -> Result<Backend, LabError> {
         match kind {
             BackendKind::Local => {
                 drop(reuse);
@@ -73,7 +69,7 @@ impl Nodes {
                     fake_clock: setup.fake_clock,
                     ..NodeOptions::default()
                 };
-                Ok(Nodes::Local(
+                Ok(Backend::Local(
                     NodeSet::start_with(setup.nodes, options).await?,
                 ))
             }
@@ -88,162 +84,50 @@ impl Nodes {
                     appendonly_always: setup.persistent,
                     fake_clock: setup.fake_clock,
                 };
-                if let Some(Nodes::Docker {
-                    set, options: old, ..
-                }) = reuse
-                {
-                    if old.appendonly_always == options.appendonly_always
-                        && old.fake_clock == options.fake_clock
-                    {
-                        let nodes = Nodes::Docker {
-                            set,
-                            used: setup.nodes,
-                            options,
-                        };
-                        nodes.reset_for_reuse().await?;
-                        return Ok(nodes);
+                if let Some(Backend::Docker(set)) = reuse {
+                    if *set.options() == options {
+                        reset_for_reuse(&set).await?;
+                        return Ok(Backend::Docker(set));
                     }
                     drop(set);
                 }
-                let set = DockerSet::up(options.clone()).await?;
-                Ok(Nodes::Docker {
-                    set,
-                    used: setup.nodes,
-                    options,
-                })
+                Ok(Backend::Docker(DockerSet::up(options).await?))
             }
         }
-    }
-
-    /// Brings every container back to a clean, running, connected state with real clocks.
-    async fn reset_for_reuse(&self) -> Result<(), LabError> {
-        let Nodes::Docker { set, .. } = self else {
-            return Ok(());
-        };
-        for i in 0..set.len() {
-            // Each step is a no-op on a node in the right state; errors are reported by the
-            // PING below, which is what matters.
-            let _ = set.resume(i).await;
-            let _ = set.connect(i).await;
-            let _ = set.start(i).await;
-            if let Some(clock) = set.clock(i) {
-                clock.reset()?;
-            }
-            let redis = set.redis(i);
-            redis.ping().await?;
-            redis.flushall().await?;
-        }
-        Ok(())
     }
 
     /// Which backend this is.
     pub fn kind(&self) -> BackendKind {
         match self {
-            Nodes::Local(_) => BackendKind::Local,
-            Nodes::Docker { .. } => BackendKind::Docker,
+            Backend::Local(_) => BackendKind::Local,
+            Backend::Docker(_) => BackendKind::Docker,
         }
     }
 
-    /// How many nodes the scenario uses.
-    pub fn len(&self) -> usize {
+    /// The node set, through the interface both backends share. It is the whole set: the
+    /// docker set has five nodes whatever the scenario uses.
+    pub fn nodes(&self) -> &dyn Nodes {
         match self {
-            Nodes::Local(set) => set.len(),
-            Nodes::Docker { used, .. } => *used,
+            Backend::Local(set) => set,
+            Backend::Docker(set) => set,
         }
     }
+}
 
-    /// Whether there are no nodes.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Node `i`'s address as seen from this host.
-    pub fn addr(&self, i: usize) -> SocketAddr {
-        match self {
-            Nodes::Local(set) => SocketAddr::from((Ipv4Addr::LOCALHOST, set.node(i).port())),
-            Nodes::Docker { set, .. } => set.addr(i),
+/// Brings every container back to a clean, running, connected state with real clocks.
+async fn reset_for_reuse(set: &DockerSet) -> Result<(), LabError> {
+    for i in 0..set.len() {
+        // Each step is a no-op on a node in the right state; errors are reported by the
+        // PING below, which is what matters.
+        let _ = set.resume(i).await;
+        let _ = set.connect(i).await;
+        let _ = set.start(i).await;
+        if let Some(clock) = set.clock(i) {
+            clock.reset()?;
         }
+        let redis = set.redis(i);
+        redis.ping().await?;
+        redis.flushall().await?;
     }
-
-    /// Every used node's address.
-    pub fn addrs(&self) -> Vec<SocketAddr> {
-        (0..self.len()).map(|i| self.addr(i)).collect()
-    }
-
-    /// Node `i`'s name in messages.
-    pub fn name(&self, i: usize) -> String {
-        match self {
-            Nodes::Local(set) => set.node(i).name().to_owned(),
-            Nodes::Docker { set, .. } => set.name(i).to_owned(),
-        }
-    }
-
-    /// A direct connection handle to node `i` (inspection, key loss).
-    pub fn redis(&self, i: usize) -> RedisAt {
-        match self {
-            Nodes::Local(set) => set.node(i).redis(),
-            Nodes::Docker { set, .. } => set.redis(i),
-        }
-    }
-
-    /// Node `i`'s clock control, when started with the clock shim.
-    pub fn clock(&self, i: usize) -> Option<&ClockControl> {
-        match self {
-            Nodes::Local(set) => set.node(i).clock(),
-            Nodes::Docker { set, .. } => set.clock(i),
-        }
-    }
-
-    /// SIGKILL (local) or `docker kill`.
-    pub async fn kill(&self, i: usize) -> Result<(), LabError> {
-        match self {
-            Nodes::Local(set) => set.node(i).kill()?,
-            Nodes::Docker { set, .. } => set.kill(i).await?,
-        }
-        Ok(())
-    }
-
-    /// SIGSTOP (local) or `docker pause`.
-    pub async fn pause(&self, i: usize) -> Result<(), LabError> {
-        match self {
-            Nodes::Local(set) => set.node(i).pause()?,
-            Nodes::Docker { set, .. } => set.pause(i).await?,
-        }
-        Ok(())
-    }
-
-    /// SIGCONT (local) or `docker unpause`.
-    pub async fn resume(&self, i: usize) -> Result<(), LabError> {
-        match self {
-            Nodes::Local(set) => set.node(i).resume()?,
-            Nodes::Docker { set, .. } => set.resume(i).await?,
-        }
-        Ok(())
-    }
-
-    /// Kill and start again at once (data kept only when persistent).
-    pub async fn restart(&self, i: usize) -> Result<(), LabError> {
-        match self {
-            Nodes::Local(set) => set.node(i).restart().await?,
-            Nodes::Docker { set, .. } => set.restart(i).await?,
-        }
-        Ok(())
-    }
-
-    /// Kill, stay down for `delay`, start again.
-    pub async fn restart_after(&self, i: usize, delay: Duration) -> Result<(), LabError> {
-        match self {
-            Nodes::Local(set) => set.node(i).restart_after(delay).await?,
-            Nodes::Docker { set, .. } => set.restart_after(i, delay).await?,
-        }
-        Ok(())
-    }
-
-    /// Whether node `i` is up (not killed); paused counts as up.
-    pub async fn is_up(&self, i: usize) -> bool {
-        match self {
-            Nodes::Local(set) => set.node(i).is_running(),
-            Nodes::Docker { set, .. } => set.redis(i).ping().await.is_ok(),
-        }
-    }
+    Ok(())
 }

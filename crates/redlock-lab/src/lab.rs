@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use redlock_client::{LockConfig, LockConfigBuilder, Redlock};
-use redlock_testkit::{LinkFault, Links};
+use redlock_testkit::{LinkFault, Links, Nodes};
 
-use crate::backend::{Nodes, Setup};
+use crate::backend::{Backend, Setup};
 use crate::error::LabError;
 use crate::history::{FaultKind, History};
 use crate::observer::Samples;
@@ -35,8 +35,8 @@ impl Default for Timing {
 /// One scenario run's world.
 #[derive(Debug)]
 pub struct Lab {
-    /// The nodes.
-    pub nodes: Nodes,
+    /// The node set; scenarios reach it through [`Lab::nodes`] and [`Lab::node_count`].
+    pub backend: Backend,
     /// Client `c` reaches node `n` through `links.link(c, n)`.
     pub links: Links,
     /// The recorded history.
@@ -53,6 +53,24 @@ pub struct Lab {
 }
 
 impl Lab {
+    /// The node set, through testkit's interface for both backends (inspection with
+    /// [`Nodes::redis`], names, clocks; inject faults through the methods of `Lab`, which
+    /// record them). It is the whole set: use indices below [`Lab::node_count`] only.
+    pub fn nodes(&self) -> &dyn Nodes {
+        self.backend.nodes()
+    }
+
+    /// How many nodes the scenario uses ([`Setup::nodes`]): all local nodes, or the first of
+    /// the docker set's five.
+    pub fn node_count(&self) -> usize {
+        self.setup.nodes
+    }
+
+    /// Node `n`'s name, for fault descriptions.
+    fn name(&self, n: usize) -> &str {
+        self.nodes().name(n)
+    }
+
     /// The full key (with the prefix) of `key`.
     pub fn full_key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
@@ -112,18 +130,15 @@ impl Lab {
     pub async fn kill(&self, n: usize) -> Result<(), LabError> {
         let kind = self.key_loss_on_restart();
         self.history
-            .fault(Some(n), kind, format!("kill {}", self.nodes.name(n)));
-        self.nodes.kill(n).await
+            .fault(Some(n), kind, format!("kill {}", self.name(n)));
+        Ok(self.nodes().kill(n).await?)
     }
 
     /// Pauses node `n` (SIGSTOP or `docker pause`).
     pub async fn pause(&self, n: usize) -> Result<(), LabError> {
-        self.history.fault(
-            Some(n),
-            FaultKind::Other,
-            format!("pause {}", self.nodes.name(n)),
-        );
-        self.nodes.pause(n).await
+        self.history
+            .fault(Some(n), FaultKind::Other, format!("pause {}", self.name(n)));
+        Ok(self.nodes().pause(n).await?)
     }
 
     /// Resumes node `n`.
@@ -131,22 +146,19 @@ impl Lab {
         self.history.fault(
             Some(n),
             FaultKind::Other,
-            format!("resume {}", self.nodes.name(n)),
+            format!("resume {}", self.name(n)),
         );
-        self.nodes.resume(n).await
+        Ok(self.nodes().resume(n).await?)
     }
 
     /// Restarts node `n` at once.
     pub async fn restart(&self, n: usize) -> Result<(), LabError> {
         let kind = self.key_loss_on_restart();
-        self.history.fault(
-            Some(n),
-            kind,
-            format!("restart {} at once", self.nodes.name(n)),
-        );
-        self.nodes.restart(n).await?;
         self.history
-            .fault(Some(n), kind, format!("{} is back", self.nodes.name(n)));
+            .fault(Some(n), kind, format!("restart {} at once", self.name(n)));
+        self.nodes().restart(n).await?;
+        self.history
+            .fault(Some(n), kind, format!("{} is back", self.name(n)));
         Ok(())
     }
 
@@ -156,11 +168,11 @@ impl Lab {
         self.history.fault(
             Some(n),
             kind,
-            format!("kill {}, restart in {delay:?}", self.nodes.name(n)),
+            format!("kill {}, restart in {delay:?}", self.name(n)),
         );
-        self.nodes.restart_after(n, delay).await?;
+        self.nodes().restart_after(n, delay).await?;
         self.history
-            .fault(Some(n), kind, format!("{} is back", self.nodes.name(n)));
+            .fault(Some(n), kind, format!("{} is back", self.name(n)));
         Ok(())
     }
 
@@ -169,23 +181,23 @@ impl Lab {
         self.history.fault(
             Some(n),
             FaultKind::KeyLoss,
-            format!("evict all keys on {}", self.nodes.name(n)),
+            format!("evict all keys on {}", self.name(n)),
         );
-        Ok(self.nodes.redis(n).evict_all().await?)
+        Ok(self.nodes().evict_all(n).await?)
     }
 
     /// Sets node `n`'s clock rate (1.0 = real time).
     pub fn clock_rate(&self, n: usize, rate: f64) -> Result<(), LabError> {
-        let clock = self.nodes.clock(n).ok_or_else(|| {
+        let clock = self.nodes().clock(n).ok_or_else(|| {
             LabError::Setup(format!(
                 "{} has no clock shim: the scenario must ask for fake_clock",
-                self.nodes.name(n)
+                self.name(n)
             ))
         })?;
         self.history.fault(
             Some(n),
             FaultKind::Other,
-            format!("clock rate {rate} on {}", self.nodes.name(n)),
+            format!("clock rate {rate} on {}", self.name(n)),
         );
         clock.set_rate(rate)?;
         Ok(())
@@ -196,7 +208,7 @@ impl Lab {
         self.history.fault(
             Some(n),
             FaultKind::Other,
-            format!("client-{c} -> {}: {fault:?}", self.nodes.name(n)),
+            format!("client-{c} -> {}: {fault:?}", self.name(n)),
         );
         self.links.link(c, n).set(fault);
     }
@@ -206,42 +218,31 @@ impl Lab {
         self.history.fault(
             Some(n),
             FaultKind::Other,
-            format!("every client -> {}: {fault:?}", self.nodes.name(n)),
+            format!("every client -> {}: {fault:?}", self.name(n)),
         );
         self.links.set_node(n, fault);
     }
 
-    /// Cuts node `n` off from every client: `docker network disconnect` on the docker set,
-    /// blackholed links for local nodes (which share the host's loopback).
+    /// Cuts node `n` off from every client ([`Nodes::partition`]): `docker network
+    /// disconnect` on the docker set, blackholed links for local nodes (which share the
+    /// host's loopback).
     pub async fn partition(&self, n: usize) -> Result<(), LabError> {
-        match &self.nodes {
-            Nodes::Docker { set, .. } => {
-                self.history.fault(
-                    Some(n),
-                    FaultKind::Other,
-                    format!("docker network disconnect {}", self.nodes.name(n)),
-                );
-                set.disconnect(n).await?;
-            }
-            Nodes::Local(_) => self.node_links(n, LinkFault::Blackhole),
-        }
-        Ok(())
+        self.history.fault(
+            Some(n),
+            FaultKind::Other,
+            format!("partition {} from every client", self.name(n)),
+        );
+        Ok(self.nodes().partition(n, &self.links).await?)
     }
 
-    /// Undoes [`Lab::partition`].
-    pub async fn unpartition(&self, n: usize) -> Result<(), LabError> {
-        match &self.nodes {
-            Nodes::Docker { set, .. } => {
-                self.history.fault(
-                    Some(n),
-                    FaultKind::Other,
-                    format!("docker network connect {}", self.nodes.name(n)),
-                );
-                set.connect(n).await?;
-            }
-            Nodes::Local(_) => self.node_links(n, LinkFault::Pass),
-        }
-        Ok(())
+    /// Undoes [`Lab::partition`] ([`Nodes::heal`]).
+    pub async fn heal(&self, n: usize) -> Result<(), LabError> {
+        self.history.fault(
+            Some(n),
+            FaultKind::Other,
+            format!("heal the partition of {}", self.name(n)),
+        );
+        Ok(self.nodes().heal(n, &self.links).await?)
     }
 
     /// Heals every link.

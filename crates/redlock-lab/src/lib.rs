@@ -22,18 +22,22 @@ pub mod checker;
 mod error;
 mod history;
 mod lab;
+mod logging;
 mod observer;
 mod scenario;
 mod scenarios;
 mod suite;
 mod workload;
 
-pub use backend::{BackendKind, Nodes, Setup, DOCKER_NODES};
+pub use backend::{Backend, BackendKind, Setup, DOCKER_NODES};
 pub use error::LabError;
 pub use history::{At, Event, FaultKind, History};
 pub use lab::{Lab, Timing};
+pub use logging::init_tracing;
 pub use observer::{Observer, Samples};
 pub use scenario::{run, Driver, Expect, Outcome, Scenario, ScenarioResult, KEY};
 pub use scenarios::all as scenarios;
 pub use suite::{docker_requested, repeat_summary, run_backend, run_repeated, summary, DOCKER_ENV};
-pub use workload::{contend, record_acquired, release, Resource, Tally};
+pub use workload::{
+    contend, contend_each, outcome_label, record_acquired, release, Resource, Tally,
+};

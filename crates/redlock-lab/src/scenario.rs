@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use redlock_testkit::Links;
 use tokio::time::Instant;
 
-use crate::backend::{BackendKind, Nodes, Setup};
+use crate::backend::{Backend, BackendKind, Setup};
 use crate::checker::{self, Leftover, Violation};
 use crate::error::LabError;
 use crate::history::History;
@@ -135,8 +135,8 @@ impl ScenarioResult {
 pub async fn run(
     kind: BackendKind,
     scenario: &Scenario,
-    reuse: Option<Nodes>,
-) -> (ScenarioResult, Option<Nodes>) {
+    reuse: Option<Backend>,
+) -> (ScenarioResult, Option<Backend>) {
     let started = Instant::now();
     let mut result = ScenarioResult {
         name: scenario.name,
@@ -149,25 +149,28 @@ pub async fn run(
         error: None,
         elapsed: Duration::ZERO,
     };
-    let nodes = match Nodes::start(kind, scenario.setup, reuse).await {
-        Ok(nodes) => nodes,
+    let backend = match Backend::start(kind, scenario.setup, reuse).await {
+        Ok(backend) => backend,
         Err(e) => {
             result.error = Some(format!("starting the nodes failed: {e}"));
             return (result, None);
         }
     };
-    let links = match Links::start(scenario.clients, &nodes.addrs()).await {
+    // The nodes the scenario uses: the docker set has more.
+    let mut addrs = backend.nodes().addrs();
+    addrs.truncate(scenario.setup.nodes);
+    let links = match Links::start(scenario.clients, &addrs).await {
         Ok(links) => links,
         Err(e) => {
             result.error = Some(format!("starting the fault proxies failed: {e}"));
-            return (result, Some(nodes));
+            return (result, Some(backend));
         }
     };
     let history = History::new();
     let prefix = format!("lab:{}:", scenario.name);
-    let observer = Observer::start(&history, &nodes.addrs(), &[format!("{prefix}{KEY}")]);
+    let observer = Observer::start(&history, &addrs, &[format!("{prefix}{KEY}")]);
     let lab = Lab {
-        nodes,
+        backend,
         links,
         history,
         prefix,
@@ -197,36 +200,37 @@ pub async fn run(
         .filter(|e| matches!(e, crate::history::Event::Write { .. }))
         .count();
     result.elapsed = started.elapsed();
-    let Lab { nodes, links, .. } = lab;
+    let Lab { backend, links, .. } = lab;
     drop(links);
-    (result, Some(nodes))
+    (result, Some(backend))
 }
 
 /// Lifts link faults and resumes paused nodes, so the leftover scan can reach every node
 /// that is up.
 async fn heal(lab: &Lab) {
     lab.links.heal_all();
-    for n in 0..lab.nodes.len() {
+    for n in 0..lab.node_count() {
         // Resuming a node that is not paused is a no-op; a killed node stays down.
-        let _ = lab.nodes.resume(n).await;
+        let _ = lab.nodes().resume(n).await;
     }
 }
 
 /// Every key under the scenario's prefix still on a reachable node.
 async fn leftovers(lab: &Lab) -> Vec<Leftover> {
     let mut found = Vec::new();
-    for n in 0..lab.nodes.len() {
-        if !lab.nodes.is_up(n).await {
+    let nodes = lab.nodes();
+    for n in 0..lab.node_count() {
+        if !nodes.is_up(n).await {
             continue;
         }
-        let redis = lab.nodes.redis(n);
+        let redis = nodes.redis(n);
         let Ok(keys) = redis.keys(&format!("{}*", lab.prefix)).await else {
-            tracing::warn!(node = %lab.nodes.name(n), "leftover scan failed");
+            tracing::warn!(node = %nodes.name(n), "leftover scan failed");
             continue;
         };
         for key in keys {
             found.push(Leftover {
-                node: lab.nodes.name(n),
+                node: nodes.name(n).to_owned(),
                 value: redis.get(&key).await.ok().flatten(),
                 pttl: redis.pttl(&key).await.unwrap_or(-2),
                 key,

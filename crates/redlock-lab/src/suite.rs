@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::backend::{BackendKind, Nodes};
+use crate::backend::{Backend, BackendKind};
 use crate::scenario::{self, Expect, Scenario, ScenarioResult};
 
 /// The environment variable that asks for the docker backend: `1` runs it and fails when
@@ -28,7 +28,7 @@ pub async fn run_repeated(
     times: usize,
 ) -> Vec<ScenarioResult> {
     let mut results = Vec::new();
-    let mut reuse: Option<Nodes> = None;
+    let mut reuse: Option<Backend> = None;
     for s in scenarios {
         for run in 1..=times {
             let label = if times > 1 {

@@ -36,6 +36,13 @@
 //! a tokio worker, all living as long as the test). Do not keep nodes started from a
 //! short-lived thread such as a `spawn_blocking` one.
 //!
+//! # One interface for both node sets
+//! [`Nodes`] is what a [`NodeSet`] and a [`DockerSet`] have in common: names, addresses,
+//! [`RedisAt`] handles and fake clocks by node index, and every fault as an async method
+//! (kill, pause, resume, restart, delayed restart, partition, heal, key loss). A test or a
+//! fault scenario written against `&dyn Nodes` runs on local processes and on containers
+//! alike; see the table on [`Nodes`] for what each fault does on each set.
+//!
 //! # Fake clocks
 //! With [`NodeOptions::fake_clock`] each server runs with a small LD_PRELOAD library
 //! ([`ClockShim`], compiled from C on first use) that fakes its wall clock, which is what Redis
@@ -60,8 +67,8 @@
 //! [`DockerSet::up`] runs the five masters of the repository's `docker-compose.yml` in
 //! containers (`127.0.0.1:7101..7105`, image built locally by `docker/build-image.sh`) with
 //! container faults: `docker kill`/`start`, delayed restart, `pause`, network `disconnect`, and
-//! per-container fake clocks ([`DockerOptions::fake_clock`]). It needs Docker Engine and
-//! docker-compose v1; [`DockerSet::available`] says what is missing.
+//! per-container fake clocks ([`DockerOptions::fake_clock`]), all through [`Nodes`]. It needs
+//! Docker Engine and docker-compose v1; [`DockerSet::available`] says what is missing.
 //!
 //! Linux only (prctl, `/proc`). No timing guarantees are made beyond the documented timeouts:
 //! start-up waits up to [`READY_TIMEOUT`], inspection calls up to about [`INSPECT_TIMEOUT`].
@@ -69,11 +76,13 @@
 #![deny(unsafe_code)]
 
 mod clock;
+mod command;
 mod docker;
 mod error;
 mod faults;
 mod inspect;
 mod node;
+mod nodes;
 mod port;
 mod process;
 mod proxy;
@@ -85,6 +94,7 @@ pub use docker::{DockerOptions, DockerSet};
 pub use error::HarnessError;
 pub use inspect::{RedisAt, INSPECT_TIMEOUT};
 pub use node::{Node, READY_TIMEOUT};
+pub use nodes::Nodes;
 pub use process::REDIS_SERVER_ENV;
 pub use proxy::{FaultProxy, LinkFault, LinkStats, Links};
 pub use set::NodeSet;

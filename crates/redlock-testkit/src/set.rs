@@ -1,12 +1,21 @@
-//! A set of independent redis-server masters, as Redlock uses them.
+//! A set of independent redis-server masters, as Redlock uses them, and its [`Nodes`]
+//! interface: the synchronous per-node faults of [`Node`] by index, async.
 
+use std::net::SocketAddr;
 use std::ops::Index;
+use std::time::Duration;
 
-use futures::future::{join_all, try_join_all};
+use futures::future::{join_all, try_join_all, BoxFuture};
 
-use crate::{process, HarnessError, Node, NodeOptions};
+use crate::{
+    process, ClockControl, HarnessError, LinkFault, Links, Node, NodeOptions, Nodes, RedisAt,
+};
 
 /// `n` independent redis-server processes, `node-0` .. `node-(n-1)`.
+///
+/// Each [`Node`] has its own synchronous faults (`set.node(1).pause()`); the same faults by
+/// index, async, come with the [`Nodes`] interface (`set.pause(1).await`), which a
+/// [`DockerSet`](crate::DockerSet) implements too.
 ///
 /// Dropping the set kills and reaps every process and removes their data directories.
 #[derive(Debug)]
@@ -84,6 +93,109 @@ impl NodeSet {
             }
         });
         join_all(checks).await.into_iter().flatten().collect()
+    }
+
+    /// Node `i`, or [`HarnessError::NoSuchNode`] for `action`.
+    fn checked(&self, i: usize, action: &str) -> Result<&Node, HarnessError> {
+        self.nodes.get(i).ok_or_else(|| HarnessError::NoSuchNode {
+            set: "node set".to_owned(),
+            action: action.to_owned(),
+            index: i,
+            len: self.nodes.len(),
+        })
+    }
+
+    /// Sets `fault` on every link of `links` to node `i` (see [`Nodes::partition`]).
+    fn set_links(
+        &self,
+        i: usize,
+        links: &Links,
+        action: &str,
+        fault: LinkFault,
+    ) -> Result<(), HarnessError> {
+        self.checked(i, action)?;
+        if i >= links.nodes() {
+            return Err(HarnessError::NoSuchNode {
+                set: "links".to_owned(),
+                action: action.to_owned(),
+                index: i,
+                len: links.nodes(),
+            });
+        }
+        links.set_node(i, fault);
+        Ok(())
+    }
+}
+
+/// The faults of [`Node`], by index. The signals and the wait for readiness run when the
+/// future is polled, on the polling thread (see the crate docs on PDEATHSIG for restarts).
+impl Nodes for NodeSet {
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// `node-0`, `node-1`, ...
+    fn name(&self, i: usize) -> &str {
+        self.node(i).name()
+    }
+
+    /// `127.0.0.1:PORT`; the port stays the same across restarts.
+    fn addr(&self, i: usize) -> SocketAddr {
+        self.node(i).redis().addr()
+    }
+
+    /// [`Node::redis`].
+    fn redis(&self, i: usize) -> RedisAt {
+        self.node(i).redis()
+    }
+
+    /// [`Node::clock`].
+    fn clock(&self, i: usize) -> Option<&ClockControl> {
+        self.nodes.get(i)?.clock()
+    }
+
+    /// [`Node::kill`].
+    fn kill(&self, i: usize) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(async move { self.checked(i, "kill")?.kill() })
+    }
+
+    /// [`Node::pause`] (SIGSTOP).
+    fn pause(&self, i: usize) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(async move { self.checked(i, "pause")?.pause() })
+    }
+
+    /// [`Node::resume`] (SIGCONT).
+    fn resume(&self, i: usize) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(async move { self.checked(i, "resume")?.resume() })
+    }
+
+    /// [`Node::restart`].
+    fn restart(&self, i: usize) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(async move { self.checked(i, "restart")?.restart().await })
+    }
+
+    /// [`Node::restart_after`].
+    fn restart_after(&self, i: usize, delay: Duration) -> BoxFuture<'_, Result<(), HarnessError>> {
+        Box::pin(async move { self.checked(i, "restart")?.restart_after(delay).await })
+    }
+
+    /// [`LinkFault::Blackhole`] on every link of `links` to node `i`.
+    fn partition<'a>(
+        &'a self,
+        i: usize,
+        links: &'a Links,
+    ) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(async move { self.set_links(i, links, "partition", LinkFault::Blackhole) })
+    }
+
+    /// [`LinkFault::Pass`] on every link of `links` to node `i`.
+    fn heal<'a>(&'a self, i: usize, links: &'a Links) -> BoxFuture<'a, Result<(), HarnessError>> {
+        Box::pin(async move { self.set_links(i, links, "heal", LinkFault::Pass) })
+    }
+
+    /// [`Node::is_running`]: a paused process counts as up.
+    fn is_up(&self, i: usize) -> BoxFuture<'_, bool> {
+        Box::pin(async move { self.nodes.get(i).is_some_and(Node::is_running) })
     }
 }
 

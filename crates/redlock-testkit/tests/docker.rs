@@ -11,7 +11,7 @@ use std::future::Future;
 use std::io::Write;
 use std::time::Duration;
 
-use redlock_testkit::{DockerOptions, DockerSet, HarnessError};
+use redlock_testkit::{DockerOptions, DockerSet, HarnessError, Nodes};
 
 const OPT_IN: &str = "REDLOCK_LAB_DOCKER";
 

@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use redlock_lab::{repeat_summary, run_repeated, scenarios, summary, BackendKind, Expect};
+use redlock_lab::{
+    init_tracing, repeat_summary, run_repeated, scenarios, summary, BackendKind, Expect,
+};
 use redlock_testkit::DockerSet;
 
 /// Fault-injection scenarios with a safety checker, against local redis-server processes
@@ -39,13 +41,7 @@ enum Backend {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_tracing();
     let args = Args::parse();
     let mut all = scenarios();
     if args.demos {

@@ -63,12 +63,12 @@ fn at(lab: &Lab, fraction: f64) -> Duration {
 
 /// How many nodes a lock needs.
 fn quorum(lab: &Lab) -> usize {
-    lab.nodes.len() / 2 + 1
+    lab.node_count() / 2 + 1
 }
 
 /// Every node's index.
 fn every_node(lab: &Lab) -> Vec<usize> {
-    (0..lab.nodes.len()).collect()
+    (0..lab.node_count()).collect()
 }
 
 /// Waits until the observer has taken, on `need` distinct nodes of `nodes`, a sample of the
@@ -141,7 +141,7 @@ async fn seen_empty(lab: &Lab) -> Result<(), LabError> {
     seen_on(
         lab,
         &every_node(lab),
-        lab.nodes.len(),
+        lab.node_count(),
         "the key absent",
         |o| o.sent >= since && o.token.is_none(),
     )

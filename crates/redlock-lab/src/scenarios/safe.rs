@@ -185,8 +185,8 @@ fn minority_disconnected(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> 
         lab.partition(0).await?;
         lab.partition(4).await?;
         sleep_to(start, at(lab, 0.7)).await;
-        lab.unpartition(0).await?;
-        lab.unpartition(4).await
+        lab.heal(0).await?;
+        lab.heal(4).await
     }))
 }
 
@@ -301,8 +301,8 @@ pub(super) async fn late_release(
                 token: first_token.clone(),
                 at: released,
             });
-            for n in 0..lab.nodes.len() {
-                lab.nodes.redis(n).del(&lab.full_key(KEY)).await?;
+            for n in 0..lab.node_count() {
+                lab.nodes().redis(n).del(&lab.full_key(KEY)).await?;
             }
             drop(first);
         } else {
@@ -442,7 +442,7 @@ fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
 fn staggered_links_three_clients(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
     Box::pin(contend_under(lab, 3, async {
         for c in 0..3 {
-            for n in 0..lab.nodes.len() {
+            for n in 0..lab.node_count() {
                 let delay = Duration::from_millis(15 * ((c + n) % 3) as u64);
                 lab.link(
                     c,

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::command::Answer;
-use super::{Round, Undo};
+use super::plan::{Round, Undo};
 use crate::connection::Connection;
 use crate::report::{CleanupOutcome, NodeOutcome, Settling};
 

@@ -14,12 +14,12 @@
 
 mod background;
 mod command;
+mod plan;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
-use fred::types::{Key, Value};
+use fred::types::Value;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -28,60 +28,13 @@ use tracing::Instrument;
 use crate::connection::Connection;
 use crate::drift::lease;
 use crate::quorum::{quorum, Decision, Votes};
-use crate::report::{NodeOutcome, NodeReport, RoundKind, RoundReport, Settling, SettlingView};
-use crate::scripts::Script;
+use crate::report::{NodeReport, RoundReport, Settling, SettlingView};
 
 pub(crate) use background::BackgroundWork;
 use background::{Call, InFlight};
 use command::Answer;
 pub(crate) use command::Command;
-
-/// One lock's part in a round.
-#[derive(Debug)]
-pub(crate) struct Request {
-    /// The key as reported (one key, or several joined).
-    pub(crate) name: Arc<str>,
-    /// The TTL the request asks for; its validity is computed from it.
-    pub(crate) ttl: Option<Duration>,
-    /// What undoes the command on a node, for requests that must roll back when not won.
-    pub(crate) undo: Option<Undo>,
-}
-
-/// A compare-and-delete that undoes what a request may have set on a node.
-#[derive(Debug)]
-pub(crate) struct Undo {
-    pub(crate) script: &'static Script,
-    pub(crate) keys: Vec<Key>,
-    pub(crate) args: Vec<Value>,
-}
-
-/// Everything one round sends and decides.
-#[derive(Debug)]
-pub(crate) struct Round {
-    pub(crate) kind: RoundKind,
-    pub(crate) command: Command,
-    pub(crate) requests: Vec<Request>,
-    pub(crate) drift_factor: f64,
-}
-
-impl Round {
-    /// Whether an answer counts towards a request's quorum. A release is done on a node
-    /// once our key is gone from it, whether we deleted it or it had already expired.
-    fn counts(&self, outcome: &NodeOutcome) -> bool {
-        match self.kind {
-            RoundKind::Acquire => *outcome == NodeOutcome::Acquired,
-            RoundKind::Extend => *outcome == NodeOutcome::Extended,
-            RoundKind::Release => matches!(outcome, NodeOutcome::Released | NodeOutcome::NotHeld),
-            RoundKind::Inspect => *outcome == NodeOutcome::Held,
-        }
-    }
-
-    /// An inspection reads every node (up to its timeout) instead of stopping at a quorum:
-    /// how long the key is held depends on every node's TTL.
-    fn waits_for_all(&self) -> bool {
-        self.kind == RoundKind::Inspect
-    }
-}
+pub(crate) use plan::{Request, Round, Undo};
 
 /// How one request of a round ended.
 #[derive(Debug)]

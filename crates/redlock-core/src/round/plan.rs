@@ -1,0 +1,58 @@
+//! What a round is asked to do: the command every node gets, and one request per lock with
+//! its TTL and its undo.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+
+use super::command::Command;
+use crate::report::{NodeOutcome, RoundKind};
+use crate::scripts::Script;
+
+/// One lock's part in a round.
+#[derive(Debug)]
+pub(crate) struct Request {
+    /// The key as reported (one key, or several joined).
+    pub(crate) name: Arc<str>,
+    /// The TTL the request asks for; its validity is computed from it.
+    pub(crate) ttl: Option<Duration>,
+    /// What undoes the command on a node, for requests that must roll back when not won.
+    pub(crate) undo: Option<Undo>,
+}
+
+/// A compare-and-delete that undoes what a request may have set on a node.
+#[derive(Debug)]
+pub(crate) struct Undo {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Vec<Key>,
+    pub(crate) args: Vec<Value>,
+}
+
+/// Everything one round sends and decides.
+#[derive(Debug)]
+pub(crate) struct Round {
+    pub(crate) kind: RoundKind,
+    pub(crate) command: Command,
+    pub(crate) requests: Vec<Request>,
+    pub(crate) drift_factor: f64,
+}
+
+impl Round {
+    /// Whether an answer counts towards a request's quorum. A release is done on a node
+    /// once our key is gone from it, whether we deleted it or it had already expired.
+    pub(crate) fn counts(&self, outcome: &NodeOutcome) -> bool {
+        match self.kind {
+            RoundKind::Acquire => *outcome == NodeOutcome::Acquired,
+            RoundKind::Extend => *outcome == NodeOutcome::Extended,
+            RoundKind::Release => matches!(outcome, NodeOutcome::Released | NodeOutcome::NotHeld),
+            RoundKind::Inspect => *outcome == NodeOutcome::Held,
+        }
+    }
+
+    /// An inspection reads every node (up to its timeout) instead of stopping at a quorum:
+    /// how long the key is held depends on every node's TTL.
+    pub(crate) fn waits_for_all(&self) -> bool {
+        self.kind == RoundKind::Inspect
+    }
+}

@@ -158,6 +158,13 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets whether every lock gets a fencing token. Defaults to `false`.
+    #[must_use]
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.config.fencing = fencing;
+        self
+    }
+
     /// Validates the configuration (see [`LockConfig::validate`]) and returns it.
     pub fn build(self) -> Result<LockConfig, InvalidConfig> {
         self.config.validate()?;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use redlock_core::{ConfigError, Coordinator, Inspection, Lock, NodeOutcome, RoundReport, Token};
+use redlock_core::{
+    Acquisition, ConfigError, Coordinator, Inspection, Lock, NodeOutcome, RoundReport,
+};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -27,6 +29,9 @@ pub struct LockOptions {
     pub retry: Option<RetryPolicy>,
     /// Whether to renew this lock automatically. Defaults to the client's `renewal.enabled`.
     pub renew: Option<bool>,
+    /// Whether this lock gets a fencing token ([`LockGuard::fencing_token`]). Defaults to
+    /// the client's `fencing`.
+    pub fenced: Option<bool>,
 }
 
 /// A Redlock client: share one per node set (it is cheap to clone).
@@ -83,7 +88,7 @@ impl Drop for Inner {
 
 /// What a round tries to take.
 #[derive(Clone, Copy)]
-enum Acquisition<'a> {
+enum LockShape<'a> {
     One(&'a str),
     Many(&'a [String]),
     Reentrant(&'a str, &'a Owner),
@@ -159,7 +164,7 @@ impl Redlock {
     /// [`lock`](Self::lock) with per-call overrides.
     pub async fn lock_with(&self, key: &str, options: &LockOptions) -> Result<LockGuard, Error> {
         let full = self.checked_key(key)?;
-        self.acquire(Acquisition::One(&full), options).await
+        self.acquire(LockShape::One(&full), options).await
     }
 
     /// Acquires several keys all-or-nothing (each node sets all of them or none) and holds
@@ -173,7 +178,7 @@ impl Redlock {
             .iter()
             .map(|k| self.checked_key(k))
             .collect::<Result<Vec<_>, _>>()?;
-        self.acquire(Acquisition::Many(&full), options).await
+        self.acquire(LockShape::Many(&full), options).await
     }
 
     /// Acquires `key` for `owner`, reentrantly: if `owner` already holds it, this adds a
@@ -186,7 +191,7 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<LockGuard, Error> {
         let full = self.checked_key(key)?;
-        self.acquire(Acquisition::Reentrant(&full, owner), options)
+        self.acquire(LockShape::Reentrant(&full, owner), options)
             .await
     }
 
@@ -257,11 +262,12 @@ impl Redlock {
 
     async fn acquire(
         &self,
-        target: Acquisition<'_>,
+        target: LockShape<'_>,
         options: &LockOptions,
     ) -> Result<LockGuard, Error> {
         let config = &self.inner.config;
         let renew = options.renew.unwrap_or(config.renewal.enabled);
+        let fenced = options.fenced.unwrap_or(config.fencing);
         let ttl = match options.ttl {
             // The configured TTL was checked at connect (renewal rule included).
             None if renew == config.renewal.enabled => config.ttl,
@@ -273,8 +279,8 @@ impl Redlock {
         let retry = options.retry.as_ref().unwrap_or(&config.retry);
         retry.validate()?;
         let keys: Vec<String> = match target {
-            Acquisition::One(key) | Acquisition::Reentrant(key, _) => vec![key.to_string()],
-            Acquisition::Many(keys) => keys.to_vec(),
+            LockShape::One(key) | LockShape::Reentrant(key, _) => vec![key.to_string()],
+            LockShape::Many(keys) => keys.to_vec(),
         };
         let name = keys.join(", ");
         let span =
@@ -290,7 +296,7 @@ impl Redlock {
             loop {
                 attempts += 1;
                 tracing::Span::current().record("attempts", attempts);
-                let report = match self.round(target, ttl).await {
+                let report = match self.round(target, ttl, fenced).await {
                     Ok(lock) => return Ok(self.guard(lock, ttl, renew, attempts, start)),
                     Err(redlock_core::Error::Config(e)) => {
                         return Err(InvalidConfig::Core(e).into())
@@ -346,18 +352,21 @@ impl Redlock {
 
     async fn round(
         &self,
-        target: Acquisition<'_>,
+        shape: LockShape<'_>,
         ttl: Duration,
+        fenced: bool,
     ) -> Result<Lock, redlock_core::Error> {
-        let core = &self.inner.core;
-        match target {
-            Acquisition::One(key) => core.acquire(key, ttl).await,
-            Acquisition::Many(keys) => core.acquire_many(keys, Token::random(), ttl).await,
-            Acquisition::Reentrant(key, owner) => {
-                core.acquire_reentrant(key, owner.as_str(), Token::random(), ttl)
-                    .await
-            }
-        }
+        let (keys, owner): (Vec<&str>, _) = match shape {
+            LockShape::One(key) => (vec![key], None),
+            LockShape::Many(keys) => (keys.iter().map(String::as_str).collect(), None),
+            LockShape::Reentrant(key, owner) => (vec![key], Some(owner.as_str())),
+        };
+        let acquisition = Acquisition {
+            owner,
+            fenced,
+            ..Acquisition::new(&keys, ttl)
+        };
+        self.inner.core.acquire_with(acquisition).await
     }
 
     /// Wraps a won lock in its guard. Runs after the round won, so nothing here may fail:

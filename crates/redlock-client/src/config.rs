@@ -63,6 +63,12 @@ pub struct LockConfig {
     /// lock+release cycle in the benchmark); turn it off where locks are rarely contended.
     /// Defaults to `true`.
     pub notify: bool,
+    /// Give every lock a fencing token ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)),
+    /// for resources that check tokens to reject writes from a holder that paused past its
+    /// validity. It costs each acquisition one more round trip; per call, see
+    /// `LockOptions::fenced`. The counter lives under `{key_prefix}fencing-counter` on
+    /// each node. Defaults to `false`.
+    pub fencing: bool,
 }
 
 impl Default for LockConfig {
@@ -79,6 +85,7 @@ impl Default for LockConfig {
             renewal: RenewalPolicy::default(),
             key_prefix: "redlock:".into(),
             notify: true,
+            fencing: false,
         }
     }
 }
@@ -96,6 +103,7 @@ impl fmt::Debug for LockConfig {
             .field("renewal", &self.renewal)
             .field("key_prefix", &self.key_prefix)
             .field("notify", &self.notify)
+            .field("fencing", &self.fencing)
             .finish()
     }
 }
@@ -108,6 +116,7 @@ impl LockConfig {
             nodes: self.nodes.clone(),
             node_timeout: self.node_timeout,
             drift_factor: self.drift_factor,
+            fence_key: format!("{}fencing-counter", self.key_prefix),
             ..redlock_core::Config::default()
         }
     }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redlock_core::{Coordinator, Lock, NodeOutcome, RoundReport};
+use redlock_core::{Coordinator, FencingToken, Lock, NodeOutcome, RoundReport};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -122,6 +122,11 @@ impl LockHandle {
         self.shared.current().key().to_string()
     }
 
+    /// The fencing token, for a fenced lock (see [`LockGuard::fencing_token`]).
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.shared.current().fencing_token()
+    }
+
     /// Whether the lock is still valid now. Check it before each use of the resource.
     pub fn is_valid(&self) -> bool {
         self.shared.is_valid()
@@ -220,6 +225,13 @@ impl LockGuard {
     /// Every locked key, with the prefix.
     pub fn keys(&self) -> Vec<String> {
         self.shared.current().keys().map(str::to_string).collect()
+    }
+
+    /// The fencing token, for a fenced lock (`None` otherwise): send it with every write to
+    /// the protected resource, which must reject a token lower than the highest it has
+    /// seen. See [`LockConfig::fencing`](crate::LockConfig::fencing).
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.handle().fencing_token()
     }
 
     /// The lock as the core sees it: token, TTL, the report of its last round.

@@ -48,6 +48,7 @@ mod guard;
 mod notify;
 mod owner;
 mod renew;
+mod resource;
 mod retry;
 
 pub use builder::LockConfigBuilder;
@@ -57,6 +58,7 @@ pub use error::{Error, InvalidConfig, LostReason};
 pub use guard::{LockGuard, LockHandle};
 pub use owner::Owner;
 pub use redlock_core;
-pub use redlock_core::{Inspection, NodeOutcome, RoundReport};
+pub use redlock_core::{FencingToken, Inspection, NodeOutcome, RoundReport};
 pub use renew::policy::RenewalPolicy;
+pub use resource::{fence_record_key, fenced_set, FENCED_UPDATE_SQL};
 pub use retry::{Backoff, RetryPolicy};

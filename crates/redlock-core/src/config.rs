@@ -19,6 +19,9 @@ pub const MAX_KEY_LEN: usize = 4096;
 /// TTLs bounded keeps every `Instant` computed from them far from overflow.
 pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
+/// The key of the fencing counter on each node, unless configured otherwise.
+pub const DEFAULT_FENCE_KEY: &str = "redlock:fencing-counter";
+
 /// How long a node gets to answer one command, unless configured otherwise.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -61,6 +64,10 @@ pub struct Config {
     /// waiting clients can try again at once (the token, dead once released, tells the
     /// copies from different nodes apart from different releases). Defaults to `None`.
     pub release_channel: Option<String>,
+    /// The key of each node's fencing counter, read and raised by fenced acquisitions
+    /// (one counter for every lock of the node set). No lock may use this key. Defaults to
+    /// `"redlock:fencing-counter"`.
+    pub fence_key: String,
 }
 
 /// Shows the node URLs with their passwords masked: a configuration ends up in logs.
@@ -73,6 +80,7 @@ impl fmt::Debug for Config {
             .field("drift_factor", &self.drift_factor)
             .field("reconnect_max_delay", &self.reconnect_max_delay)
             .field("release_channel", &self.release_channel)
+            .field("fence_key", &self.fence_key)
             .finish()
     }
 }
@@ -85,6 +93,7 @@ impl Default for Config {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             reconnect_max_delay: Duration::from_secs(1),
             release_channel: None,
+            fence_key: DEFAULT_FENCE_KEY.into(),
         }
     }
 }
@@ -127,6 +136,7 @@ impl Config {
         if self.release_channel.as_deref() == Some("") {
             return Err(ConfigError::EmptyChannel);
         }
+        check_key(&self.fence_key)?;
         let mut seen = HashSet::new();
         let mut endpoints = Vec::with_capacity(self.nodes.len());
         for url in &self.nodes {

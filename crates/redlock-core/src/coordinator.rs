@@ -20,7 +20,6 @@ use crate::quorum::quorum;
 use crate::report::{NodeName, RoundKind, RoundReport};
 use crate::round::{self, BackgroundWork, Command, Decided, Request, Round};
 use crate::scripts::EXTEND_BATCH;
-use crate::token::Token;
 
 /// The most locks [`Coordinator::extend_many`] sends in one script call per node. At this
 /// size a call carries about 25 KB of arguments and runs on a node in about a millisecond.
@@ -50,14 +49,14 @@ const STARTUP_WAIT: Duration = Duration::from_millis(500);
 /// ```
 #[derive(Debug, Clone)]
 pub struct Coordinator {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
-    connections: Arc<[Connection]>,
-    config: Config,
-    work: BackgroundWork,
+pub(crate) struct Inner {
+    pub(crate) connections: Arc<[Connection]>,
+    pub(crate) config: Config,
+    pub(crate) work: BackgroundWork,
     /// Set by the first `close`: later ones only wait for background work.
     closed: AtomicBool,
 }
@@ -125,73 +124,6 @@ impl Coordinator {
         drift(ttl, self.inner.config.drift_factor)
     }
 
-    /// One acquisition round with a fresh random token.
-    pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
-        self.acquire_with_token(key, Token::random(), ttl).await
-    }
-
-    /// One acquisition round: `SET key token NX PX ttl` on every node at once, decided as
-    /// soon as a quorum accepted or can no longer accept.
-    ///
-    /// Won only with a quorum and positive validity. Otherwise, and also when this future
-    /// is dropped before it finishes, the key is deleted again on every node where it holds
-    /// `token`, including nodes that answer after the decision; that runs in the
-    /// background, and [`RoundReport::settled`](crate::RoundReport::settled) or
-    /// [`quiesce`](Self::quiesce) wait for it.
-    pub async fn acquire_with_token(
-        &self,
-        key: &str,
-        token: Token,
-        ttl: Duration,
-    ) -> Result<Lock, Error> {
-        let spec = LockSpec::new(&[key], token, None)?;
-        self.acquire_spec(spec, ttl).await
-    }
-
-    /// One acquisition round over several keys, all or nothing: each node sets every key or
-    /// none (one script per node), and the lock is won when a quorum of nodes set them all.
-    /// Rolled back like [`acquire_with_token`](Self::acquire_with_token).
-    pub async fn acquire_many<K: AsRef<str>>(
-        &self,
-        keys: &[K],
-        token: Token,
-        ttl: Duration,
-    ) -> Result<Lock, Error> {
-        let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
-        let spec = LockSpec::new(&keys, token, None)?;
-        self.acquire_spec(spec, ttl).await
-    }
-
-    /// One acquisition round of a reentrant lock: succeeds when the key is free or already
-    /// held by `owner`, adding one hold (identified by `token`) either way. Each hold is
-    /// released on its own; the key goes with the last one. A key is used either reentrantly
-    /// or not: a plain lock and a reentrant lock on one key see each other as taken.
-    pub async fn acquire_reentrant(
-        &self,
-        key: &str,
-        owner: &str,
-        token: Token,
-        ttl: Duration,
-    ) -> Result<Lock, Error> {
-        if owner.is_empty() {
-            return Err(ConfigError::EmptyOwner.into());
-        }
-        let spec = LockSpec::new(&[key], token, Some(owner.into()))?;
-        self.acquire_spec(spec, ttl).await
-    }
-
-    async fn acquire_spec(&self, spec: LockSpec, ttl: Duration) -> Result<Lock, Error> {
-        let ttl = self.inner.config.check_ttl(ttl)?;
-        let round = Round {
-            kind: RoundKind::Acquire,
-            command: spec.acquire(ttl),
-            requests: vec![spec.acquire_request(ttl)],
-            drift_factor: self.inner.config.drift_factor,
-        };
-        let decided = self.run_one(round).await;
-        self.lock_from(decided, spec, ttl, None)
-    }
-
     /// One extension round: compare-and-`PEXPIRE` to `ttl` on every node, counted like an
     /// acquisition, with validity measured from the start of this round. It never
     /// recreates a key that expired, and it never shortens one: a node whose key already
@@ -250,7 +182,13 @@ impl Coordinator {
             .zip(decided)
             .map(|((lock, ttl), decided)| {
                 // Extensions only lengthen, so what the lock held before still stands.
-                self.lock_from(decided, LockSpec::of(lock), *ttl, Some(lock.valid_until))
+                let extended =
+                    self.lock_from(decided, LockSpec::of(lock), *ttl, Some(lock.valid_until));
+                // The fencing token belongs to the acquisition; extensions keep it.
+                extended.map(|extended| Lock {
+                    fencing_token: lock.fencing_token,
+                    ..extended
+                })
             })
             .collect()
     }
@@ -398,7 +336,7 @@ impl Coordinator {
         }
     }
 
-    async fn run_one(&self, round: Round) -> Decided {
+    pub(crate) async fn run_one(&self, round: Round) -> Decided {
         let mut decided = round::run(&self.inner.connections, round, &self.inner.work).await;
         decided
             .pop()
@@ -407,7 +345,7 @@ impl Coordinator {
 
     /// The lock a decided request produced. `held_until` is the deadline an extended lock
     /// had before the round: extensions never shorten, so it stays a lower bound.
-    fn lock_from(
+    pub(crate) fn lock_from(
         &self,
         decided: Decided,
         spec: LockSpec,
@@ -424,6 +362,7 @@ impl Coordinator {
                 ttl,
                 valid_until: held_until.map_or(valid_until, |held| held.max(valid_until)),
                 report: *report,
+                fencing_token: None,
             });
         }
         if report.accepted >= report.quorum {

@@ -113,6 +113,18 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A reentrant lock was requested over several keys.
+    #[error("a reentrant lock takes exactly one key, not {count}: lock several keys with a plain lock over all of them")]
+    ReentrantKeys {
+        /// How many keys were given.
+        count: usize,
+    },
+    /// A lock key is the name of the node set's fencing counter.
+    #[error("the lock key `{key}` is reserved for the fencing counter: name the lock differently")]
+    ReservedKey {
+        /// The key.
+        key: String,
+    },
     /// A reentrant lock was requested with an empty owner.
     #[error(
         "the owner of a reentrant lock is empty: give each owner a unique, non-empty identity"
@@ -155,6 +167,17 @@ pub enum Error {
         /// The TTL the round asked for.
         ttl: Duration,
     },
+    /// A fenced acquisition won its lock but could not hand out a fencing token: too few
+    /// nodes had a counter, the write-back did not reach a quorum, or the lock's validity
+    /// ran out meanwhile. The lock has been released again; retrying is safe (a later
+    /// round with a different quorum, or after the write-back seeded the nodes, succeeds).
+    #[error("{report}; the lock was won but no fencing token could be issued: {reason}; it was released again: retry (redlock-client's `lock` does this)")]
+    NotFenced {
+        /// The round that failed: the acquisition, or the token's write-back.
+        report: Box<RoundReport>,
+        /// What was missing.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -162,7 +185,9 @@ impl Error {
     pub fn report(&self) -> Option<&RoundReport> {
         match self {
             Error::Config(_) => None,
-            Error::NoQuorum { report } | Error::ValidityExhausted { report, .. } => Some(report),
+            Error::NoQuorum { report }
+            | Error::ValidityExhausted { report, .. }
+            | Error::NotFenced { report, .. } => Some(report),
         }
     }
 }

@@ -58,11 +58,13 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod acquire;
 mod config;
 mod connection;
 mod coordinator;
 mod drift;
 mod error;
+mod fence;
 mod inspect;
 mod lock;
 mod lock_spec;
@@ -72,12 +74,15 @@ mod round;
 mod scripts;
 mod token;
 
+pub use acquire::Acquisition;
 pub use config::{
-    check_key, check_ttl, Config, DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
+    check_key, check_ttl, Config, DEFAULT_FENCE_KEY, DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN,
+    MAX_NODE_TIMEOUT, MAX_TTL,
 };
 pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
 pub use error::{ConfigError, Error};
+pub use fence::FencingToken;
 pub use inspect::Inspection;
 pub use lock::Lock;
 pub use quorum::quorum;

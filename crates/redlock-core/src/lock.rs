@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::fence::FencingToken;
 use crate::report::RoundReport;
 use crate::token::Token;
 
@@ -25,6 +26,8 @@ pub struct Lock {
     pub(crate) ttl: Duration,
     pub(crate) valid_until: Instant,
     pub(crate) report: RoundReport,
+    /// For a fenced acquisition: its token, handed out only after a quorum recorded it.
+    pub(crate) fencing_token: Option<FencingToken>,
 }
 
 impl Lock {
@@ -75,6 +78,13 @@ impl Lock {
     /// Whether the validity has not yet run out.
     pub fn is_valid(&self) -> bool {
         self.remaining().is_some()
+    }
+
+    /// The fencing token of a fenced acquisition (`None` for a plain one): pass it to the
+    /// protected resource with every write, and have the resource reject tokens lower
+    /// than the highest it has seen. Extensions keep the token.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.fencing_token
     }
 
     /// The report of the round that won (or last extended) this lock.

@@ -10,7 +10,10 @@ use crate::config::check_key;
 use crate::error::ConfigError;
 use crate::lock::Lock;
 use crate::round::{Command, Request, Undo};
-use crate::scripts::{Script, ACQUIRE_MANY, REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE};
+use crate::scripts::{
+    Script, ACQUIRE_MANY, FENCED_ACQUIRE_MANY, FENCED_ACQUIRE_ONE, FENCED_REENTRANT_ACQUIRE,
+    REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE,
+};
 use crate::token::Token;
 
 /// What a lock's scripts are built from.
@@ -70,19 +73,38 @@ impl LockSpec {
     }
 
     /// The command that takes the lock with `ttl`: `SET NX PX` for one key, a script for
-    /// several keys or a reentrant hold.
-    pub(crate) fn acquire(&self, ttl: Duration) -> Command {
+    /// several keys or a reentrant hold. With `fence_key`, the fenced form of the script,
+    /// which also reads the node's fencing counter (its key goes last).
+    pub(crate) fn acquire(&self, ttl: Duration, fence_key: Option<&str>) -> Command {
         let ttl_ms = Value::from(ttl_ms(ttl));
-        match (&self.owner, self.keys.len()) {
-            (Some(owner), _) => self.script(
-                &REENTRANT_ACQUIRE,
+        let (plain, fenced, args) = match (&self.owner, self.keys.len()) {
+            (Some(owner), _) => (
+                Some(&*REENTRANT_ACQUIRE),
+                &*FENCED_REENTRANT_ACQUIRE,
                 vec![Value::from(&**owner), self.token_value(), ttl_ms],
             ),
-            (None, 1) => Command::SetNx {
+            (None, 1) => (None, &*FENCED_ACQUIRE_ONE, vec![self.token_value(), ttl_ms]),
+            (None, _) => (
+                Some(&*ACQUIRE_MANY),
+                &*FENCED_ACQUIRE_MANY,
+                vec![self.token_value(), ttl_ms],
+            ),
+        };
+        match (fence_key, plain) {
+            (Some(fence_key), _) => {
+                let mut keys = self.fred_keys();
+                keys.push(Key::from(fence_key));
+                Command::Script {
+                    script: fenced,
+                    keys,
+                    args,
+                }
+            }
+            (None, Some(script)) => self.script(script, args),
+            (None, None) => Command::SetNx {
                 key: Key::from(&*self.keys[0]),
                 token: self.token_value(),
             },
-            (None, _) => self.script(&ACQUIRE_MANY, vec![self.token_value(), ttl_ms]),
         }
     }
 

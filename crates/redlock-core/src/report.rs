@@ -61,6 +61,8 @@ pub enum RoundKind {
     Release,
     /// `PTTL` on every node: who holds the key, and for how long.
     Inspect,
+    /// The raise-only write-back of a fencing token to every node.
+    Fence,
 }
 
 impl fmt::Display for RoundKind {
@@ -70,6 +72,7 @@ impl fmt::Display for RoundKind {
             RoundKind::Extend => "extend",
             RoundKind::Release => "release",
             RoundKind::Inspect => "inspect",
+            RoundKind::Fence => "record fencing token",
         })
     }
 }
@@ -88,6 +91,8 @@ pub enum NodeOutcome {
     Released,
     /// The node holds the key (inspect).
     Held,
+    /// The node recorded the fencing token (its counter is now at least the token).
+    Recorded,
     /// The key is not ours on this node: absent, expired or held by another owner
     /// (extend, release). A release counts it as done; an extension as failed.
     NotHeld,
@@ -113,6 +118,7 @@ impl NodeOutcome {
                 | NodeOutcome::Extended
                 | NodeOutcome::Released
                 | NodeOutcome::Held
+                | NodeOutcome::Recorded
                 | NodeOutcome::NotHeld
         )
     }
@@ -133,6 +139,7 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::Extended => f.write_str("extended"),
             NodeOutcome::Released => f.write_str("released"),
             NodeOutcome::Held => f.write_str("holds the key"),
+            NodeOutcome::Recorded => f.write_str("recorded the fencing token"),
             NodeOutcome::NotHeld => f.write_str("not held by us"),
             NodeOutcome::TimedOut => f.write_str("timed out"),
             NodeOutcome::ConnectionError(e) => write!(f, "connection error: {e}"),

@@ -4,27 +4,27 @@
 //! a string is expected, or the reverse) go through `redis.pcall`, so they count as "not
 //! ours" instead of failing the whole script.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 /// A Lua script with its SHA-1, computed once.
 #[derive(Debug)]
 pub struct Script {
-    source: &'static str,
+    source: Cow<'static, str>,
     sha: String,
 }
 
 impl Script {
     /// A script from its source.
-    pub fn new(source: &'static str) -> Self {
-        Script {
-            source,
-            sha: fred::util::sha1_hash(source),
-        }
+    pub fn new(source: impl Into<Cow<'static, str>>) -> Self {
+        let source = source.into();
+        let sha = fred::util::sha1_hash(&source);
+        Script { source, sha }
     }
 
     /// The Lua source.
-    pub fn source(&self) -> &'static str {
-        self.source
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// The SHA-1 that `EVALSHA` names it by.
@@ -35,17 +35,15 @@ impl Script {
 
 /// `KEYS` = the lock's keys, `ARGV[1]` = token, `ARGV[2]` = TTL in ms: set every key, or none
 /// if any exists (all-or-nothing on this node). Returns 1 when set, 0 otherwise.
-pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"for _, key in ipairs(KEYS) do
+pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_BODY));
+
+const ACQUIRE_MANY_BODY: &str = r#"for _, key in ipairs(KEYS) do
   if redis.call("EXISTS", key) == 1 then return 0 end
 end
 for _, key in ipairs(KEYS) do
   redis.call("SET", key, ARGV[1], "PX", ARGV[2])
 end
-return 1"#,
-    )
-});
+return 1"#;
 
 /// `KEYS` = the lock's keys, `ARGV[1]` = token, `ARGV[2]` = channel or "": delete every key
 /// that holds the token, publishing `"<token> <key>"` on the channel when one is given (the
@@ -78,9 +76,10 @@ return 0"#,
 /// without an `owner` field) is refused and left as it was: the script looks at the key's
 /// type before it reads or writes a field. Adding a hold never shortens the key's TTL, which
 /// the other holds of the same owner count on.
-pub(crate) static REENTRANT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local kind = redis.call("TYPE", KEYS[1]).ok
+pub(crate) static REENTRANT_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(REENTRANT_ACQUIRE_BODY));
+
+const REENTRANT_ACQUIRE_BODY: &str = r#"local kind = redis.call("TYPE", KEYS[1]).ok
 if kind == "none" then
   redis.call("HSET", KEYS[1], "owner", ARGV[1], "hold:" .. ARGV[2], 1)
   redis.call("PEXPIRE", KEYS[1], ARGV[3])
@@ -92,9 +91,7 @@ redis.call("HSET", KEYS[1], "hold:" .. ARGV[2], 1)
 if redis.call("PTTL", KEYS[1]) < tonumber(ARGV[3]) then
   redis.call("PEXPIRE", KEYS[1], ARGV[3])
 end
-return 1"#,
-    )
-});
+return 1"#;
 
 /// `KEYS[1]` = key, `ARGV[1]` = owner, `ARGV[2]` = hold token, `ARGV[3]` = channel or "":
 /// drops one hold; deletes the key (and publishes) when it was the last. Returns 1 when the
@@ -158,14 +155,60 @@ return results"#,
     )
 });
 
+/// `SET KEYS[1] ARGV[1] NX PX ARGV[2]` as a script body, for the fenced acquisition of one
+/// key (a plain one sends the command itself).
+const ACQUIRE_ONE_BODY: &str = r#"if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end
+return 0"#;
+
+/// A fenced acquisition: `body` (an acquisition script answering 1 or 0) with the node's
+/// fencing counter read in the same call, so fencing costs the acquisition no round trip.
+/// The counter's key comes last in `KEYS` and is taken off before `body` runs. Returns
+/// `{done, counter}`, `counter` being -1 when the node has no counter (never fenced, or it
+/// lost its data): such a node is not counted until a write-back seeds it again.
+fn fenced(body: &str) -> Script {
+    Script::new(format!(
+        r#"local fence_key = table.remove(KEYS)
+local function acquire()
+{body}
+end
+local done = acquire()
+local counter = redis.pcall("GET", fence_key)
+if type(counter) ~= "string" then return {{done, -1}} end
+return {{done, tonumber(counter) or -1}}"#
+    ))
+}
+
+pub(crate) static FENCED_ACQUIRE_ONE: LazyLock<Script> = LazyLock::new(|| fenced(ACQUIRE_ONE_BODY));
+pub(crate) static FENCED_ACQUIRE_MANY: LazyLock<Script> =
+    LazyLock::new(|| fenced(ACQUIRE_MANY_BODY));
+pub(crate) static FENCED_REENTRANT_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| fenced(REENTRANT_ACQUIRE_BODY));
+
+/// The write-back of a fencing token: `KEYS[1]` = the node's fencing counter, `ARGV[1]` =
+/// the token. Raise-only: the counter is set only when it is missing (this seeds a node
+/// that lost it) or lower, so a late or repeated write-back never lowers it. Returns 1.
+pub(crate) static FENCE_RECORD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local counter = redis.pcall("GET", KEYS[1])
+if type(counter) ~= "string" or (tonumber(counter) or -1) < tonumber(ARGV[1]) then
+  redis.call("SET", KEYS[1], ARGV[1])
+end
+return 1"#,
+    )
+});
+
 /// Every script, for preloading.
-pub(crate) fn all() -> [&'static Script; 5] {
+pub(crate) fn all() -> [&'static Script; 9] {
     [
         &ACQUIRE_MANY,
         &RELEASE,
         &REENTRANT_ACQUIRE,
         &REENTRANT_RELEASE,
         &EXTEND_BATCH,
+        &FENCED_ACQUIRE_ONE,
+        &FENCED_ACQUIRE_MANY,
+        &FENCED_REENTRANT_ACQUIRE,
+        &FENCE_RECORD,
     ]
 }
 
@@ -180,13 +223,7 @@ mod tests {
             Script::new("").sha(),
             "da39a3ee5e6b4b0d3255bfef95601890afd80709"
         );
-        let all = [
-            &*ACQUIRE_MANY,
-            &*RELEASE,
-            &*REENTRANT_ACQUIRE,
-            &*REENTRANT_RELEASE,
-            &*EXTEND_BATCH,
-        ];
+        let all = all();
         for (i, a) in all.iter().enumerate() {
             assert_eq!(a.sha().len(), 40);
             for b in &all[i + 1..] {

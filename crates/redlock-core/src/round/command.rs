@@ -15,8 +15,8 @@ use crate::scripts::Script;
 pub(crate) enum Command {
     /// `SET key token NX PX ttl`, for a round of one request; the TTL is the request's.
     SetNx { key: Key, token: Value },
-    /// A script. It answers 1 (done) or 0 (refused) for a round of one request, or an
-    /// array with one element per request, each either 1/0 or `{1/0, value}`: the value
+    /// A script. For a round of one request it answers 1 (done), 0 (refused) or
+    /// `{1/0, value}`; for a batch, an array with one such element per request. The value
     /// (a counter, a TTL, an owner) is carried to the caller as the node returned it.
     Script {
         script: &'static Script,
@@ -79,7 +79,20 @@ impl Command {
             (Command::Pttl { .. }, Value::Integer(ms)) if ms >= -1 => {
                 vec![(true, Some(Value::Integer(ms)))]
             }
-            (Command::Script { .. }, Value::Integer(n)) if requests == 1 => vec![(n > 0, None)],
+            // One request: the reply is its element (1/0, or `{1/0, value}`), or a batch of
+            // one.
+            (Command::Script { .. }, Value::Array(mut items))
+                if requests == 1 && items.len() == 1 =>
+            {
+                match items.pop().and_then(element) {
+                    Some(answer) => vec![answer],
+                    None => return failed(unexpected(self)),
+                }
+            }
+            (Command::Script { .. }, reply) if requests == 1 => match element(reply) {
+                Some(answer) => vec![answer],
+                None => return failed(unexpected(self)),
+            },
             (Command::Script { .. }, Value::Array(items)) if items.len() == requests => {
                 match items.into_iter().map(element).collect::<Option<Vec<_>>>() {
                     Some(flags) => flags,
@@ -132,7 +145,8 @@ fn outcome(kind: RoundKind, done: bool) -> NodeOutcome {
         (RoundKind::Extend, true) => NodeOutcome::Extended,
         (RoundKind::Release, true) => NodeOutcome::Released,
         (RoundKind::Inspect, true) => NodeOutcome::Held,
-        (RoundKind::Extend | RoundKind::Release | RoundKind::Inspect, false) => {
+        (RoundKind::Fence, true) => NodeOutcome::Recorded,
+        (RoundKind::Extend | RoundKind::Release | RoundKind::Inspect | RoundKind::Fence, false) => {
             NodeOutcome::NotHeld
         }
     }
@@ -186,6 +200,28 @@ mod tests {
         assert!(answers
             .iter()
             .all(|a| matches!(a.outcome, NodeOutcome::ServerError(_))));
+    }
+
+    #[test]
+    fn a_single_request_reads_a_flag_a_pair_or_a_batch_of_one() {
+        for (reply, done, value) in [
+            (Value::Integer(1), true, None),
+            (Value::Array(vec![Value::Integer(0)]), false, None),
+            (
+                Value::Array(vec![Value::Integer(1), Value::Integer(7)]),
+                true,
+                Some(Value::Integer(7)),
+            ),
+        ] {
+            let answers = script().read(RoundKind::Acquire, Ok(reply), 1);
+            let expected = if done {
+                NodeOutcome::Acquired
+            } else {
+                NodeOutcome::HeldByOther
+            };
+            assert_eq!(outcomes(&answers), [expected]);
+            assert_eq!(answers[0].value, value);
+        }
     }
 
     #[test]

@@ -47,6 +47,7 @@ impl Round {
             RoundKind::Extend => *outcome == NodeOutcome::Extended,
             RoundKind::Release => matches!(outcome, NodeOutcome::Released | NodeOutcome::NotHeld),
             RoundKind::Inspect => *outcome == NodeOutcome::Held,
+            RoundKind::Fence => *outcome == NodeOutcome::Recorded,
         }
     }
 

@@ -1,0 +1,228 @@
+//! Acquisition rounds: one key, several keys or a reentrant hold, plain or fenced.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+
+use crate::coordinator::Coordinator;
+use crate::error::{ConfigError, Error};
+use crate::fence::{self, FencingToken};
+use crate::lock::Lock;
+use crate::lock_spec::LockSpec;
+use crate::report::{RoundKind, RoundReport};
+use crate::round::{Command, Request, Round};
+use crate::scripts::FENCE_RECORD;
+use crate::token::Token;
+
+/// What one acquisition round takes: one key (a plain or reentrant lock) or several (all
+/// or nothing), under which token, for how long, and whether it is fenced.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlock_core::Acquisition;
+///
+/// let keys = ["invoice:42"];
+/// let fenced = Acquisition {
+///     fenced: true,
+///     ..Acquisition::new(&keys, Duration::from_secs(10))
+/// };
+/// assert!(fenced.owner.is_none());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Acquisition<'a> {
+    /// The keys: one for a plain or reentrant lock, several for a lock over all of them.
+    pub keys: &'a [&'a str],
+    /// For a reentrant lock (one key only): its owner.
+    pub owner: Option<&'a str>,
+    /// The token stored under the keys. Defaults to a fresh random one.
+    pub token: Token,
+    /// The lock's TTL.
+    pub ttl: Duration,
+    /// Whether the lock gets a fencing token ([`Lock::fencing_token`]). It costs one more
+    /// round trip: the token's write-back. Defaults to `false`.
+    pub fenced: bool,
+}
+
+impl<'a> Acquisition<'a> {
+    /// A plain, unfenced acquisition of `keys` for `ttl` with a fresh random token.
+    pub fn new(keys: &'a [&'a str], ttl: Duration) -> Self {
+        Acquisition {
+            keys,
+            owner: None,
+            token: Token::random(),
+            ttl,
+            fenced: false,
+        }
+    }
+}
+
+impl Coordinator {
+    /// One acquisition round with a fresh random token.
+    pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
+        self.acquire_with(Acquisition::new(&[key], ttl)).await
+    }
+
+    /// One acquisition round: `SET key token NX PX ttl` on every node at once, decided as
+    /// soon as a quorum accepted or can no longer accept.
+    ///
+    /// Won only with a quorum and positive validity. Otherwise, and also when this future
+    /// is dropped before it finishes, the key is deleted again on every node where it holds
+    /// `token`, including nodes that answer after the decision; that runs in the
+    /// background, and [`RoundReport::settled`](crate::RoundReport::settled) or
+    /// [`quiesce`](Self::quiesce) wait for it.
+    pub async fn acquire_with_token(
+        &self,
+        key: &str,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<Lock, Error> {
+        let keys = [key];
+        self.acquire_with(Acquisition {
+            token,
+            ..Acquisition::new(&keys, ttl)
+        })
+        .await
+    }
+
+    /// One acquisition round over several keys, all or nothing: each node sets every key or
+    /// none (one script per node), and the lock is won when a quorum of nodes set them all.
+    /// Rolled back like [`acquire_with_token`](Self::acquire_with_token).
+    pub async fn acquire_many<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        token: Token,
+        ttl: Duration,
+    ) -> Result<Lock, Error> {
+        let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
+        self.acquire_with(Acquisition {
+            token,
+            ..Acquisition::new(&keys, ttl)
+        })
+        .await
+    }
+
+    /// One acquisition round of a reentrant lock: succeeds when the key is free or already
+    /// held by `owner`, adding one hold (identified by `token`) either way. Each hold is
+    /// released on its own; the key goes with the last one. A key is used either reentrantly
+    /// or not: a plain lock and a reentrant lock on one key see each other as taken.
+    pub async fn acquire_reentrant(
+        &self,
+        key: &str,
+        owner: &str,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<Lock, Error> {
+        let keys = [key];
+        self.acquire_with(Acquisition {
+            owner: Some(owner),
+            token,
+            ..Acquisition::new(&keys, ttl)
+        })
+        .await
+    }
+
+    /// One acquisition round as `what` describes; every other `acquire` method calls this.
+    ///
+    /// A fenced acquisition reads each node's fencing counter in the same script as its
+    /// `SET NX`; once won, it takes `max + 1` over a quorum of nodes that have a counter,
+    /// writes that back (raise-only) to every node, and returns the lock with the token
+    /// only after a quorum recorded it and while the lock is still valid. Otherwise it
+    /// releases the lock again and fails with [`Error::NotFenced`]. Each fenced
+    /// acquisition, reentrant holds and locks over several keys included, gets its own
+    /// token; extensions keep it.
+    pub async fn acquire_with(&self, what: Acquisition<'_>) -> Result<Lock, Error> {
+        let config = &self.inner.config;
+        if let Some(owner) = what.owner {
+            if owner.is_empty() {
+                return Err(ConfigError::EmptyOwner.into());
+            }
+            if what.keys.len() != 1 {
+                return Err(ConfigError::ReentrantKeys {
+                    count: what.keys.len(),
+                }
+                .into());
+            }
+        }
+        let spec = LockSpec::new(what.keys, what.token, what.owner.map(Arc::from))?;
+        if let Some(key) = what.keys.iter().find(|k| **k == config.fence_key) {
+            return Err(ConfigError::ReservedKey {
+                key: key.to_string(),
+            }
+            .into());
+        }
+        let ttl = config.check_ttl(what.ttl)?;
+        let fence_key = what.fenced.then_some(config.fence_key.as_str());
+        let round = Round {
+            kind: RoundKind::Acquire,
+            command: spec.acquire(ttl, fence_key),
+            requests: vec![spec.acquire_request(ttl)],
+            drift_factor: config.drift_factor,
+        };
+        let decided = self.run_one(round).await;
+        if !what.fenced {
+            return self.lock_from(decided, spec, ttl, None);
+        }
+        let counters: Vec<Option<i64>> = decided
+            .values
+            .iter()
+            .map(|value| match value {
+                Some(Value::Integer(counter)) => Some(*counter),
+                _ => None,
+            })
+            .collect();
+        let lock = self.lock_from(decided, spec, ttl, None)?;
+        let token = match fence::next_token(&counters, self.quorum()) {
+            Ok(token) => token,
+            Err(shortfall) => {
+                let report = lock.report.clone();
+                return Err(self.unfence(&lock, report, shortfall.to_string()).await);
+            }
+        };
+        let recorded = self.record(token).await;
+        if !recorded.won {
+            let reason = "fewer than a quorum of nodes recorded the token".to_string();
+            return Err(self.unfence(&lock, recorded.report, reason).await);
+        }
+        if !lock.is_valid() {
+            let reason = "the lock's validity ran out while the token was recorded".to_string();
+            return Err(self.unfence(&lock, recorded.report, reason).await);
+        }
+        Ok(Lock {
+            fencing_token: Some(token),
+            ..lock
+        })
+    }
+
+    /// Writes `token` back to every node's fencing counter, raise-only; won at a quorum.
+    async fn record(&self, token: FencingToken) -> crate::round::Decided {
+        let fence_key = &self.inner.config.fence_key;
+        let token = i64::try_from(token.get()).unwrap_or(i64::MAX);
+        let round = Round {
+            kind: RoundKind::Fence,
+            command: Command::Script {
+                script: &FENCE_RECORD,
+                keys: vec![Key::from(fence_key.as_str())],
+                args: vec![Value::from(token)],
+            },
+            requests: vec![Request {
+                name: fence_key.as_str().into(),
+                ttl: None,
+                undo: None,
+            }],
+            drift_factor: self.inner.config.drift_factor,
+        };
+        self.run_one(round).await
+    }
+
+    /// Releases a lock that was won but gets no token, and says why.
+    async fn unfence(&self, lock: &Lock, report: RoundReport, reason: String) -> Error {
+        if let Err(e) = self.release(lock).await {
+            tracing::warn!(error = %e, "release of an unfenced lock failed; the key expires with its TTL");
+        }
+        Error::NotFenced {
+            report: Box::new(report),
+            reason,
+        }
+    }
+}

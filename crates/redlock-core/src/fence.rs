@@ -1,0 +1,183 @@
+//! Fencing tokens across independent masters: numbers that strictly increase with every
+//! fenced acquisition, for the protected resource to check (it rejects a write whose token
+//! is lower than one it has already seen), so that a holder paused past its validity
+//! cannot overwrite a newer holder's work.
+//!
+//! Each node keeps one fencing counter (one key for every lock of the node set). A fenced
+//! acquisition reads the counter in the same script as its `SET NX`; once it has won, the
+//! token is `max + 1` over a quorum of nodes that have a counter, and it is written back,
+//! raise-only, to every node; the token is handed out only after a quorum acknowledged
+//! the write-back and while the lock is still valid.
+//!
+//! Why it increases: the write-back quorum of every token handed out overlaps the read
+//! quorum of every later acquisition, so that acquisition reads at least that token and
+//! goes higher. A plain `INCR` on each node with the maximum taken is not monotonic: two
+//! quorums need not share the node with the highest counter.
+//!
+//! A node that lost its data (restart without persistence, `FLUSHALL`, eviction) has no
+//! counter: it is not counted until a write-back seeds it again, because counting its
+//! empty counter as 0 could let tokens go backwards. Tokens stay monotonic as long as
+//! fewer than a quorum of nodes lose their data at once (the H2 bound that mutual
+//! exclusion already needs); a node set where no node has a counter (a new one, or one
+//! where a quorum lost its data) starts again at 1.
+
+use std::fmt;
+
+/// A fencing token: strictly greater than the token of every fenced acquisition of the same
+/// node set that completed before this one began. Compare tokens at the protected resource
+/// and reject writes whose token is lower than the highest seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(u64);
+
+impl FencingToken {
+    /// The token as a number (at least 1).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl From<FencingToken> for u64 {
+    fn from(token: FencingToken) -> u64 {
+        token.0
+    }
+}
+
+/// Why no token could be issued from what the nodes answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Shortfall {
+    /// Nodes that answered with a counter.
+    pub(crate) seeded: usize,
+    /// Nodes that answered without one.
+    pub(crate) unseeded: usize,
+}
+
+impl fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "only {} of the nodes that answered have a fencing counter and {} have none (they \
+             lost their data); a token needs the counters of a quorum",
+            self.seeded, self.unseeded
+        )
+    }
+}
+
+/// The token for a won acquisition from each node's counter as it answered (`None`: no
+/// answer yet, `Some(-1)`: no counter on that node).
+///
+/// `max + 1` over the nodes with a counter, when a quorum of nodes have one. When no node
+/// that answered has a counter and a quorum answered, the node set is new (or a quorum
+/// lost its data, outside the assumptions): tokens start at 1. Anything in between cannot
+/// be trusted: a node without its counter may be one of those that held the highest.
+pub(crate) fn next_token(
+    counters: &[Option<i64>],
+    quorum: usize,
+) -> Result<FencingToken, Shortfall> {
+    let answered: Vec<i64> = counters.iter().flatten().copied().collect();
+    let seeded: Vec<i64> = answered.iter().copied().filter(|c| *c >= 0).collect();
+    let shortfall = Shortfall {
+        seeded: seeded.len(),
+        unseeded: answered.len() - seeded.len(),
+    };
+    if seeded.len() >= quorum {
+        let max = seeded.iter().copied().max().unwrap_or(0);
+        // A counter near i64::MAX would take a billion years of acquisitions per second.
+        let next = u64::try_from(max).unwrap_or(0).saturating_add(1);
+        Ok(FencingToken(next))
+    } else if seeded.is_empty() && answered.len() >= quorum {
+        Ok(FencingToken(1))
+    } else {
+        Err(shortfall)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_token_is_one_above_the_highest_counter_of_a_quorum() {
+        let t = next_token(&[Some(4), Some(7), Some(5)], 2).unwrap();
+        assert_eq!(t.get(), 8);
+        // Nodes that did not answer yet do not matter once a quorum has a counter.
+        assert_eq!(next_token(&[Some(4), None, Some(9)], 2).unwrap().get(), 10);
+    }
+
+    #[test]
+    fn a_node_without_its_counter_is_not_counted() {
+        // Node 1 lost its data; nodes 0 and 2 still make a quorum of 3.
+        assert_eq!(
+            next_token(&[Some(4), Some(-1), Some(6)], 2).unwrap().get(),
+            7
+        );
+        // With only one counter among two answers, the missing one may have held more.
+        assert_eq!(
+            next_token(&[Some(4), Some(-1), None], 2),
+            Err(Shortfall {
+                seeded: 1,
+                unseeded: 1
+            })
+        );
+        assert!(next_token(&[Some(4), Some(-1), Some(-1)], 2).is_err());
+    }
+
+    #[test]
+    fn a_node_set_without_counters_starts_at_one() {
+        assert_eq!(next_token(&[Some(-1), Some(-1), None], 2).unwrap().get(), 1);
+        // Not before a quorum answered.
+        assert!(next_token(&[Some(-1), None, None], 2).is_err());
+    }
+
+    #[test]
+    fn tokens_strictly_increase_across_overlapping_quorums() {
+        // Five nodes; every token is written back to a quorum before it is handed out, and
+        // every later read quorum overlaps that write quorum, whichever nodes it has.
+        let n = 5;
+        let q = 3;
+        let mut counters = vec![0i64; n];
+        let mut last = 0;
+        for round in 0..200usize {
+            let read: Vec<usize> = (0..q).map(|k| (round * 7 + k * 2) % n).collect();
+            let view: Vec<Option<i64>> = (0..n)
+                .map(|i| read.contains(&i).then_some(counters[i]))
+                .collect();
+            let token = next_token(&view, q).unwrap().get();
+            assert!(token > last, "round {round}: {token} after {last}");
+            last = token;
+            for k in 0..q {
+                let i = (round * 3 + k) % n;
+                counters[i] = counters[i].max(token as i64);
+            }
+        }
+    }
+
+    #[test]
+    fn incr_on_each_node_and_the_max_is_not_monotonic() {
+        // The negative control: each acquisition INCRs the counters of its own quorum and
+        // takes the max. Two quorums that do not share the highest node go backwards.
+        let mut counters = [0i64; 5];
+        let mut take = |quorum: &[usize]| {
+            quorum
+                .iter()
+                .map(|&i| {
+                    counters[i] += 1;
+                    counters[i]
+                })
+                .max()
+                .unwrap()
+        };
+        let mut tokens = Vec::new();
+        for _ in 0..3 {
+            tokens.push(take(&[0, 1, 2]));
+        }
+        tokens.push(take(&[2, 3, 4]));
+        tokens.push(take(&[3, 4, 0]));
+        assert!(tokens.windows(2).any(|w| w[1] <= w[0]), "{tokens:?}");
+    }
+}

@@ -1,0 +1,184 @@
+//! Fencing tokens against real nodes: they strictly increase across acquisitions, clients
+//! and kinds of lock, are recorded on a quorum before they are handed out, survive a node
+//! that lost its data, and let the resource reject a paused holder's stale write.
+
+mod common;
+
+use std::time::Duration;
+
+use common::client;
+use fred::prelude::{Client, ClientLike, KeysInterface};
+use fred::types::Builder;
+use redlock_client::{fenced_set, FencingToken, LockOptions, Owner};
+use redlock_core::{Acquisition, Error as CoreError};
+use redlock_testkit::NodeSet;
+
+const COUNTER: &str = "redlock:fencing-counter";
+
+fn fenced() -> LockOptions {
+    LockOptions {
+        fenced: Some(true),
+        ..Default::default()
+    }
+}
+
+async fn raw(url: &str) -> Client {
+    let client = Builder::from_config(fred::types::config::Config::from_url(url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    client
+}
+
+/// Each node's counter (`None`: the node has none).
+async fn counters(set: &NodeSet) -> Vec<Option<u64>> {
+    let mut all = Vec::new();
+    for node in set.iter() {
+        all.push(node.get(COUNTER).await.unwrap().map(|c| c.parse().unwrap()));
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_strictly_increase_across_acquisitions_clients_and_kinds() {
+    let set = NodeSet::start(3).await.unwrap();
+    let a = client(&set, |b| b.fencing(true)).await;
+    let b = client(&set, |b| b).await;
+    let mut last: Option<FencingToken> = None;
+    let mut check = |token: Option<FencingToken>| {
+        let token = token.expect("a fenced lock has a token");
+        assert!(
+            last.map_or(true, |last| token > last),
+            "{token} after {last:?}"
+        );
+        last = Some(token);
+    };
+    for _ in 0..5 {
+        let guard = a.lock("account:1").await.unwrap();
+        check(guard.fencing_token());
+        guard.release().await.unwrap();
+    }
+    // Another client, per call; a lock over several keys; reentrant holds.
+    let guard = b.lock_with("account:2", &fenced()).await.unwrap();
+    check(guard.fencing_token());
+    guard.release().await.unwrap();
+    let guard = b.lock_many(&["x", "y"], &fenced()).await.unwrap();
+    check(guard.fencing_token());
+    guard.release().await.unwrap();
+    let owner = Owner::new();
+    let outer = b.lock_reentrant("nested", &owner, &fenced()).await.unwrap();
+    check(outer.fencing_token());
+    let inner = b.lock_reentrant("nested", &owner, &fenced()).await.unwrap();
+    check(inner.fencing_token());
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+    // Plain locks are not fenced, and extensions keep the token.
+    let plain = b.lock("plain").await.unwrap();
+    assert_eq!(plain.fencing_token(), None);
+    plain.release().await.unwrap();
+    let guard = a.lock("kept").await.unwrap();
+    let token = guard.fencing_token();
+    guard.extend(None).await.unwrap();
+    assert_eq!(guard.fencing_token(), token);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_is_recorded_on_a_quorum_before_it_is_handed_out() {
+    let set = NodeSet::start(5).await.unwrap();
+    let c = client(&set, |b| b.fencing(true)).await;
+    let guard = c.lock("recorded").await.unwrap();
+    let token = guard.fencing_token().unwrap().get();
+    let recorded = counters(&set)
+        .await
+        .into_iter()
+        .filter(|c| *c >= Some(token))
+        .count();
+    assert!(recorded >= 3, "recorded on {recorded} of 5 nodes");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_counter_is_not_counted_and_is_seeded_again() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.fencing(true)).await;
+    let mut last = 0;
+    for _ in 0..4 {
+        let guard = c.lock("k").await.unwrap();
+        last = guard.fencing_token().unwrap().get();
+        guard.release().await.unwrap();
+    }
+    c.coordinator().quiesce().await;
+    // Node 0 loses everything; the others keep the counter.
+    set.node(0).flushall().await.unwrap();
+    let core = c.coordinator();
+    // A round that hears only from node 0 and one other may not trust node 0's silence:
+    // whatever quorum answers, a token is never lower, and any failure is NotFenced.
+    for _ in 0..10 {
+        match core
+            .acquire_with(Acquisition {
+                fenced: true,
+                ..Acquisition::new(&["redlock:k"], Duration::from_secs(2))
+            })
+            .await
+        {
+            Ok(lock) => {
+                let token = lock.fencing_token().unwrap().get();
+                assert!(token > last, "{token} after {last}");
+                last = token;
+                core.release(&lock).await.unwrap();
+            }
+            Err(CoreError::NotFenced { reason, .. }) => {
+                assert!(reason.contains("fencing counter"), "{reason}");
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    core.quiesce().await;
+    // The write-backs seeded node 0 again.
+    assert_eq!(counters(&set).await[0], Some(last));
+    assert!(set.nodes_holding("redlock:k").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_key_cannot_be_the_fencing_counter() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b).await;
+    let err = c.lock("fencing-counter").await.unwrap_err();
+    assert!(err.to_string().contains("reserved"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holders_stale_write_is_rejected_by_the_fenced_resource() {
+    let set = NodeSet::start(3).await.unwrap();
+    // The protected value lives on a Redis of its own.
+    let store = NodeSet::start(1).await.unwrap();
+    let resource = raw(&store.node(0).url()).await;
+    let ttl = Duration::from_millis(600);
+    let c = client(&set, |b| b.ttl(ttl).no_renewal().fencing(true)).await;
+
+    let first = c.lock("ledger").await.unwrap();
+    let stale = first.fencing_token().unwrap();
+    // The first holder stalls past its validity (a GC pause, SIGSTOP)...
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    assert!(!first.is_valid());
+    // ...a second holder takes the lock and writes...
+    let second = c.lock("ledger").await.unwrap();
+    let fresh = second.fencing_token().unwrap();
+    assert!(fresh > stale);
+    assert!(fenced_set(&resource, "ledger", "second", fresh)
+        .await
+        .unwrap());
+    // ...and the first one wakes up and writes: the resource rejects it.
+    assert!(!fenced_set(&resource, "ledger", "first", stale)
+        .await
+        .unwrap());
+    let value: Option<String> = resource.get("ledger").await.unwrap();
+    assert_eq!(value.as_deref(), Some("second"));
+    // The holder may write again with its own token.
+    assert!(fenced_set(&resource, "ledger", "second again", fresh)
+        .await
+        .unwrap());
+    second.release().await.unwrap();
+    drop(first);
+}

@@ -142,6 +142,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         Kind::Floor,
         Kind::FloorQuorum,
         Kind::Ours,
+        Kind::OursFenced,
         Kind::OursPolling,
         Kind::OursDefaults,
         Kind::Rslock,

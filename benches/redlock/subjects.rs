@@ -29,6 +29,9 @@ pub enum Kind {
     OursPolling,
     /// Ours with every default, automatic renewal included.
     OursDefaults,
+    /// Ours like `Ours`, with a fencing token for every lock (one more round trip: the
+    /// token's write-back).
+    OursFenced,
     /// The `rslock` crate.
     Rslock,
 }
@@ -41,6 +44,7 @@ impl Kind {
             Kind::Ours => "ours",
             Kind::OursPolling => "ours-polling",
             Kind::OursDefaults => "ours-defaults",
+            Kind::OursFenced => "ours-fenced",
             Kind::Rslock => "rslock",
         }
     }
@@ -53,6 +57,7 @@ impl Kind {
             Kind::Ours => "ours (notify on, no renewal)",
             Kind::OursPolling => "ours, polling only (notify off)",
             Kind::OursDefaults => "ours, all defaults (renewal on)",
+            Kind::OursFenced => "ours, fenced (notify on, no renewal)",
             Kind::Rslock => "rslock 0.10",
         }
     }
@@ -61,7 +66,7 @@ impl Kind {
     pub fn node_timeout(self, ours: Duration) -> String {
         match self {
             Kind::Floor | Kind::FloorQuorum => "none".into(),
-            Kind::Ours | Kind::OursPolling | Kind::OursDefaults => {
+            Kind::Ours | Kind::OursPolling | Kind::OursDefaults | Kind::OursFenced => {
                 format!("{} ms (setting, default)", ours.as_millis())
             }
             Kind::Rslock => "500 ms (fixed)".into(),
@@ -92,7 +97,7 @@ impl Subject {
             Kind::FloorQuorum => Ok(Subject::Floor(
                 Floor::connect(urls, TTL, Wait::Quorum).await?,
             )),
-            Kind::Ours | Kind::OursPolling | Kind::OursDefaults => {
+            Kind::Ours | Kind::OursPolling | Kind::OursDefaults | Kind::OursFenced => {
                 // A prefix per configuration: it names the release channel too, so clients
                 // of different configurations do not hear each other's releases.
                 let mut builder = LockConfig::builder()
@@ -104,6 +109,9 @@ impl Subject {
                 }
                 if kind == Kind::OursPolling {
                     builder = builder.notify(false);
+                }
+                if kind == Kind::OursFenced {
+                    builder = builder.fencing(true);
                 }
                 let config = builder
                     .build()

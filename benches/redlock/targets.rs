@@ -108,6 +108,36 @@ pub fn evaluate(
                 )
             },
         ));
+        let fenced = median("ours-fenced");
+        // One round trip: half the floor's cycle (a SET fan-out, then a delete fan-out).
+        let extra_round_trips = fenced.zip(ours).zip(floor).map(|((fenced, ours), floor)| {
+            let trips = (fenced - ours) / (floor / 2.0);
+            (
+                format!(
+                    "fenced {} vs plain {} ({:.2}x): {trips:.2} extra round trips",
+                    fmt_us(fenced),
+                    fmt_us(ours),
+                    fenced / ours
+                ),
+                trips,
+            )
+        });
+        targets.push(target(
+            format!("P1 N={n} fenced vs plain"),
+            "a fenced cycle costs <= 1 round trip more than a plain one".into(),
+            extra_round_trips,
+            1.0,
+            false,
+            || {
+                "The fenced cycle adds the token's write-back (one script call per node, \
+                 decided at a quorum) and runs its acquisition as a script that also reads \
+                 the counter, where a plain one sends SET NX. Past one round trip is the \
+                 client's own work for the second round (its reports and settling record) \
+                 and the scripts' cost on the nodes; a write-back that skipped the per-node \
+                 reports would close most of it."
+                    .to_string()
+            },
+        ));
         targets.push(target(
             format!("P1 N={n} vs rslock"),
             "median <= 0.8x rslock".into(),

@@ -212,6 +212,46 @@ pub enum HarnessError {
         /// Number of nodes in the set.
         len: usize,
     },
+
+    /// PostgreSQL's server binaries (`initdb` and `postgres`) were not found.
+    #[error(
+        "PostgreSQL not found ({detail}): install it with `apt-get install -y postgresql` \
+         (Debian) or set REDLOCK_PG_BIN to the directory holding initdb and postgres"
+    )]
+    PostgresNotFound {
+        /// Where the harness looked.
+        detail: String,
+    },
+
+    /// A step of starting PostgreSQL failed: the account to run as, initdb, the server's
+    /// start, its readiness, or finding a port.
+    #[error(
+        "PostgreSQL: could not {step}: {reason}; {advice}\n\
+         --- last lines of its output ---\n{log_tail}"
+    )]
+    PostgresStart {
+        /// The step that failed.
+        step: String,
+        /// Why.
+        reason: String,
+        /// What to do about it.
+        advice: String,
+        /// The last lines initdb or postgres wrote (empty if the step ran neither).
+        log_tail: String,
+    },
+
+    /// A client could not connect to a running PostgreSQL of the harness.
+    #[error(
+        "could not connect to PostgreSQL at `{config}`: {source}; the server may have been \
+         dropped already (keep the `Postgres` alive while its clients are used)"
+    )]
+    PostgresClient {
+        /// The connection string.
+        config: String,
+        /// The client error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
 }
 
 impl HarnessError {

@@ -70,6 +70,15 @@
 //! per-container fake clocks ([`DockerOptions::fake_clock`]), all through [`Nodes`]. It needs
 //! Docker Engine and docker-compose v1; [`DockerSet::available`] says what is missing.
 //!
+//! # PostgreSQL, the fenced resource
+//! [`Postgres::start`] runs a real PostgreSQL (`initdb` into a temporary directory, then
+//! `postgres` on a free loopback port, trust authentication as [`POSTGRES_USER`]) so tests can
+//! check fencing tokens where they matter, in the resource's own atomic write:
+//! `UPDATE ... SET ..., fence = $token WHERE id = $id AND fence < $token`. The binaries come
+//! from `$REDLOCK_PG_BIN`, `PATH`, `pg_config --bindir` or Debian's
+//! `/usr/lib/postgresql/<major>/bin` (`apt-get install -y postgresql`); as root, the server
+//! runs as the `postgres` system user, since PostgreSQL refuses to run as root.
+//!
 //! Linux only (prctl, `/proc`). No timing guarantees are made beyond the documented timeouts:
 //! start-up waits up to [`READY_TIMEOUT`], inspection calls up to about [`INSPECT_TIMEOUT`].
 #![deny(missing_docs, missing_debug_implementations)]
@@ -84,6 +93,7 @@ mod inspect;
 mod node;
 mod nodes;
 mod port;
+mod postgres;
 mod process;
 mod proxy;
 mod ready;
@@ -95,6 +105,9 @@ pub use error::HarnessError;
 pub use inspect::{RedisAt, INSPECT_TIMEOUT};
 pub use node::{Node, READY_TIMEOUT};
 pub use nodes::Nodes;
+pub use postgres::{
+    Postgres, INITDB_TIMEOUT, PG_BIN_ENV, POSTGRES_DB, POSTGRES_READY_TIMEOUT, POSTGRES_USER,
+};
 pub use process::REDIS_SERVER_ENV;
 pub use proxy::{FaultProxy, LinkFault, LinkStats, Links};
 pub use set::NodeSet;

@@ -53,7 +53,7 @@ fn locate(env: Option<&OsStr>, path_var: Option<&OsStr>) -> Result<PathBuf, Harn
     }
 }
 
-fn is_executable(path: &Path) -> bool {
+pub(crate) fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
@@ -130,7 +130,7 @@ pub(crate) fn spawn(
 /// them: the nodes would be killed when that thread goes away. Normal clean-up is `Drop for Node`;
 /// this only covers a test process that is killed outright.
 #[allow(unsafe_code)]
-fn die_with_spawning_thread(cmd: &mut Command) {
+pub(crate) fn die_with_spawning_thread(cmd: &mut Command) {
     let parent = nix::unistd::getpid();
     // SAFETY: the closure runs in the forked child between fork and exec, where only
     // async-signal-safe operations are allowed. It makes two plain syscalls through nix

@@ -8,4 +8,11 @@ cd "$(dirname "$0")/.."
 need_cargo
 need_redis
 need_postgres
-exec cargo test --workspace "$@"
+cargo test --workspace "$@"
+# The runnable examples (fencing at the resource), unless a subset of tests was asked for.
+if [ $# -eq 0 ]; then
+    for example in fenced_redis fenced_sql; do
+        echo "== example $example"
+        cargo run -q --example "$example"
+    done
+fi

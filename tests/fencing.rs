@@ -182,3 +182,52 @@ async fn a_paused_holders_stale_write_is_rejected_by_the_fenced_resource() {
     second.release().await.unwrap();
     drop(first);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holders_stale_update_is_rejected_by_postgres() {
+    let set = NodeSet::start(3).await.unwrap();
+    let postgres = redlock_testkit::Postgres::start().await.unwrap();
+    let db = postgres.client().await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE accounts (id INT PRIMARY KEY, balance BIGINT NOT NULL, \
+         fence BIGINT NOT NULL DEFAULT 0); INSERT INTO accounts (id, balance) VALUES (1, 0);",
+    )
+    .await
+    .unwrap();
+    let ttl = Duration::from_millis(600);
+    let c = client(&set, |b| b.ttl(ttl).no_renewal().fencing(true)).await;
+    let update = |balance: i64, token: FencingToken| {
+        let db = &db;
+        async move {
+            db.execute(
+                redlock_client::FENCED_UPDATE_SQL,
+                &[&balance, &1i32, &(token.get() as i64)],
+            )
+            .await
+            .unwrap()
+        }
+    };
+
+    let first = c.lock("account:1").await.unwrap();
+    let stale = first.fencing_token().unwrap();
+    assert_eq!(update(10, stale).await, 1, "the holder writes while valid");
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let second = c.lock("account:1").await.unwrap();
+    let fresh = second.fencing_token().unwrap();
+    assert_eq!(update(20, fresh).await, 1);
+    assert_eq!(
+        update(30, stale).await,
+        0,
+        "the stale update must be rejected"
+    );
+    let row = db
+        .query_one("SELECT balance, fence FROM accounts WHERE id = 1", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, i64>(1)),
+        (20, fresh.get() as i64)
+    );
+    second.release().await.unwrap();
+    drop(first);
+}

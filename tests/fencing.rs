@@ -231,3 +231,65 @@ async fn a_paused_holders_stale_update_is_rejected_by_postgres() {
     second.release().await.unwrap();
     drop(first);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_is_handed_out_once_the_lock_expired_during_the_write_back() {
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    use redlock_testkit::{LinkFault, Links};
+
+    let set = NodeSet::start(3).await.unwrap();
+    let upstreams: Vec<SocketAddr> = set
+        .iter()
+        .map(|node| SocketAddr::from((Ipv4Addr::LOCALHOST, node.port())))
+        .collect();
+    let links = Links::start(1, &upstreams).await.unwrap();
+    let core = redlock_core::Coordinator::connect(redlock_core::Config {
+        nodes: links.urls(0),
+        node_timeout: Duration::from_millis(250),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Every round now takes about 200 ms: the acquisition of a 300 ms lock still wins
+    // (about 95 ms left), and the validity runs out during the token's write-back.
+    for node in 0..set.len() {
+        links.set_node(
+            node,
+            LinkFault::Latency {
+                to_server: Duration::from_millis(100),
+                to_client: Duration::from_millis(100),
+            },
+        );
+    }
+    let keys = ["late-token"];
+    let result = core
+        .acquire_with(Acquisition {
+            fenced: true,
+            ..Acquisition::new(&keys, Duration::from_millis(300))
+        })
+        .await;
+    match result {
+        Err(CoreError::NotFenced { reason, .. }) => {
+            assert!(reason.contains("validity ran out"), "{reason}")
+        }
+        other => panic!("a token for an expired lock: {other:?}"),
+    }
+    core.quiesce().await;
+    links.heal_all();
+    assert!(set.nodes_holding("late-token").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_locks_on_many_keys_leave_one_counter_per_node_and_nothing_else() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.fencing(true)).await;
+    for i in 0..50 {
+        let guard = c.lock(&format!("resource:{i}")).await.unwrap();
+        guard.release().await.unwrap();
+    }
+    c.shutdown().await;
+    for node in set.iter() {
+        assert_eq!(node.keys("*").await.unwrap(), [COUNTER]);
+    }
+}

@@ -21,30 +21,13 @@ have_postgres() {
     return 1
 }
 
+# Needs install_package from require-redis.sh, sourced first.
 need_postgres() {
     if have_postgres; then
         return 0
     fi
-    if command -v apt-get >/dev/null 2>&1; then
-        local sudo=""
-        if [ "$(id -u)" -ne 0 ]; then
-            if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-                sudo="sudo"
-            else
-                echo "error: PostgreSQL is not installed. Install it with:" >&2
-                echo "    sudo apt-get install -y postgresql" >&2
-                echo "or set REDLOCK_PG_BIN=/path/to/dir/with/initdb/and/postgres, then run this again." >&2
-                exit 1
-            fi
-        fi
-        echo "PostgreSQL is missing: installing Debian's package postgresql..." >&2
-        $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
-        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql
-        # The package may start a system-wide cluster on port 5432; the harness runs its own
-        # servers on free ports (as the package's `postgres` user when the tests run as root).
-        return 0
-    fi
-    echo "error: PostgreSQL is not installed and this is not a Debian-like system." >&2
-    echo "Install the PostgreSQL server (initdb and postgres), or set REDLOCK_PG_BIN to the directory holding them." >&2
-    exit 1
+    # The package may start a system-wide cluster on port 5432; the harness runs its own
+    # servers on free ports (as the package's `postgres` user when the tests run as root).
+    install_package postgresql "PostgreSQL" \
+        "set REDLOCK_PG_BIN to the directory holding initdb and postgres"
 }

@@ -4,12 +4,11 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use common::{client, coordinator, eventually, subscribed};
+use common::{client, coordinator, eventually, linked, subscribed};
 use redlock_client::{LockConfig, LockOptions, LostReason, Redlock, RetryPolicy};
-use redlock_testkit::{LinkFault, Links, NodeSet};
+use redlock_testkit::{LinkFault, NodeSet};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_release_handles_and_lost_signals_say_the_lock_is_gone() {
@@ -36,11 +35,7 @@ async fn after_release_handles_and_lost_signals_say_the_lock_is_gone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quiesce_and_shutdown_wait_for_the_background_release_of_a_dropped_guard() {
     let set = NodeSet::start(3).await.unwrap();
-    let upstreams: Vec<SocketAddr> = set
-        .iter()
-        .map(|node| SocketAddr::from((Ipv4Addr::LOCALHOST, node.port())))
-        .collect();
-    let links = Links::start(1, &upstreams).await.unwrap();
+    let links = linked(&set).await;
     let config = LockConfig::builder()
         .nodes(links.urls(0))
         .ttl(Duration::from_secs(10))

@@ -6,9 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::client;
-use fred::prelude::{Client, ClientLike, KeysInterface};
-use fred::types::Builder;
+use common::{client, linked, raw};
+use fred::prelude::KeysInterface;
 use redlock_client::{fenced_set, FencingToken, LockOptions, Owner};
 use redlock_core::{Acquisition, Error as CoreError};
 use redlock_testkit::NodeSet;
@@ -20,14 +19,6 @@ fn fenced() -> LockOptions {
         fenced: Some(true),
         ..Default::default()
     }
-}
-
-async fn raw(url: &str) -> Client {
-    let client = Builder::from_config(fred::types::config::Config::from_url(url).unwrap())
-        .build()
-        .unwrap();
-    client.init().await.unwrap();
-    client
 }
 
 /// Each node's counter (`None`: the node has none).
@@ -234,16 +225,10 @@ async fn a_paused_holders_stale_update_is_rejected_by_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_token_is_handed_out_once_the_lock_expired_during_the_write_back() {
-    use std::net::{Ipv4Addr, SocketAddr};
-
-    use redlock_testkit::{LinkFault, Links};
+    use redlock_testkit::LinkFault;
 
     let set = NodeSet::start(3).await.unwrap();
-    let upstreams: Vec<SocketAddr> = set
-        .iter()
-        .map(|node| SocketAddr::from((Ipv4Addr::LOCALHOST, node.port())))
-        .collect();
-    let links = Links::start(1, &upstreams).await.unwrap();
+    let links = linked(&set).await;
     let core = redlock_core::Coordinator::connect(redlock_core::Config {
         nodes: links.urls(0),
         node_timeout: Duration::from_millis(250),

@@ -6,19 +6,11 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::client;
-use fred::prelude::{Client, ClientLike, HashesInterface, KeysInterface};
-use fred::types::{Builder, CustomCommand, Value};
+use common::{client, raw};
+use fred::prelude::{ClientLike, HashesInterface, KeysInterface};
+use fred::types::{CustomCommand, Value};
 use redlock_client::{Error, LockOptions, NodeOutcome, Owner, Redlock, RetryPolicy};
 use redlock_testkit::NodeSet;
-
-async fn raw(url: &str) -> Client {
-    let client = Builder::from_config(fred::types::config::Config::from_url(url).unwrap())
-        .build()
-        .unwrap();
-    client.init().await.unwrap();
-    client
-}
 
 fn once() -> LockOptions {
     LockOptions {

@@ -68,3 +68,26 @@ pub async fn subscribed(set: &NodeSet, clients: u64) {
     .await;
     assert!(ready, "the wake-up subscribers did not subscribe");
 }
+
+/// A plain fred client for `url`, connected: for tests that write to a node (or a resource)
+/// what the library never would.
+pub async fn raw(url: &str) -> fred::prelude::Client {
+    use fred::prelude::ClientLike;
+    let config = fred::types::config::Config::from_url(url).expect("a valid node URL");
+    let client = fred::types::Builder::from_config(config)
+        .build()
+        .expect("a fred client");
+    client.init().await.expect("the node answers");
+    client
+}
+
+/// One client's fault-proxy links to every node of `set`, and the URLs through them.
+pub async fn linked(set: &NodeSet) -> redlock_testkit::Links {
+    let upstreams: Vec<std::net::SocketAddr> = set
+        .iter()
+        .map(|node| std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, node.port())))
+        .collect();
+    redlock_testkit::Links::start(1, &upstreams)
+        .await
+        .expect("fault proxies start")
+}

@@ -1,0 +1,67 @@
+//! Hand-made histories for the checker's unit tests.
+
+use std::time::Duration;
+
+use super::{Observation, Violation};
+use crate::history::{At, Event};
+
+pub(super) fn t(ms: u64) -> At {
+    Duration::from_millis(ms)
+}
+
+pub(super) fn acquired(client: &str, token: &str, from: u64, until: u64) -> Event {
+    Event::Acquired {
+        client: client.into(),
+        token: token.into(),
+        key: "k".into(),
+        started: t(from.saturating_sub(2)),
+        acquired: t(from),
+        valid_until: t(until),
+    }
+}
+
+pub(super) fn released(client: &str, token: &str, at: u64) -> Event {
+    Event::ReleaseStarted {
+        client: client.into(),
+        token: token.into(),
+        at: t(at),
+    }
+}
+
+pub(super) fn write(client: &str, token: &str, at: u64, read: u64) -> Event {
+    Event::Write {
+        client: client.into(),
+        token: token.into(),
+        read_at: t(at - 1),
+        wrote_at: t(at),
+        read,
+        wrote: read + 1,
+    }
+}
+
+pub(super) fn obs(node: usize, sent: u64, token: Option<&str>, pttl: i64) -> Observation {
+    Observation {
+        node,
+        key: "k".into(),
+        sent: t(sent),
+        received: t(sent + 1),
+        token: token.map(str::to_owned),
+        pttl,
+    }
+}
+
+pub(super) fn categories(v: &[Violation]) -> Vec<&'static str> {
+    v.iter().map(Violation::category).collect()
+}
+
+/// A clean hand-off: A releases, B acquires after; each writes once inside its claim.
+pub(super) fn clean() -> Vec<Event> {
+    vec![
+        acquired("a", "ta", 0, 1000),
+        write("a", "ta", 10, 0),
+        released("a", "ta", 20),
+        acquired("b", "tb", 25, 1025),
+        write("b", "tb", 30, 1),
+        released("b", "tb", 40),
+    ]
+}

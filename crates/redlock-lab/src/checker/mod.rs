@@ -1,0 +1,114 @@
+//! The safety checker: reads a scenario's history, the token observations and the keys left
+//! on the nodes, and reports every violation it can prove.
+//!
+//! Pure functions of their inputs, so each rule is unit-tested next to it with a hand-made
+//! history that contains exactly one violation (the negative controls of the checker itself).
+//! One file per family of rules: [`overlaps`] (claims that intersect), [`write_violations`]
+//! (lost updates and stale writes), [`token_violations`] (tokens removed or extended by a
+//! non-owner); keys left behind are reported as found.
+
+mod holders;
+mod overlap;
+mod tokens;
+mod violation;
+mod writes;
+
+#[cfg(test)]
+mod fixtures;
+
+use std::time::Duration;
+
+use crate::history::{At, Event};
+
+pub use holders::{holders, Holder};
+pub use overlap::overlaps;
+pub use tokens::token_violations;
+pub use violation::Violation;
+pub use writes::write_violations;
+
+/// Slack around fault times and release starts: an observation's reply can arrive a little
+/// after the event that explains it.
+pub const EVENT_SLACK: Duration = Duration::from_millis(5);
+
+/// What one sample of a key on one node showed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observation {
+    /// The node's index.
+    pub node: usize,
+    /// The key sampled.
+    pub key: String,
+    /// When the sample was sent.
+    pub sent: At,
+    /// When its reply arrived.
+    pub received: At,
+    /// The value (token) the key held, if any.
+    pub token: Option<String>,
+    /// `PTTL` in the node's milliseconds (`-2` when missing).
+    pub pttl: i64,
+}
+
+/// A key found on a node after the scenario ended, clients shut down and faults healed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leftover {
+    /// The node's name.
+    pub node: String,
+    /// The key.
+    pub key: String,
+    /// Its value.
+    pub value: Option<String>,
+    /// Its `PTTL`.
+    pub pttl: i64,
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}ms", d.as_secs_f64() * 1000.0)
+}
+
+fn short(token: &str) -> &str {
+    token.get(..8).unwrap_or(token)
+}
+
+/// Runs every rule and returns the violations found, in a stable order.
+pub fn check(
+    events: &[Event],
+    observations: &[Observation],
+    leftovers: &[Leftover],
+) -> Vec<Violation> {
+    let holders = holders(events);
+    let mut found = overlaps(&holders);
+    found.extend(write_violations(events, &holders));
+    found.extend(leftovers.iter().cloned().map(Violation::LeftBehind));
+    found.extend(token_violations(events, observations, &holders));
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn a_clean_history_has_no_violation() {
+        let observations = [
+            obs(0, 5, Some("ta"), 995),
+            obs(0, 22, None, -2),
+            obs(0, 27, Some("tb"), 998),
+            obs(0, 35, Some("tb"), 993),
+        ];
+        assert_eq!(check(&clean(), &observations, &[]), vec![]);
+    }
+
+    #[test]
+    fn leftover_keys_are_reported() {
+        let left = Leftover {
+            node: "node-1".into(),
+            key: "k".into(),
+            value: Some("ta".into()),
+            pttl: 400,
+        };
+        assert_eq!(
+            categories(&check(&clean(), &[], &[left])),
+            ["key left behind"]
+        );
+    }
+}

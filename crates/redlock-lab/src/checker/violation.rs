@@ -1,0 +1,182 @@
+//! What the checker reports: one [`Violation`] per broken rule, with what a reader needs to
+//! find it in the history.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::{ms, short, Holder, Leftover};
+use crate::history::At;
+
+/// One safety violation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Violation {
+    /// Two different holders claimed the same key at the same time.
+    Overlap {
+        /// The earlier holder.
+        first: Holder,
+        /// The later holder.
+        second: Holder,
+        /// How long both claimed the key.
+        both_for: Duration,
+    },
+    /// A write to the protected value was based on a stale read: an update was lost.
+    LostUpdate {
+        /// The writer whose write overwrote another.
+        client: String,
+        /// Its token.
+        token: String,
+        /// The value it read.
+        read: u64,
+        /// The value the previous write had produced.
+        current: u64,
+        /// When it wrote.
+        at: At,
+    },
+    /// A holder wrote the protected value after its claim had ended.
+    StaleWrite {
+        /// The writer.
+        client: String,
+        /// Its token.
+        token: String,
+        /// When it wrote.
+        at: At,
+        /// When its claim ended (`None`: the token never won a lock).
+        claim_ended: Option<At>,
+    },
+    /// A lock key remained on a node after the scenario.
+    LeftBehind(Leftover),
+    /// A holder's token vanished from a node while the holder still claimed the lock, with
+    /// no injected fault to explain it: deleted by a non-owner, or expired early.
+    RemovedEarly {
+        /// The node's index.
+        node: usize,
+        /// The key.
+        key: String,
+        /// The holder whose token vanished.
+        holder: Holder,
+        /// Last seen present.
+        seen_at: At,
+        /// Seen gone (or replaced) by.
+        gone_by: At,
+    },
+    /// A token's expiry moved later on a node while its owner was not extending it.
+    ForeignExtend {
+        /// The node's index.
+        node: usize,
+        /// The key.
+        key: String,
+        /// The token whose expiry moved.
+        token: String,
+        /// Between these two samples.
+        between: (At, At),
+        /// By how much the expiry moved.
+        moved_by: Duration,
+    },
+    /// A rule of one scenario was broken (e.g. a lock won while a majority was down).
+    Rule(String),
+}
+
+impl Violation {
+    /// A short category name for tables.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Violation::Overlap { .. } => "overlap",
+            Violation::LostUpdate { .. } => "lost update",
+            Violation::StaleWrite { .. } => "stale write",
+            Violation::LeftBehind(_) => "key left behind",
+            Violation::RemovedEarly { .. } => "token removed early",
+            Violation::ForeignExtend { .. } => "foreign extend",
+            Violation::Rule(_) => "scenario rule",
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::Overlap {
+                first,
+                second,
+                both_for,
+            } => write!(
+                f,
+                "overlap: {first} and {second} both held the lock for {}",
+                ms(*both_for)
+            ),
+            Violation::LostUpdate {
+                client,
+                token,
+                read,
+                current,
+                at,
+            } => write!(
+                f,
+                "lost update: {client} (token {}) wrote {} at {} from a read of {read}, but the \
+                 value was already {current}",
+                short(token),
+                read + 1,
+                ms(*at)
+            ),
+            Violation::StaleWrite {
+                client,
+                token,
+                at,
+                claim_ended,
+            } => match claim_ended {
+                Some(end) => write!(
+                    f,
+                    "stale write: {client} (token {}) wrote at {} but its claim ended at {}",
+                    short(token),
+                    ms(*at),
+                    ms(*end)
+                ),
+                None => write!(
+                    f,
+                    "stale write: {client} (token {}) wrote at {} without ever holding the lock",
+                    short(token),
+                    ms(*at)
+                ),
+            },
+            Violation::LeftBehind(l) => write!(
+                f,
+                "key left behind: {} on {} (value {:?}, pttl {} ms) after every client released \
+                 and all faults were healed",
+                l.key,
+                l.node,
+                l.value.as_deref().map(short),
+                l.pttl
+            ),
+            Violation::RemovedEarly {
+                node,
+                key,
+                holder,
+                seen_at,
+                gone_by,
+            } => write!(
+                f,
+                "token removed early: {key} on node-{node} held {}'s token at {} and was gone by \
+                 {}, while {holder} (no owner release, no injected key loss: deleted by a \
+                 non-owner or expired before its TTL)",
+                holder.client,
+                ms(*seen_at),
+                ms(*gone_by)
+            ),
+            Violation::ForeignExtend {
+                node,
+                key,
+                token,
+                between,
+                moved_by,
+            } => write!(
+                f,
+                "foreign extend: the expiry of {key} (token {}) on node-{node} moved {} later \
+                 between {} and {} while its owner was not extending it",
+                short(token),
+                ms(*moved_by),
+                ms(between.0),
+                ms(between.1)
+            ),
+            Violation::Rule(rule) => f.write_str(rule),
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Nodes that restart: a minority down past the TTL, restarts that keep their keys
+//! (appendfsync always), and a majority down, during which no lock may be won.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::time::{sleep, Instant};
+
+use super::super::{at, contend_under, shutdown};
+use super::sleep_to;
+use crate::checker::Violation;
+use crate::error::LabError;
+use crate::history::Event;
+use crate::lab::Lab;
+use crate::scenario::{Outcome, KEY};
+use crate::workload::{contend, Resource};
+
+pub(super) fn restart_after_ttl(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(contend_under(lab, 3, async {
+        let start = Instant::now();
+        let down = lab.timing.ttl.mul_f64(1.3);
+        sleep_to(start, at(lab, 0.15)).await;
+        let first = lab.restart_after(0, down);
+        let second = async {
+            sleep_to(start, at(lab, 0.3)).await;
+            lab.restart_after(1, down).await
+        };
+        let (a, b) = tokio::join!(first, second);
+        a.and(b)
+    }))
+}
+
+pub(super) fn restart_with_appendfsync_always(
+    lab: &Lab,
+) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(contend_under(lab, 3, async {
+        let start = Instant::now();
+        for (n, when) in [(0, 0.2), (1, 0.4), (2, 0.6)] {
+            sleep_to(start, at(lab, when)).await;
+            lab.restart(n).await?;
+        }
+        Ok(())
+    }))
+}
+
+pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(async move {
+        let clients = lab.clients(3).await?;
+        let resource = Arc::new(Resource::default());
+        let down = lab.timing.ttl.mul_f64(1.5);
+        let faults = async {
+            let start = Instant::now();
+            sleep_to(start, at(lab, 0.2)).await;
+            for n in 0..3 {
+                lab.kill(n).await?;
+            }
+            let down_from = lab.history.now();
+            sleep(down).await;
+            let back_from = lab.history.now();
+            // Concurrently: a container restart takes a second or more.
+            let restarts = (0..3).map(|n| lab.restart_after(n, Duration::ZERO));
+            futures::future::try_join_all(restarts).await?;
+            Ok::<_, LabError>((down_from, back_from, lab.history.now()))
+        };
+        let until = Instant::now() + lab.timing.run_for;
+        let (first, faults) = tokio::join!(
+            contend(&lab.history, &resource, &clients, KEY, until),
+            faults
+        );
+        // Keep contending for two TTLs after the majority is back, however long the
+        // restarts took, to see the recovery.
+        let then = contend(
+            &lab.history,
+            &resource,
+            &clients,
+            KEY,
+            Instant::now() + lab.timing.ttl * 2,
+        )
+        .await;
+        shutdown(&clients).await;
+        let (down_from, back_from, back) = faults?;
+        let mut outcome = Outcome {
+            notes: vec![format!(
+                "{} won, {} gave up",
+                first.acquired + then.acquired,
+                first.failed + then.failed
+            )],
+            violations: Vec::new(),
+        };
+        let events = lab.history.events();
+        for event in &events {
+            if let Event::Acquired {
+                client,
+                started,
+                acquired,
+                ..
+            } = event
+            {
+                if *started > down_from && *acquired < back_from {
+                    outcome.violations.push(Violation::Rule(format!(
+                        "false success: {client} won a lock in a round started at {started:?}, \
+                         while three of five nodes were down"
+                    )));
+                }
+            }
+        }
+        let recovered = events.iter().find_map(|e| match e {
+            Event::Acquired { acquired, .. } if *acquired >= back => Some(*acquired - back),
+            _ => None,
+        });
+        match recovered {
+            Some(after) => outcome.notes.push(format!(
+                "first lock {} ms after the majority was back (TTL {} ms)",
+                after.as_millis(),
+                lab.timing.ttl.as_millis()
+            )),
+            None => outcome.violations.push(Violation::Rule(
+                "no lock was won within two TTLs after the majority came back: no recovery".into(),
+            )),
+        }
+        Ok(outcome)
+    })
+}

@@ -162,7 +162,7 @@ impl LockHandle {
 /// with its TTL.
 ///
 /// A guard keeps its client's connections and renewal running: dropping every
-/// [`Redlock`] handle while guards live does not stop their renewal. Connections close
+/// [`Redlock`](crate::Redlock) handle while guards live does not stop their renewal. Connections close
 /// once the last client handle and the last guard are gone.
 ///
 /// Once released (or dropped), the guard's handles report the lock as no longer valid and

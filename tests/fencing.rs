@@ -278,3 +278,34 @@ async fn fenced_locks_on_many_keys_leave_one_counter_per_node_and_nothing_else()
         assert_eq!(node.keys("*").await.unwrap(), [COUNTER]);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_that_lost_its_counters_gets_no_token_instead_of_starting_again() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.fencing(true)).await;
+    for _ in 0..3 {
+        let guard = c.lock("k").await.unwrap();
+        guard.release().await.unwrap();
+    }
+    c.coordinator().quiesce().await;
+    // A quorum restarts empty; node 2 keeps counter 3.
+    set.node(0).flushall().await.unwrap();
+    set.node(1).flushall().await.unwrap();
+    let keys = ["redlock:k"];
+    for _ in 0..5 {
+        match c
+            .coordinator()
+            .acquire_with(Acquisition {
+                fenced: true,
+                ..Acquisition::new(&keys, Duration::from_secs(2))
+            })
+            .await
+        {
+            Err(CoreError::NotFenced { .. }) => {}
+            other => panic!("token handed out after a quorum lost its counters: {other:?}"),
+        }
+    }
+    c.coordinator().quiesce().await;
+    assert!(set.nodes_holding("redlock:k").await.is_empty());
+    assert_eq!(counters(&set).await, [None, None, Some(3)]);
+}

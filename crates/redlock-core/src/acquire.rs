@@ -12,7 +12,7 @@ use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
 use crate::report::{RoundKind, RoundReport};
 use crate::round::{Command, Request, Round};
-use crate::scripts::FENCE_RECORD;
+use crate::scripts::{FENCE_READ, FENCE_RECORD};
 use crate::token::Token;
 
 /// What one acquisition round takes: one key (a plain or reentrant lock) or several (all
@@ -163,16 +163,16 @@ impl Coordinator {
         if !what.fenced {
             return self.lock_from(decided, spec, ttl, None);
         }
-        let counters: Vec<Option<i64>> = decided
-            .values
-            .iter()
-            .map(|value| match value {
-                Some(Value::Integer(counter)) => Some(*counter),
-                _ => None,
-            })
-            .collect();
+        let counters = counters(&decided.values);
         let lock = self.lock_from(decided, spec, ttl, None)?;
-        let token = match fence::next_token(&counters, self.quorum()) {
+        let mut token = fence::next_token(&counters, self.quorum());
+        if matches!(&token, Err(shortfall) if shortfall.seeded == 0) {
+            // No node that answered before the decision has a counter: only every node
+            // answering without one makes this a new node set. Ask them all (rare: a new
+            // node set's first tokens, or nodes that lost their data).
+            token = fence::next_token(&self.read_counters().await, self.quorum());
+        }
+        let token = match token {
             Ok(token) => token,
             Err(shortfall) => {
                 let report = lock.report.clone();
@@ -192,6 +192,27 @@ impl Coordinator {
             fencing_token: Some(token),
             ..lock
         })
+    }
+
+    /// Every node's fencing counter (`Some(-1)`: none; `None`: no answer), waiting for every
+    /// node up to the node timeout.
+    async fn read_counters(&self) -> Vec<Option<i64>> {
+        let fence_key = &self.inner.config.fence_key;
+        let round = Round {
+            kind: RoundKind::Inspect,
+            command: Command::Script {
+                script: &FENCE_READ,
+                keys: vec![Key::from(fence_key.as_str())],
+                args: Vec::new(),
+            },
+            requests: vec![Request {
+                name: fence_key.as_str().into(),
+                ttl: None,
+                undo: None,
+            }],
+            drift_factor: self.inner.config.drift_factor,
+        };
+        counters(&self.run_one(round).await.values)
     }
 
     /// Writes `token` back to every node's fencing counter, raise-only; won at a quorum.
@@ -225,4 +246,16 @@ impl Coordinator {
             reason,
         }
     }
+}
+
+/// The fencing counters the nodes returned (`Some(-1)`: the node has none; `None`: no
+/// answer).
+fn counters(values: &[Option<Value>]) -> Vec<Option<i64>> {
+    values
+        .iter()
+        .map(|value| match value {
+            Some(Value::Integer(counter)) => Some(*counter),
+            _ => None,
+        })
+        .collect()
 }

@@ -17,9 +17,10 @@
 //! A node that lost its data (restart without persistence, `FLUSHALL`, eviction) has no
 //! counter: it is not counted until a write-back seeds it again, because counting its
 //! empty counter as 0 could let tokens go backwards. Tokens stay monotonic as long as
-//! fewer than a quorum of nodes lose their data at once (the H2 bound that mutual
-//! exclusion already needs); a node set where no node has a counter (a new one, or one
-//! where a quorum lost its data) starts again at 1.
+//! fewer than a quorum of nodes lose their counters at once. Tokens start at 1 only when
+//! every node answers without a counter (a new node set). When a quorum lost its
+//! counters while another node kept one, no token is handed out (`Error::NotFenced`) until
+//! an operator raises every node's counter to at least the highest token handed out.
 
 use std::fmt;
 
@@ -69,12 +70,13 @@ impl fmt::Display for Shortfall {
 }
 
 /// The token for a won acquisition from each node's counter as it answered (`None`: no
-/// answer yet, `Some(-1)`: no counter on that node).
+/// answer, `Some(-1)`: no counter on that node); `counters` has one entry per node.
 ///
-/// `max + 1` over the nodes with a counter, when a quorum of nodes have one. When no node
-/// that answered has a counter and a quorum answered, the node set is new (or a quorum
-/// lost its data, outside the assumptions): tokens start at 1. Anything in between cannot
-/// be trusted: a node without its counter may be one of those that held the highest.
+/// `max + 1` over the nodes with a counter, when a quorum of nodes have one. Tokens start
+/// at 1 only when **every** node answered without a counter (a new node set): a quorum
+/// without counters beside a minority that has one is a quorum that lost its data, and
+/// starting again there would go backwards. Anything in between cannot be trusted: a node
+/// without its counter may be one of those that held the highest.
 pub(crate) fn next_token(
     counters: &[Option<i64>],
     quorum: usize,
@@ -90,7 +92,7 @@ pub(crate) fn next_token(
         // A counter near i64::MAX would take a billion years of acquisitions per second.
         let next = u64::try_from(max).unwrap_or(0).saturating_add(1);
         Ok(FencingToken(next))
-    } else if seeded.is_empty() && answered.len() >= quorum {
+    } else if seeded.is_empty() && answered.len() == counters.len() {
         Ok(FencingToken(1))
     } else {
         Err(shortfall)
@@ -129,9 +131,23 @@ mod tests {
 
     #[test]
     fn a_node_set_without_counters_starts_at_one() {
-        assert_eq!(next_token(&[Some(-1), Some(-1), None], 2).unwrap().get(), 1);
-        // Not before a quorum answered.
-        assert!(next_token(&[Some(-1), None, None], 2).is_err());
+        assert_eq!(
+            next_token(&[Some(-1), Some(-1), Some(-1)], 2)
+                .unwrap()
+                .get(),
+            1
+        );
+        // Not before every node answered: the silent one may hold the highest counter.
+        assert!(next_token(&[Some(-1), Some(-1), None], 2).is_err());
+    }
+
+    #[test]
+    fn a_quorum_that_lost_its_counters_does_not_start_again() {
+        // Tokens 1-3 were recorded on nodes 0-2; nodes 0 and 1 restarted empty. A round
+        // that hears nodes 0, 1 and 3 (never seeded) must not hand out 1 again...
+        assert!(next_token(&[Some(-1), Some(-1), None, Some(-1), None], 3).is_err());
+        // ...nor one that hears every node while node 2 still has its counter.
+        assert!(next_token(&[Some(-1), Some(-1), Some(3), Some(-1), Some(-1)], 3).is_err());
     }
 
     #[test]

@@ -197,8 +197,18 @@ return 1"#,
     )
 });
 
+/// Reads a node's fencing counter: `KEYS[1]` = the counter. Returns `{1, counter}`, with -1
+/// when the node has none.
+pub(crate) static FENCE_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local counter = redis.pcall("GET", KEYS[1])
+if type(counter) ~= "string" then return {1, -1} end
+return {1, tonumber(counter) or -1}"#,
+    )
+});
+
 /// Every script, for preloading.
-pub(crate) fn all() -> [&'static Script; 9] {
+pub(crate) fn all() -> [&'static Script; 10] {
     [
         &ACQUIRE_MANY,
         &RELEASE,
@@ -209,6 +219,7 @@ pub(crate) fn all() -> [&'static Script; 9] {
         &FENCED_ACQUIRE_MANY,
         &FENCED_REENTRANT_ACQUIRE,
         &FENCE_RECORD,
+        &FENCE_READ,
     ]
 }
 

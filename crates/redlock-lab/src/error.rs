@@ -14,6 +14,9 @@ pub enum LabError {
     /// A client configuration was refused.
     #[error("client configuration refused: {0}")]
     Config(#[from] redlock_client::InvalidConfig),
+    /// A command of the lab's own (the fenced resource, a lab-side token issuer) failed.
+    #[error("a lab-side Redis command failed: {0}")]
+    Redis(#[from] fred::error::Error),
     /// A scenario's schedule waited for an event (e.g. the observer seeing a new holder's
     /// token) that did not come in time.
     #[error("the schedule waited in vain: {0}")]

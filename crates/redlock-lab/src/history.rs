@@ -20,12 +20,18 @@ pub enum Event {
         token: String,
         /// The locked key.
         key: String,
-        /// When the client started the acquisition round that won.
+        /// When the acquisition round that won began (its `t0`, before its first command
+        /// was sent), from the validity the library reported. Never later than that, so
+        /// that ordering acquisitions by it never puts one after an acquisition that in
+        /// fact overlapped it.
         started: At,
-        /// When `lock()` returned.
+        /// When `lock()` returned (and a fenced lock's token had been handed out): never
+        /// earlier than that.
         acquired: At,
         /// The end of the validity the library reported.
         valid_until: At,
+        /// The fencing token, for a fenced acquisition.
+        fencing: Option<u64>,
     },
     /// A holder started releasing: from here on it no longer claims the lock.
     ReleaseStarted {
@@ -63,6 +69,22 @@ pub enum Event {
         read: u64,
         /// The value it wrote (`read + 1`).
         wrote: u64,
+    },
+    /// A write to a fenced resource that the resource rejected: a write with a higher
+    /// fencing token came first. The value is unchanged.
+    WriteRejected {
+        /// Which client.
+        client: String,
+        /// Its lock's token.
+        token: String,
+        /// Its fencing token.
+        fencing: u64,
+        /// When it read the value.
+        read_at: At,
+        /// When the resource rejected the write.
+        rejected_at: At,
+        /// The value it read (and would have written plus one).
+        read: u64,
     },
     /// A fault the harness injected.
     Fault {
@@ -146,6 +168,22 @@ impl History {
         self.events()
             .iter()
             .filter(|e| matches!(e, Event::Acquired { .. }))
+            .count()
+    }
+
+    /// How many acquisitions were recorded with a fencing token.
+    pub fn fenced_acquisitions(&self) -> usize {
+        self.events()
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Event::Acquired {
+                        fencing: Some(_),
+                        ..
+                    }
+                )
+            })
             .count()
     }
 }

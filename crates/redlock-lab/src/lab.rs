@@ -32,6 +32,39 @@ impl Default for Timing {
     }
 }
 
+/// The key under the scenario's prefix where the library keeps its fencing counter on each
+/// node (`{key_prefix}fencing-counter`, see `LockConfig::fencing`). One key for every lock of
+/// the node set, meant to stay: the leftover scan leaves it out, and the lab-side token
+/// issuers of the demonstrations count under the same key.
+pub const FENCING_COUNTER: &str = "fencing-counter";
+
+/// Which of a scenario's clients take fenced locks (a [`FencingToken`] with every lock,
+/// which the checker's token rule then judges).
+///
+/// [`FencingToken`]: redlock_client::FencingToken
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fencing {
+    /// None: plain locks only.
+    Off,
+    /// Clients 0, 2, 4, ...: fenced and plain acquisitions interleave on the same key, so
+    /// both kinds stay exercised, and the tokens of at least two clients (with three or
+    /// more) are ordered against each other.
+    EvenClients,
+    /// Every client.
+    All,
+}
+
+impl Fencing {
+    /// Whether client `c` takes fenced locks.
+    pub fn fenced(self, c: usize) -> bool {
+        match self {
+            Fencing::Off => false,
+            Fencing::EvenClients => c % 2 == 0,
+            Fencing::All => true,
+        }
+    }
+}
+
 /// One scenario run's world.
 #[derive(Debug)]
 pub struct Lab {
@@ -47,6 +80,8 @@ pub struct Lab {
     pub timing: Timing,
     /// What the nodes were started with.
     pub setup: Setup,
+    /// Which clients take fenced locks.
+    pub fencing: Fencing,
     /// The observer's samples so far, for schedules that wait until the observer has seen
     /// what the checker needs.
     pub observed: Samples,
@@ -71,14 +106,20 @@ impl Lab {
         self.nodes().name(n)
     }
 
+    /// Where a scenario keeps a protected value in Redis: outside the lock prefix, since
+    /// the leftover scan looks for lock keys.
+    pub fn resource_key(&self) -> String {
+        format!("resource:{}value", self.prefix)
+    }
+
     /// The full key (with the prefix) of `key`.
     pub fn full_key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
     }
 
     /// A client configuration for client `c`: its own links, the lab's TTL and node timeout,
-    /// no automatic renewal (the scenarios decide when a holder extends), and a seed so the
-    /// retry jitter differs per client.
+    /// no automatic renewal (the scenarios decide when a holder extends), fencing as the
+    /// scenario's [`Fencing`] says, and a seed so the retry jitter differs per client.
     pub fn config(&self, c: usize) -> LockConfigBuilder {
         LockConfig::builder()
             .nodes(self.links.urls(c))
@@ -87,6 +128,7 @@ impl Lab {
             .key_prefix(self.prefix.clone())
             .no_renewal()
             .max_wait(self.timing.ttl * 2)
+            .fencing(self.fencing.fenced(c))
             .seed(c as u64 + 1)
     }
 

@@ -6,11 +6,13 @@
 //! persistence, partitions, latency, held or dropped replies, clock skew, eviction. Every
 //! acquisition, release, extension and write is recorded with the lab's monotonic clock, and
 //! an observer samples each lock key on each node. The [`checker`] then reports overlapping
-//! validity windows, lost updates, stale writes, keys left behind and tokens removed or
-//! extended by a non-owner.
+//! validity windows, lost updates, stale writes, keys left behind, tokens removed or
+//! extended by a non-owner, and fencing tokens that repeat or go backwards in the real-time
+//! order of acquisitions (the must-pass scenarios give every second client fenced locks).
 //!
 //! Must-pass scenarios expect zero violations; demonstrations break an assumption of
-//! Redlock (H2-H4 in the README) and expect the checker to report a violation.
+//! Redlock (H2-H4 in the README) or a step of the fencing design, and expect the checker to
+//! report the violation that follows.
 //!
 //! Run it with `cargo run --release -p redlock-lab -- --help`, or as part of `cargo test`
 //! (the `fault_lab` test of the workspace).
@@ -24,6 +26,8 @@ mod history;
 mod lab;
 mod logging;
 mod observer;
+mod raw;
+mod resource;
 mod scenario;
 mod scenarios;
 mod suite;
@@ -32,12 +36,11 @@ mod workload;
 pub use backend::{Backend, BackendKind, Setup, DOCKER_NODES};
 pub use error::LabError;
 pub use history::{At, Event, FaultKind, History};
-pub use lab::{Lab, Timing};
+pub use lab::{Fencing, Lab, Timing, FENCING_COUNTER};
 pub use logging::init_tracing;
 pub use observer::{Observer, Samples};
+pub use resource::{Read, Resource};
 pub use scenario::{run, Driver, Expect, Outcome, Scenario, ScenarioResult, KEY};
 pub use scenarios::all as scenarios;
 pub use suite::{docker_requested, repeat_summary, run_backend, run_repeated, summary, DOCKER_ENV};
-pub use workload::{
-    contend, contend_each, outcome_label, record_acquired, release, Resource, Tally,
-};
+pub use workload::{contend, contend_each, outcome_label, record_acquired, release, Tally};

@@ -12,7 +12,7 @@ use crate::backend::{Backend, BackendKind, Setup};
 use crate::checker::{self, Leftover, Violation};
 use crate::error::LabError;
 use crate::history::History;
-use crate::lab::{Lab, Timing};
+use crate::lab::{Fencing, Lab, Timing, FENCING_COUNTER};
 use crate::observer::Observer;
 
 /// The one key every scenario contends for (under the scenario's own prefix).
@@ -76,6 +76,9 @@ pub struct Scenario {
     pub setup: Setup,
     /// How many clients (each with its own links).
     pub clients: usize,
+    /// Which clients take fenced locks. With any, the scenario must produce fenced
+    /// acquisitions (else the token rule would have checked nothing, and that is reported).
+    pub fencing: Fencing,
     /// TTL, node timeout and run time.
     pub timing: Timing,
     /// The driver.
@@ -93,6 +96,8 @@ pub struct ScenarioResult {
     pub expect: Expect,
     /// Locks won.
     pub acquisitions: usize,
+    /// Locks won with a fencing token.
+    pub fenced: usize,
     /// Writes to the protected value.
     pub writes: usize,
     /// Violations found.
@@ -143,6 +148,7 @@ pub async fn run(
         backend: kind,
         expect: scenario.expect,
         acquisitions: 0,
+        fenced: 0,
         writes: 0,
         violations: Vec::new(),
         notes: Vec::new(),
@@ -176,6 +182,7 @@ pub async fn run(
         prefix,
         timing: scenario.timing,
         setup: scenario.setup,
+        fencing: scenario.fencing,
         observed: observer.samples(),
     };
     match tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(&lab)).await {
@@ -195,6 +202,14 @@ pub async fn run(
     found.append(&mut result.violations);
     result.violations = found;
     result.acquisitions = lab.history.acquisitions();
+    result.fenced = lab.history.fenced_acquisitions();
+    if scenario.fencing != Fencing::Off && result.fenced == 0 && result.error.is_none() {
+        result.violations.push(Violation::Rule(
+            "fencing was on, but no acquisition got a fencing token: the token rule checked \
+             nothing"
+                .into(),
+        ));
+    }
     result.writes = events
         .iter()
         .filter(|e| matches!(e, crate::history::Event::Write { .. }))
@@ -215,9 +230,11 @@ async fn heal(lab: &Lab) {
     }
 }
 
-/// Every key under the scenario's prefix still on a reachable node.
+/// Every key under the scenario's prefix still on a reachable node, but the fencing counter
+/// (which is meant to stay).
 async fn leftovers(lab: &Lab) -> Vec<Leftover> {
     let mut found = Vec::new();
+    let counter = lab.full_key(FENCING_COUNTER);
     let nodes = lab.nodes();
     for n in 0..lab.node_count() {
         if !nodes.is_up(n).await {
@@ -228,7 +245,7 @@ async fn leftovers(lab: &Lab) -> Vec<Leftover> {
             tracing::warn!(node = %nodes.name(n), "leftover scan failed");
             continue;
         };
-        for key in keys {
+        for key in keys.into_iter().filter(|k| *k != counter) {
             found.push(Leftover {
                 node: nodes.name(n).to_owned(),
                 value: redis.get(&key).await.ok().flatten(),

@@ -123,16 +123,17 @@ pub fn summary<'a>(results: impl IntoIterator<Item = &'a ScenarioResult>) -> Str
     let results: Vec<&ScenarioResult> = results.into_iter().collect();
     let mut out = String::new();
     out.push_str(
-        "| scenario | backend | acquisitions | writes | violations found | expected | result |\n",
+        "| scenario | backend | acquisitions | fenced | writes | violations found | expected | result |\n",
     );
-    out.push_str("|---|---|---:|---:|---:|---|---|\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---|---|\n");
     for r in &results {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             r.name,
             r.backend,
             r.acquisitions,
+            r.fenced,
             r.writes,
             r.violations.len(),
             r.expect,

@@ -3,87 +3,57 @@
 
 use std::collections::BTreeMap;
 use std::iter::Sum;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_client::{Error, LockGuard, NodeOutcome, Redlock, RoundReport};
+use redlock_client::{Error, FencingToken, LockGuard, NodeOutcome, Redlock, RoundReport};
 use tokio::time::Instant;
 
 use crate::history::{Event, History};
+use crate::resource::Resource;
 
-/// How long the critical section holds the value between its read and its write.
-pub const CRITICAL_SECTION: Duration = Duration::from_millis(1);
 /// A well-behaved holder writes only with at least this much validity left (H4: stop using
 /// the lock before its validity ends, with room for the write itself).
 pub const WRITE_MARGIN: Duration = Duration::from_millis(100);
 
-/// The protected value: a counter updated by read, pause, write. Without mutual exclusion
-/// updates get lost, which the checker detects from the recorded reads and writes.
-#[derive(Debug, Default)]
-pub struct Resource {
-    value: AtomicU64,
-    /// Whether an [`update`](Self::update) is in progress.
-    busy: AtomicBool,
-    overlaps: AtomicU64,
-}
-
-impl Resource {
-    /// Reads the value (and when).
-    pub fn read(&self, history: &History) -> (u64, Duration) {
-        (self.value.load(Ordering::SeqCst), history.now())
-    }
-
-    /// Writes `read + 1` and records the write.
-    pub fn write(&self, history: &History, client: &str, token: &str, read: (u64, Duration)) {
-        self.value.store(read.0 + 1, Ordering::SeqCst);
-        history.record(Event::Write {
-            client: client.to_owned(),
-            token: token.to_owned(),
-            read_at: read.1,
-            wrote_at: history.now(),
-            read: read.0,
-            wrote: read.0 + 1,
-        });
-    }
-
-    /// One full update inside a critical section. An update that starts while another is
-    /// in progress is counted in [`overlaps`](Self::overlaps).
-    pub async fn update(&self, history: &History, client: &str, token: &str) {
-        if self.busy.swap(true, Ordering::SeqCst) {
-            self.overlaps.fetch_add(1, Ordering::SeqCst);
-        }
-        let read = self.read(history);
-        tokio::time::sleep(CRITICAL_SECTION).await;
-        self.write(history, client, token, read);
-        self.busy.store(false, Ordering::SeqCst);
-    }
-
-    /// The current value.
-    pub fn value(&self) -> u64 {
-        self.value.load(Ordering::SeqCst)
-    }
-
-    /// How many updates started while another was in progress: a quick count the demo
-    /// prints; the checker finds every overlap, the unsafe writes of the demonstrations
-    /// included, from the history.
-    pub fn overlaps(&self) -> u64 {
-        self.overlaps.load(Ordering::SeqCst)
-    }
-}
-
-/// Records a won lock and returns its token.
+/// Records a won lock, with its fencing token if it is fenced, and returns its token.
 pub fn record_acquired(history: &History, client: &str, guard: &LockGuard) -> String {
+    let fencing = guard.fencing_token().map(FencingToken::get);
+    record_acquisition(history, client, guard, fencing)
+}
+
+/// Records a won lock with `fencing` as its fencing token (the library's, or one a lab-side
+/// issuer made for it), and returns its token. Call it once the token is known: the
+/// recorded end of the acquisition is now.
+pub(crate) fn record_acquisition(
+    history: &History,
+    client: &str,
+    guard: &LockGuard,
+    fencing: Option<u64>,
+) -> String {
     let lock = guard.lock();
     let acquired = history.now();
     let token = lock.token().as_str().to_owned();
+    // The winning round's t0: its validity ends at t0 + elapsed + validity (the validity
+    // left at the decision, `elapsed` after t0). Without a reported validity, the end less
+    // the TTL is earlier still (valid_until = t0 + ttl - drift).
+    let report = lock.report();
+    let before = match report.validity {
+        Some(left) => left + report.elapsed,
+        None => lock.ttl(),
+    };
+    let started = lock
+        .valid_until()
+        .checked_sub(before)
+        .map_or(Duration::ZERO, |t0| history.at(t0));
     history.record(Event::Acquired {
         client: client.to_owned(),
         token: token.clone(),
         key: guard.key(),
-        started: acquired.saturating_sub(lock.report().elapsed),
+        started,
         acquired,
         valid_until: history.at(guard.valid_until()),
+        fencing,
     });
     token
 }
@@ -225,7 +195,11 @@ pub async fn contend_each(
                         tally.record_round(guard.lock().report());
                         let token = record_acquired(&history, &name, &guard);
                         if guard.remaining().is_some_and(|left| left >= WRITE_MARGIN) {
-                            resource.update(&history, &name, &token).await;
+                            let fencing = guard.fencing_token();
+                            let update = resource.update(&history, &name, &token, fencing);
+                            if let Err(error) = update.await {
+                                tracing::warn!(client = %name, %error, "update failed");
+                            }
                         } else {
                             tally.skipped_writes += 1;
                         }

@@ -56,7 +56,7 @@ async fn main() -> ExitCode {
     }
     if args.list {
         for s in &all {
-            println!("{:<34} {:<28} {}", s.name, s.expect.to_string(), s.shows);
+            println!("{:<40} {:<28} {}", s.name, s.expect.to_string(), s.shows);
         }
         return ExitCode::SUCCESS;
     }

@@ -17,6 +17,27 @@ pub(super) fn acquired(client: &str, token: &str, from: u64, until: u64) -> Even
         started: t(from.saturating_sub(2)),
         acquired: t(from),
         valid_until: t(until),
+        fencing: None,
+    }
+}
+
+/// A fenced acquisition that began at `started` and handed out `fencing` at `acquired`,
+/// released at once (its claim ends 1 ms later).
+pub(super) fn fenced_between(
+    client: &str,
+    token: &str,
+    started: u64,
+    acquired: u64,
+    fencing: u64,
+) -> Event {
+    Event::Acquired {
+        client: client.into(),
+        token: token.into(),
+        key: "k".into(),
+        started: t(started),
+        acquired: t(acquired),
+        valid_until: t(acquired + 1),
+        fencing: Some(fencing),
     }
 }
 

@@ -5,8 +5,10 @@
 //! history that contains exactly one violation (the negative controls of the checker itself).
 //! One file per family of rules: [`overlaps`] (claims that intersect), [`write_violations`]
 //! (lost updates and stale writes), [`token_violations`] (tokens removed or extended by a
-//! non-owner); keys left behind are reported as found.
+//! non-owner), [`fencing_violations`] (fencing tokens reused, or lower than one handed out
+//! before their acquisition began); keys left behind are reported as found.
 
+mod fencing;
 mod holders;
 mod overlap;
 mod tokens;
@@ -20,6 +22,7 @@ use std::time::Duration;
 
 use crate::history::{At, Event};
 
+pub use fencing::{fenced, fencing_violations, Fenced};
 pub use holders::{holders, Holder};
 pub use overlap::overlaps;
 pub use tokens::token_violations;
@@ -79,6 +82,7 @@ pub fn check(
     found.extend(write_violations(events, &holders));
     found.extend(leftovers.iter().cloned().map(Violation::LeftBehind));
     found.extend(token_violations(events, observations, &holders));
+    found.extend(fencing_violations(events));
     found
 }
 

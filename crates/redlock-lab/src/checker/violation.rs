@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{ms, short, Holder, Leftover};
+use super::{ms, short, Fenced, Holder, Leftover};
 use crate::history::At;
 
 /// One safety violation.
@@ -72,6 +72,23 @@ pub enum Violation {
         /// By how much the expiry moved.
         moved_by: Duration,
     },
+    /// An acquisition got a fencing token lower than one handed out before it began: a
+    /// resource that checks tokens would reject the newer holder, or (worse) accept the
+    /// older one's writes after it.
+    FencingBackwards {
+        /// The acquisition that completed first, with the highest token before `later`.
+        earlier: Fenced,
+        /// The acquisition that began after it and got a lower token.
+        later: Fenced,
+    },
+    /// Two acquisitions got the same fencing token: a resource cannot tell their writes
+    /// apart.
+    FencingReused {
+        /// The first to be handed the token.
+        first: Fenced,
+        /// Another one handed the same token.
+        second: Fenced,
+    },
     /// A rule of one scenario was broken (e.g. a lock won while a majority was down).
     Rule(String),
 }
@@ -86,6 +103,8 @@ impl Violation {
             Violation::LeftBehind(_) => "key left behind",
             Violation::RemovedEarly { .. } => "token removed early",
             Violation::ForeignExtend { .. } => "foreign extend",
+            Violation::FencingBackwards { .. } => "fencing token backwards",
+            Violation::FencingReused { .. } => "fencing token reused",
             Violation::Rule(_) => "scenario rule",
         }
     }
@@ -176,6 +195,13 @@ impl fmt::Display for Violation {
                 ms(between.0),
                 ms(between.1)
             ),
+            Violation::FencingBackwards { earlier, later } => write!(
+                f,
+                "fencing token backwards: {later}, but {earlier}, before it began"
+            ),
+            Violation::FencingReused { first, second } => {
+                write!(f, "fencing token reused: {first}, and {second}")
+            }
             Violation::Rule(rule) => f.write_str(rule),
         }
     }

@@ -2,7 +2,10 @@
 //! must report a violation, because each breaks an assumption of Redlock).
 
 mod demos;
+mod issuer;
+mod naive_fencing;
 mod safe;
+mod steal;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,8 +18,9 @@ use crate::checker::{Observation, EVENT_SLACK};
 use crate::error::LabError;
 use crate::history::At;
 use crate::lab::Lab;
+use crate::resource::Resource;
 use crate::scenario::{Outcome, Scenario, KEY};
-use crate::workload::{contend, Resource};
+use crate::workload::contend;
 
 /// Every scenario, must-pass ones first.
 pub fn all() -> Vec<Scenario> {

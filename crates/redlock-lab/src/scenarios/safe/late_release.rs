@@ -8,8 +8,9 @@ use super::super::{every_node, seen_after, seen_holding, seen_without};
 use crate::error::LabError;
 use crate::history::Event;
 use crate::lab::Lab;
+use crate::resource::Resource;
 use crate::scenario::{Outcome, KEY};
-use crate::workload::{record_acquired, release, Resource};
+use crate::workload::{record_acquired, release};
 
 pub(super) fn late_release_by_expired_holder(
     lab: &Lab,
@@ -41,9 +42,10 @@ pub(in crate::scenarios) async fn late_release(
     while rounds.map_or(Instant::now() < until, |n| done < n) {
         let first = stale.lock(KEY).await?;
         let first_token = record_acquired(&lab.history, "client-0", &first);
+        let fencing = first.fencing_token();
         resource
-            .update(&lab.history, "client-0", &first_token)
-            .await;
+            .update(&lab.history, "client-0", &first_token, fencing)
+            .await?;
         // The stall: client-0 does nothing until its validity has ended and its keys have
         // expired on the nodes.
         tokio::time::sleep_until(first.valid_until()).await;
@@ -82,9 +84,10 @@ pub(in crate::scenarios) async fn late_release(
         // What the stale release did to the new holder's key is on record before the new
         // holder goes on (and, with the slack, before its own release could explain it).
         seen_after(lab, &holding, lab.history.now()).await?;
+        let fencing = second.fencing_token();
         resource
-            .update(&lab.history, "client-1", &second_token)
-            .await;
+            .update(&lab.history, "client-1", &second_token, fencing)
+            .await?;
         release(&lab.history, "client-1", &second_token, second).await;
         done += 1;
     }

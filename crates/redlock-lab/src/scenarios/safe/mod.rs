@@ -2,9 +2,16 @@
 //!
 //! One file per kind of fault: [`process`] (nodes killed, paused, or with a clock inside the
 //! drift budget), [`network`] (links cut, slowed, holding or dropping replies), [`restart`]
-//! (nodes restarted, the majority down) and [`late_release`] (a holder that outlives its
-//! validity). The list below is the suite's order.
+//! (nodes restarted, the majority down), [`late_release`] (a holder that outlives its
+//! validity) and [`fenced`] (the same, writing through a fenced resource). The list below is
+//! the suite's order.
+//!
+//! Every second client takes fenced locks ([`Fencing::EvenClients`]), so the checker's
+//! token rule judges the tokens of the kill, pause, partition, latency, held and dropped
+//! replies and restart (with appendfsync always, and a minority after the TTL) scenarios
+//! too; `majority_down` alone keeps plain locks (see there).
 
+mod fenced;
 mod late_release;
 mod network;
 mod process;
@@ -15,11 +22,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Setup;
-use crate::lab::Timing;
+use crate::lab::{Fencing, Timing};
 use crate::scenario::{Expect, Scenario};
 
 pub(super) use late_release::late_release;
 
+use fenced::paused_holder_writes_fenced;
 use late_release::late_release_by_expired_holder;
 use network::{
     minority_disconnected, minority_partitioned_per_client, one_slow_node, replies_held_past_ttl,
@@ -34,6 +42,8 @@ const FIVE: Setup = Setup {
     fake_clock: false,
 };
 
+/// A must-pass scenario: five nodes, three clients, the first and the third with fenced
+/// locks (the token rule judges their tokens; the second keeps plain locks exercised).
 fn safe(name: &'static str, shows: &'static str, run: super::super::scenario::Driver) -> Scenario {
     Scenario {
         name,
@@ -41,6 +51,7 @@ fn safe(name: &'static str, shows: &'static str, run: super::super::scenario::Dr
         expect: Expect::Safe,
         setup: FIVE,
         clients: 3,
+        fencing: Fencing::EvenClients,
         timing: Timing::default(),
         run,
     }
@@ -133,10 +144,34 @@ pub(super) fn scenarios() -> Vec<Scenario> {
                 run_for: Duration::from_secs(5),
                 ..Timing::default()
             },
+            // Plain locks only: the three nodes come back without their data, fencing
+            // counters included. The TTL-long wait keeps lock keys safe (H2), but a
+            // counter has no TTL: a quorum losing its counters at once is outside what
+            // fencing's monotonicity rests on, and the token rule reports the tokens that
+            // then start again at 1.
+            fencing: Fencing::Off,
             ..safe(
                 "majority_down",
                 "three of five nodes are killed: no lock is won while they are down (no false success); they restart after the TTL and locks are won again within about one TTL",
                 majority_down,
+            )
+        },
+        Scenario {
+            setup: Setup {
+                nodes: 3,
+                ..FIVE
+            },
+            clients: 2,
+            fencing: Fencing::All,
+            timing: Timing {
+                // Each round waits this TTL out (the holder's stall).
+                ttl: Duration::from_millis(300),
+                ..Timing::default()
+            },
+            ..safe(
+                "paused_holder_writes_fenced",
+                "paused_holder_writes with fenced locks and the value behind fenced_set: the stalled holder's late write carries a lower token than the newer holder's and is rejected, so no update is lost",
+                paused_holder_writes_fenced,
             )
         },
         safe(

@@ -13,8 +13,9 @@ use crate::checker::Violation;
 use crate::error::LabError;
 use crate::history::Event;
 use crate::lab::Lab;
+use crate::resource::Resource;
 use crate::scenario::{Outcome, KEY};
-use crate::workload::{contend, Resource};
+use crate::workload::contend;
 
 pub(super) fn restart_after_ttl(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
     Box::pin(contend_under(lab, 3, async {

@@ -1,0 +1,133 @@
+//! Hold then steal: client 0 holds the lock and reads the value, a fault lets client 1 take
+//! the lock and update the value, then client 0 writes what it read. The demonstrations of
+//! broken assumptions run it, and so does the must-pass scenario where the resource is
+//! fenced.
+
+use redlock_testkit::LinkFault;
+use tokio::time::Instant;
+
+use super::{every_node, seen_empty, seen_without};
+use crate::error::LabError;
+use crate::lab::Lab;
+use crate::resource::Resource;
+use crate::scenario::{Outcome, KEY};
+use crate::workload::{record_acquired, release, WRITE_MARGIN};
+
+/// How many hold-then-steal rounds a scenario runs. Each round provokes its fault on its
+/// own (every step waits for the event it needs), so one would do; two show that a round
+/// leaves nothing behind that spoils the next.
+pub(super) const ROUNDS: usize = 2;
+
+/// What happens between the first holder's win and the second client's attempt.
+#[derive(Clone, Copy)]
+pub(super) enum Break {
+    /// Client 0 cannot reach node 2 (so its quorum is {0, 1}); node 1 restarts empty.
+    RestartNode1,
+    /// Client 0 cannot reach node 2; node 1's keys are evicted.
+    EvictNode1,
+    /// Nodes 0 and 1 run at 2x (set beforehand): wait until they have expired the keys.
+    FastClocks,
+    /// The holder stalls past its validity before writing.
+    StallHolder,
+}
+
+/// Client 0 takes the lock and reads the value; the fault happens; client 1 takes the lock,
+/// updates the value and releases; client 0 then writes what it read and releases. With the
+/// assumption intact client 1 could not win before client 0 let go.
+///
+/// Every step waits for an event, never for a fixed time: the fault calls return once the
+/// node is back or the keys are evicted; with fast clocks client 1 goes once the observer has
+/// seen client 0's token gone from the fast nodes; a stalled holder waits until its validity
+/// has ended and its keys are gone. So client 1 wins in every round, and (except for the
+/// stall, whose point is to outlive the validity) while client 0's validity still runs. Client
+/// 0 then behaves well, writing only with validity left, for H2 and H3: the violation comes
+/// from the broken assumption alone.
+///
+/// The writes go to `resource`; with a [fenced](Resource::fenced) one (and fenced clients)
+/// each write carries the writer's fencing token, and the notes count the rejected ones.
+pub(super) async fn hold_then_steal(
+    lab: &Lab,
+    fault: Break,
+    resource: &Resource,
+) -> Result<Outcome, LabError> {
+    let first = lab.client(0).await?;
+    let second = lab.client(1).await?;
+    let mut notes = Vec::new();
+    let (mut stolen, mut stolen_while_valid) = (0, 0);
+    if matches!(fault, Break::RestartNode1 | Break::EvictNode1) {
+        // For every round, healed only after the last (by the lab, once the clients are shut
+        // down). A blackhole on the open connection, not refused connections: a command that
+        // the client queues while it reconnects is sent once the link lets it through, so a
+        // link refused or healed between rounds lets client-0's SET land on node 2 late,
+        // after the round, as a key left behind that has nothing to do with the break.
+        lab.link(0, 2, LinkFault::Blackhole);
+    }
+    for round in 0..ROUNDS {
+        // Each round starts with the key absent on every node.
+        seen_empty(lab).await?;
+        let held = first.lock(KEY).await?;
+        let token = record_acquired(&lab.history, "client-0", &held);
+        let read = resource.read(&lab.history).await?;
+        match fault {
+            Break::RestartNode1 => lab.restart(1).await?,
+            Break::EvictNode1 => {
+                lab.evict(1).await?;
+            }
+            Break::FastClocks => {
+                // Samples sent once the round's SETs have all landed or timed out.
+                let since = lab.history.now() + lab.timing.node_timeout;
+                seen_without(lab, &token, &[0, 1], 2, since).await?;
+            }
+            Break::StallHolder => {
+                tokio::time::sleep_until(held.valid_until()).await;
+                let nodes = every_node(lab);
+                seen_without(lab, &token, &nodes, nodes.len(), lab.history.now()).await?;
+            }
+        }
+        match second.lock(KEY).await {
+            Ok(guard) => {
+                stolen += 1;
+                if Instant::now() < held.valid_until() {
+                    stolen_while_valid += 1;
+                }
+                let stolen_token = record_acquired(&lab.history, "client-1", &guard);
+                let fencing = guard.fencing_token();
+                resource
+                    .update(&lab.history, "client-1", &stolen_token, fencing)
+                    .await?;
+                release(&lab.history, "client-1", &stolen_token, guard).await;
+            }
+            Err(error) => notes.push(format!("round {round}: client-1 did not win: {error}")),
+        }
+        // Client 0 finishes its critical section as if nothing happened: a well-behaved
+        // holder (writing only with validity left), except where writing late is the break.
+        let stalled = matches!(fault, Break::StallHolder);
+        if stalled || held.remaining().is_some_and(|left| left >= WRITE_MARGIN) {
+            let fencing = held.fencing_token();
+            let written = resource
+                .write(&lab.history, "client-0", &token, fencing, read)
+                .await?;
+            if let (false, Some(fencing)) = (written, fencing) {
+                notes.push(format!(
+                    "round {round}: the resource rejected client-0's write with fencing token \
+                     {fencing}"
+                ));
+            }
+        } else {
+            notes.push(format!(
+                "round {round}: client-0 skipped its write, too little validity left"
+            ));
+        }
+        release(&lab.history, "client-0", &token, held).await;
+    }
+    notes.push(format!(
+        "client-1 won in {stolen} of {ROUNDS} rounds, {stolen_while_valid} of them while \
+         client-0's validity still ran"
+    ));
+    first.shutdown().await;
+    second.shutdown().await;
+    Ok(Outcome {
+        notes,
+        violations: Vec::new(),
+    })
+}

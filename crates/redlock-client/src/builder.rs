@@ -173,17 +173,19 @@ impl LockConfigBuilder {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
-    const NODES: [&str; 3] = [
+    /// Three node URLs (nothing listens there: these tests never connect).
+    pub(crate) const NODES: [&str; 3] = [
         "redis://127.0.0.1:7101",
         "redis://127.0.0.1:7102",
         "redis://127.0.0.1:7103",
     ];
 
-    fn builder() -> LockConfigBuilder {
+    /// A builder with [`NODES`], for tests of the configuration's checks.
+    pub(crate) fn builder() -> LockConfigBuilder {
         LockConfig::builder().nodes(NODES)
     }
 

@@ -211,19 +211,11 @@ impl LockConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builder::LockConfigBuilder;
     use redlock_core::ConfigError;
 
     const MS: Duration = Duration::from_millis(1);
-    const NODES: [&str; 3] = [
-        "redis://127.0.0.1:7101",
-        "redis://127.0.0.1:7102",
-        "redis://127.0.0.1:7103",
-    ];
-
-    fn builder() -> LockConfigBuilder {
-        LockConfig::builder().nodes(NODES)
-    }
+    use crate::builder::tests::{builder, NODES};
+    use crate::builder::LockConfigBuilder;
 
     fn reason(result: Result<LockConfig, InvalidConfig>) -> InvalidConfig {
         result.expect_err("the configuration should be rejected")

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use fred::prelude::{Builder, ClientLike, Config, LuaInterface, ReconnectPolicy, ServerConfig};
+use fred::prelude::{ClientLike, Config, LuaInterface, ServerConfig};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -142,16 +142,7 @@ impl Sampler {
             fail_fast: false,
             ..Config::default()
         };
-        let Ok(client) = Builder::from_config(config)
-            .with_connection_config(|c| {
-                c.connection_timeout = SAMPLE_TIMEOUT;
-                c.internal_command_timeout = SAMPLE_TIMEOUT;
-                c.max_command_attempts = 1;
-            })
-            .with_performance_config(|p| p.default_command_timeout = SAMPLE_TIMEOUT)
-            .set_policy(ReconnectPolicy::new_constant(0, 20))
-            .build()
-        else {
+        let Ok(client) = crate::raw::bounded(config, SAMPLE_TIMEOUT).build() else {
             return;
         };
         let task = client.init().await.ok();

@@ -14,17 +14,13 @@ use crate::error::LabError;
 /// the schedule's back).
 pub async fn connect(url: &str, timeout: Duration) -> Result<Client, LabError> {
     let config = Config::from_url(url)?;
-    let client = Builder::from_config(Config {
-        fail_fast: true,
-        ..config
-    })
-    .with_connection_config(|c| {
-        c.connection_timeout = timeout;
-        c.internal_command_timeout = timeout;
-        c.max_command_attempts = 1;
-    })
-    .with_performance_config(|p| p.default_command_timeout = timeout)
-    .set_policy(ReconnectPolicy::new_constant(0, 20))
+    let client = bounded(
+        Config {
+            fail_fast: true,
+            ..config
+        },
+        timeout,
+    )
     .build()?;
     client.init().await?;
     Ok(client)
@@ -42,4 +38,20 @@ pub async fn within<T>(
 /// Closes `client`, waiting at most `timeout` for the goodbye.
 pub async fn close(client: &Client, timeout: Duration) {
     let _ = tokio::time::timeout(timeout, client.quit()).await;
+}
+
+/// A builder for `config` whose connect and every command give up after `timeout`, with one
+/// attempt per command and a reconnect every 20 ms: the lab's direct clients (these, and
+/// the observer's samplers) must never replay a command or wait on a node for long.
+pub(crate) fn bounded(config: Config, timeout: Duration) -> Builder {
+    let mut builder = Builder::from_config(config);
+    builder
+        .with_connection_config(|c| {
+            c.connection_timeout = timeout;
+            c.internal_command_timeout = timeout;
+            c.max_command_attempts = 1;
+        })
+        .with_performance_config(|p| p.default_command_timeout = timeout)
+        .set_policy(ReconnectPolicy::new_constant(0, 20));
+    builder
 }

@@ -16,6 +16,28 @@ pub enum HarnessError {
         detail: String,
     },
 
+    /// [`NodeOptions`](crate::NodeOptions) that cannot give a working node (an empty password
+    /// or ACL rule, a TLS certificate without names, a unix socket path that is too long).
+    /// Nothing was started. The reason never quotes a secret.
+    #[error("invalid node options: {reason}")]
+    InvalidOptions {
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+
+    /// Generating the test certificates of a TLS node set ([`TestPki`](crate::TestPki))
+    /// failed.
+    #[error(
+        "could not generate the test certificates ({step}): {reason}; check \
+         TlsNodeOptions::server_names (DNS names or IP addresses)"
+    )]
+    Certificates {
+        /// The step: which key or certificate.
+        step: String,
+        /// The certificate generator's error.
+        reason: String,
+    },
+
     /// A local I/O operation (temp dir, log file, free-port probe, spawn, wait) failed.
     #[error("could not {action}: {source}")]
     Io {

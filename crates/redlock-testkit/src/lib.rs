@@ -36,6 +36,52 @@
 //! a tokio worker, all living as long as the test). Do not keep nodes started from a
 //! short-lived thread such as a `spawn_blocking` one.
 //!
+//! # Passwords, ACL users, TLS and unix sockets
+//! Production-like connectivity, per [`NodeOptions`]; the plain `--port` on `127.0.0.1` always
+//! stays open, because the harness probes and inspects every node through it.
+//!
+//! - [`NodeOptions::password`] (`--requirepass`): outside clients get `NOAUTH` until they
+//!   authenticate; the harness's own connections (readiness probe, [`RedisAt`],
+//!   [`NodeSet::nodes_holding`]) send `AUTH` themselves, and [`Node::url`] carries the
+//!   password: `redis://:PASSWORD@127.0.0.1:PORT`.
+//! - [`NodeOptions::acl_users`]: rule lines such as `"locker on >secret ~redlock:* &* +set"`,
+//!   each passed as a `--user` directive, so the users exist from the start; connect as one
+//!   with [`Node::url_as`], [`Node::tls_url_as`] or [`Node::unix_url_as`].
+//! - [`NodeOptions::tls`] ([`TlsNodeOptions`]): a TLS listener on a second port
+//!   ([`Node::tls_port`], [`Node::tls_url`]: `rediss://localhost:TLS_PORT`), optionally
+//!   requiring client certificates. The set generates a [`TestPki`] at start
+//!   ([`NodeSet::pki`]): one CA for all its nodes, a client certificate for mutual TLS, and an
+//!   unrelated CA (and client certificate) for "wrong CA" tests, as PEM text and files.
+//! - [`NodeOptions::unix_socket`]: `<node dir>/redis.sock` with permissions `700`
+//!   ([`Node::unix_socket`], [`Node::unix_url`]: `redis+unix:///DIR/redis.sock`, which fred
+//!   reads with its `unix-sockets` feature).
+//!
+//! Ports, socket paths, certificates and credentials stay the same across restarts. No
+//! secret (password, ACL password, private key) shows in the harness's `Debug` output or
+//! errors: log tails have them replaced by `***`. [`find_redis_cli`] locates `redis-cli` for
+//! tests that act as an outside client.
+//!
+//! ```no_run
+//! use redlock_testkit::{HarnessError, NodeOptions, NodeSet, TlsNodeOptions};
+//!
+//! async fn example() -> Result<(), HarnessError> {
+//!     let opts = NodeOptions {
+//!         password: Some("pw".to_owned()),
+//!         acl_users: vec!["locker on >secret ~redlock:* &* +set +eval".to_owned()],
+//!         tls: Some(TlsNodeOptions::default()),
+//!         unix_socket: true,
+//!         ..NodeOptions::default()
+//!     };
+//!     let nodes = NodeSet::start_with(3, opts).await?;
+//!     let tls_urls = nodes.tls_urls(); // Some(["rediss://:pw@localhost:PORT", ...])
+//!     let ca_file = nodes.pki().map(|pki| pki.ca_path()); // what clients trust
+//!     let locker = nodes.node(0).url_as("locker", "secret");
+//!     # let _ = (tls_urls, ca_file, locker);
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
+//!
 //! # One interface for both node sets
 //! [`Nodes`] is what a [`NodeSet`] and a [`DockerSet`] have in common: names, addresses,
 //! [`RedisAt`] handles and fake clocks by node index, and every fault as an async method
@@ -84,6 +130,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_code)]
 
+mod access;
 mod clock;
 mod command;
 mod docker;
@@ -92,12 +139,16 @@ mod faults;
 mod inspect;
 mod node;
 mod nodes;
+mod options;
+mod pki;
+mod poll;
 mod port;
 mod postgres;
 mod process;
 mod proxy;
 mod ready;
 mod set;
+mod urls;
 
 pub use clock::{ClockControl, ClockShim};
 pub use docker::{DockerOptions, DockerSet};
@@ -105,23 +156,17 @@ pub use error::HarnessError;
 pub use inspect::{RedisAt, INSPECT_TIMEOUT};
 pub use node::{Node, READY_TIMEOUT};
 pub use nodes::Nodes;
+pub use options::{NodeOptions, TlsNodeOptions};
+pub use pki::TestPki;
+pub use poll::eventually;
 pub use postgres::{
     Postgres, INITDB_TIMEOUT, PG_BIN_ENV, POSTGRES_DB, POSTGRES_READY_TIMEOUT, POSTGRES_USER,
 };
-pub use process::REDIS_SERVER_ENV;
+pub use process::{find_redis_cli, REDIS_SERVER_ENV};
 pub use proxy::{FaultProxy, LinkFault, LinkStats, Links};
 pub use set::NodeSet;
 
-/// How each node is configured.
-#[derive(Clone, Debug, Default)]
-pub struct NodeOptions {
-    /// `--appendonly yes --appendfsync always`, so data survives [`Node::restart`] and even
-    /// [`Node::kill`]. Default `false`: `--save "" --appendonly no`, no persistence at all.
-    pub appendonly_always: bool,
-    /// Extra `redis-server` arguments, appended last (so they override the defaults),
-    /// e.g. `["--hz", "100"]`.
-    pub extra_args: Vec<String>,
-    /// Run the server with a fake wall clock steered through [`Node::clock`] (jump, rate).
-    /// Default `false`: the real clock. Needs a C compiler the first time (see [`ClockShim`]).
-    pub fake_clock: bool,
-}
+// The README's examples, compiled as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

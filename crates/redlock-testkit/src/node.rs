@@ -3,16 +3,17 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
+use crate::access::{self, Listeners};
 use crate::port::{self, PortReservation};
 use crate::ready::{self, Probe};
-use crate::{process, ClockControl, HarnessError, NodeOptions};
+use crate::{process, ClockControl, HarnessError, NodeOptions, TestPki};
 
 /// How long a start or restart may take until the server answers PONG.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -23,13 +24,25 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// One redis-server process on `127.0.0.1:port` with its own temporary data directory.
 ///
+/// With [`NodeOptions::tls`] it also listens with TLS on [`Node::tls_port`], with
+/// [`NodeOptions::unix_socket`] on [`Node::unix_socket`]; the plain port stays open for the
+/// harness. Ports, socket path, certificates and credentials stay the same across restarts.
+///
 /// All methods take `&self`; the child process sits behind a mutex. Dropping the node sends
-/// SIGCONT and SIGKILL, reaps the process and removes its directory.
+/// SIGCONT and SIGKILL, reaps the process and removes its directory. `Debug` shows no secret.
 pub struct Node {
     name: String,
     port: PortReservation,
+    /// Set with `NodeOptions::tls`.
+    pub(crate) tls_port: Option<PortReservation>,
+    /// Set with `NodeOptions::unix_socket`; inside `dir`.
+    pub(crate) unix_socket: Option<PathBuf>,
+    /// The set's certificates, shared by its nodes; set with `NodeOptions::tls`.
+    pub(crate) pki: Option<Arc<TestPki>>,
+    /// What log tails must not show (see `access::secrets`).
+    secrets: Vec<String>,
     binary: PathBuf,
-    opts: NodeOptions,
+    pub(crate) opts: NodeOptions,
     log: PathBuf,
     proc: Mutex<Option<Proc>>,
     /// Set with `NodeOptions::fake_clock`; its file lives in `dir`, so it survives restarts.
@@ -53,11 +66,13 @@ pub(crate) enum LaunchError {
 }
 
 impl Node {
-    /// Starts a node named `name`, retrying on a fresh port if the chosen one gets taken.
+    /// Starts a node named `name`, retrying on fresh ports if a chosen one gets taken. `pki`
+    /// is the set's, `Some` exactly when `opts.tls` is.
     pub(crate) async fn start(
         name: String,
         binary: &Path,
         opts: &NodeOptions,
+        pki: Option<Arc<TestPki>>,
     ) -> Result<Node, HarnessError> {
         let mut log_tail = String::new();
         for _ in 0..PORT_ATTEMPTS {
@@ -69,10 +84,19 @@ impl Node {
                 .fake_clock
                 .then(|| ClockControl::for_node(&name, dir.path().join("clock")))
                 .transpose()?;
+            let unix_socket = opts
+                .unix_socket
+                .then(|| access::socket_path(&name, dir.path()))
+                .transpose()?;
+            let tls_port = pki.is_some().then(port::reserve_free_port).transpose()?;
             let node = Node {
                 log: dir.path().join("redis.log"),
                 name: name.clone(),
                 port: port::reserve_free_port()?,
+                tls_port,
+                unix_socket,
+                pki: pki.clone(),
+                secrets: access::secrets(opts),
                 binary: binary.to_owned(),
                 opts: opts.clone(),
                 proc: Mutex::new(None),
@@ -102,15 +126,19 @@ impl Node {
             Some(clock) => clock.spawn_env().map_err(LaunchError::Fatal)?,
             None => Vec::new(),
         };
-        let (child, offset) = process::spawn(
-            &self.binary,
+        let listeners = Listeners {
+            tls: self.tls_port().zip(self.pki.as_deref()),
+            unix_socket: self.unix_socket(),
+        };
+        let args = process::server_args(
             self.port(),
             self.dir.path(),
             &self.log,
             &self.opts,
-            &env,
-        )
-        .map_err(LaunchError::Fatal)?;
+            &access::server_args(&self.opts, listeners),
+        );
+        let (child, offset) = process::spawn(&self.binary, &args, self.dir.path(), &self.log, &env)
+            .map_err(LaunchError::Fatal)?;
         let pid = child.id();
         *self.lock() = Some(Proc {
             child,
@@ -127,7 +155,7 @@ impl Node {
         let started = Instant::now();
         loop {
             if let Some(status) = self.reap_if_exited(pid) {
-                let log_tail = process::log_tail(&self.log, offset);
+                let log_tail = self.log_tail_from(offset);
                 if process::says_port_in_use(&log_tail) {
                     return Err(LaunchError::PortTaken(log_tail));
                 }
@@ -141,7 +169,7 @@ impl Node {
                     log_tail,
                 }));
             }
-            match ready::probe(self.port()).await {
+            match ready::probe(self.port(), self.opts.password.as_deref()).await {
                 Probe::Pong { pid: answered } if answered == pid => return Ok(()),
                 Probe::Pong { pid: answered } => {
                     return Err(LaunchError::PortTaken(format!(
@@ -156,19 +184,15 @@ impl Node {
                     name: self.name.clone(),
                     port: self.port(),
                     waited: started.elapsed(),
-                    log_tail: process::log_tail(&self.log, offset),
+                    log_tail: self.log_tail_from(offset),
                 }));
             }
             tokio::time::sleep(POLL_INTERVAL).await;
         }
     }
 
-    /// `redis://127.0.0.1:PORT`.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port())
-    }
-
-    /// The loopback port; it stays the same across restarts.
+    /// The loopback port; it stays the same across restarts. Always plain TCP, also on a TLS
+    /// node: the harness probes and inspects every node through it.
     pub fn port(&self) -> u16 {
         self.port.port()
     }
@@ -195,9 +219,15 @@ impl Node {
         self.clock.as_ref()
     }
 
-    /// The last lines of the log file, for diagnostics.
+    /// The last lines of the log file, for diagnostics, with the node's secrets (password,
+    /// ACL passwords) replaced by `***`.
     pub fn log_tail(&self) -> String {
-        process::log_tail(&self.log, 0)
+        self.log_tail_from(0)
+    }
+
+    /// The last lines written after `offset`, secrets redacted.
+    pub(crate) fn log_tail_from(&self, offset: u64) -> String {
+        access::redact(&process::log_tail(&self.log, offset), &self.secrets)
     }
 
     /// Process id of the running server, if it is running.
@@ -270,6 +300,8 @@ impl fmt::Debug for Node {
         f.debug_struct("Node")
             .field("name", &self.name)
             .field("port", &self.port())
+            .field("tls_port", &self.tls_port())
+            .field("unix_socket", &self.unix_socket)
             .field("pid", &pid)
             .field("paused", &paused)
             .field("dir", &self.dir.path())

@@ -53,12 +53,42 @@ fn locate(env: Option<&OsStr>, path_var: Option<&OsStr>) -> Result<PathBuf, Harn
     }
 }
 
+/// Locates `redis-cli`, for tests that talk to a node the way an outside client does (TLS,
+/// unix socket, ACL users): next to the redis-server the harness uses (see
+/// [`REDIS_SERVER_ENV`]), else on `PATH`. Debian ships it with redis-server (`redis-tools`),
+/// built with TLS.
+pub fn find_redis_cli() -> Result<PathBuf, HarnessError> {
+    let beside_server = find_redis_server()
+        .ok()
+        .and_then(|server| Some(server.parent()?.join("redis-cli")))
+        .filter(|cli| is_executable(cli));
+    let on_path = || {
+        std::env::var_os("PATH")
+            .into_iter()
+            .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .map(|dir| dir.join("redis-cli"))
+            .find(|p| is_executable(p))
+    };
+    beside_server
+        .or_else(on_path)
+        .ok_or_else(|| HarnessError::BinaryNotFound {
+            detail: "redis-cli is neither beside redis-server nor on PATH".to_owned(),
+        })
+}
+
 pub(crate) fn is_executable(path: &Path) -> bool {
     fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// The redis-server command line for one node.
-pub(crate) fn server_args(port: u16, dir: &Path, log: &Path, opts: &NodeOptions) -> Vec<OsString> {
+/// The redis-server command line for one node; `access` (password, ACL users, TLS and unix
+/// listeners) goes before `opts.extra_args`, which stay last so they can override anything.
+pub(crate) fn server_args(
+    port: u16,
+    dir: &Path,
+    log: &Path,
+    opts: &NodeOptions,
+    access: &[OsString],
+) -> Vec<OsString> {
     let mut args: Vec<OsString> = Vec::new();
     let mut push = |a: &dyn AsRef<OsStr>| args.push(a.as_ref().to_os_string());
     push(&"--port");
@@ -81,20 +111,23 @@ pub(crate) fn server_args(port: u16, dir: &Path, log: &Path, opts: &NodeOptions)
     push(&dir);
     push(&"--logfile");
     push(&log);
+    for a in access {
+        push(a);
+    }
     for a in &opts.extra_args {
         push(a);
     }
     args
 }
 
-/// Spawns redis-server from the *calling thread* with the extra environment `env` and returns it
-/// with the log length before the spawn (the offset where this run's log output starts).
+/// Spawns redis-server with `args` (see [`server_args`]) from the *calling thread* with the
+/// extra environment `env` and returns it with the log length before the spawn (the offset
+/// where this run's log output starts).
 pub(crate) fn spawn(
     binary: &Path,
-    port: u16,
+    args: &[OsString],
     dir: &Path,
     log: &Path,
-    opts: &NodeOptions,
     env: &[(OsString, OsString)],
 ) -> Result<(Child, u64), HarnessError> {
     let offset = fs::metadata(log).map(|m| m.len()).unwrap_or(0);
@@ -108,7 +141,7 @@ pub(crate) fn spawn(
     // stdout/stderr go to the log file too: fatal config errors are printed to stderr before
     // redis-server opens --logfile.
     let mut cmd = Command::new(binary);
-    cmd.args(server_args(port, dir, log, opts))
+    cmd.args(args)
         .current_dir(dir)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
@@ -197,6 +230,7 @@ mod tests {
             Path::new("d"),
             Path::new("d/l"),
             &NodeOptions::default(),
+            &[],
         );
         let s: Vec<_> = args.iter().map(|a| a.to_str().unwrap()).collect();
         let joined = s.join(" ");
@@ -213,13 +247,14 @@ mod tests {
             extra_args: vec!["--hz".into(), "50".into()],
             ..NodeOptions::default()
         };
-        let joined = server_args(1, Path::new("d"), Path::new("l"), &opts)
+        let access = [OsString::from("--requirepass"), OsString::from("pw")];
+        let joined = server_args(1, Path::new("d"), Path::new("l"), &opts, &access)
             .iter()
             .map(|a| a.to_str().unwrap().to_owned())
             .collect::<Vec<_>>()
             .join(" ");
         assert!(joined.contains("--appendonly yes --appendfsync always"));
-        assert!(joined.ends_with("--hz 50"));
+        assert!(joined.ends_with("--logfile l --requirepass pw --hz 50"));
     }
 
     #[test]

@@ -3,12 +3,14 @@
 
 use std::net::SocketAddr;
 use std::ops::Index;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{join_all, try_join_all, BoxFuture};
 
 use crate::{
-    process, ClockControl, HarnessError, LinkFault, Links, Node, NodeOptions, Nodes, RedisAt,
+    access, process, ClockControl, HarnessError, LinkFault, Links, Node, NodeOptions, Nodes,
+    RedisAt, TestPki,
 };
 
 /// `n` independent redis-server processes, `node-0` .. `node-(n-1)`.
@@ -17,10 +19,16 @@ use crate::{
 /// index, async, come with the [`Nodes`] interface (`set.pause(1).await`), which a
 /// [`DockerSet`](crate::DockerSet) implements too.
 ///
-/// Dropping the set kills and reaps every process and removes their data directories.
+/// With [`NodeOptions::tls`] the set owns one [`TestPki`] ([`NodeSet::pki`]): one CA for all
+/// its nodes. URLs for each way in: [`NodeSet::urls`], [`NodeSet::tls_urls`],
+/// [`NodeSet::unix_urls`], and `*_as` for an ACL user.
+///
+/// Dropping the set kills and reaps every process and removes their data directories (and
+/// the certificates).
 #[derive(Debug)]
 pub struct NodeSet {
     nodes: Vec<Node>,
+    pki: Option<Arc<TestPki>>,
 }
 
 impl NodeSet {
@@ -31,22 +39,33 @@ impl NodeSet {
 
     /// Starts `n` nodes with `opts`, concurrently, and waits until all answer PONG.
     ///
+    /// Invalid options fail with [`HarnessError::InvalidOptions`] before anything starts;
+    /// with [`NodeOptions::tls`] the certificates are generated first.
     /// If one node fails, the ones already started are killed and the first error is returned.
     /// The processes are spawned from the calling thread (see the crate docs on PDEATHSIG).
     pub async fn start_with(n: usize, opts: NodeOptions) -> Result<NodeSet, HarnessError> {
+        access::validate(&opts)?;
+        let pki = match &opts.tls {
+            Some(tls) => Some(Arc::new(TestPki::generate(&tls.server_names)?)),
+            None => None,
+        };
         if n == 0 {
-            return Ok(NodeSet { nodes: Vec::new() });
+            return Ok(NodeSet {
+                nodes: Vec::new(),
+                pki,
+            });
         }
         let binary = process::find_redis_server()?;
-        let starts = (0..n).map(|i| Node::start(format!("node-{i}"), &binary, &opts));
+        let starts = (0..n).map(|i| Node::start(format!("node-{i}"), &binary, &opts, pki.clone()));
         let nodes = try_join_all(starts).await?;
         tracing::debug!(ports = ?nodes.iter().map(Node::port).collect::<Vec<_>>(), "nodes ready");
-        Ok(NodeSet { nodes })
+        Ok(NodeSet { nodes, pki })
     }
 
-    /// `redis://127.0.0.1:PORT` of every node, in index order.
-    pub fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(Node::url).collect()
+    /// The certificates of the set (one CA for all nodes), if it was started with
+    /// [`NodeOptions::tls`].
+    pub fn pki(&self) -> Option<&TestPki> {
+        self.pki.as_deref()
     }
 
     /// All nodes, in index order.
@@ -137,6 +156,11 @@ impl Nodes for NodeSet {
     /// `node-0`, `node-1`, ...
     fn name(&self, i: usize) -> &str {
         self.node(i).name()
+    }
+
+    /// [`NodeSet::urls`]: with the password, if the set has one.
+    fn urls(&self) -> Vec<String> {
+        NodeSet::urls(self)
     }
 
     /// `127.0.0.1:PORT`; the port stays the same across restarts.

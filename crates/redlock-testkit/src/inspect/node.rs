@@ -8,13 +8,18 @@ use super::RedisAt;
 use crate::{HarnessError, Node};
 
 impl Node {
-    /// A [`RedisAt`] handle for this node (`127.0.0.1:port`, named like the node). Unlike the
-    /// node's own inspection methods it does not check first whether the process runs.
+    /// A [`RedisAt`] handle for this node (`127.0.0.1:port`, named like the node, with the
+    /// node's password if it has one). Unlike the node's own inspection methods it does not
+    /// check first whether the process runs.
     pub fn redis(&self) -> RedisAt {
-        RedisAt::new(
+        let at = RedisAt::new(
             self.name(),
             SocketAddr::from((Ipv4Addr::LOCALHOST, self.port())),
-        )
+        );
+        match self.password() {
+            Some(password) => at.with_password(password),
+            None => at,
+        }
     }
 
     /// `GET key`.

@@ -3,6 +3,7 @@
 //! key loss in `evict`.
 
 use std::collections::BTreeSet;
+use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -29,10 +30,14 @@ const SCAN_COUNT: u32 = 100;
 /// Errors are [`HarnessError::Timeout`] (no answer within about [`INSPECT_TIMEOUT`]: paused
 /// or unreachable) or [`HarnessError::Redis`] (refused, protocol or server error), both naming
 /// the server and the command.
-#[derive(Clone, Debug)]
+///
+/// On a server with a password, set it with [`RedisAt::with_password`] (a local
+/// [`Node`](crate::Node) hands out handles that have it); `Debug` does not show it.
+#[derive(Clone)]
 pub struct RedisAt {
     name: String,
     addr: SocketAddr,
+    password: Option<String>,
 }
 
 impl RedisAt {
@@ -41,7 +46,16 @@ impl RedisAt {
         RedisAt {
             name: name.into(),
             addr,
+            password: None,
         }
+    }
+
+    /// The same handle authenticating as the `default` user with `password` (`AUTH`) on
+    /// every connection it opens.
+    #[must_use]
+    pub fn with_password(mut self, password: impl Into<String>) -> RedisAt {
+        self.password = Some(password.into());
+        self
     }
 
     /// The name used in error messages (`node-0`, `redis1`, ...).
@@ -196,6 +210,7 @@ impl RedisAt {
     pub(super) fn client(&self) -> Result<Client, FredError> {
         let config = Config {
             server: ServerConfig::new_centralized(self.addr.ip().to_string(), self.addr.port()),
+            password: self.password.clone(),
             ..Config::default()
         };
         Builder::from_config(config)
@@ -238,5 +253,15 @@ impl RedisAt {
             op: op.to_owned(),
             source,
         }
+    }
+}
+
+impl fmt::Debug for RedisAt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisAt")
+            .field("name", &self.name)
+            .field("addr", &self.addr)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
     }
 }

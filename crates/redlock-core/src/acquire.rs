@@ -7,11 +7,12 @@ use fred::types::{Key, Value};
 
 use crate::coordinator::Coordinator;
 use crate::error::{ConfigError, Error};
+use crate::fair::FairPlace;
 use crate::fence::{self, FencingToken};
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
 use crate::report::{RoundKind, RoundReport};
-use crate::round::{Command, Request, Round};
+use crate::round::{Command, Round};
 use crate::scripts::{FENCE_READ, FENCE_RECORD};
 use crate::token::Token;
 
@@ -42,6 +43,9 @@ pub struct Acquisition<'a> {
     /// Whether the lock gets a fencing token ([`Lock::fencing_token`]). It costs one more
     /// round trip: the token's write-back. Defaults to `false`.
     pub fenced: bool,
+    /// For a fair acquisition: the waiter's place in the key's queue ([`FairPlace`]). Only a
+    /// plain lock of one key, not fenced, can wait in a queue. Defaults to `None`.
+    pub fair: Option<FairPlace<'a>>,
 }
 
 impl<'a> Acquisition<'a> {
@@ -53,6 +57,7 @@ impl<'a> Acquisition<'a> {
             token: Token::random(),
             ttl,
             fenced: false,
+            fair: None,
         }
     }
 }
@@ -144,8 +149,28 @@ impl Coordinator {
                 .into());
             }
         }
-        let spec = LockSpec::new(what.keys, what.token, what.owner.map(Arc::from))?;
-        if let Some(key) = what.keys.iter().find(|k| **k == config.fence_key) {
+        if let Some(place) = &what.fair {
+            place.check()?;
+            let shape = if what.keys.len() != 1 {
+                Some("several keys")
+            } else if what.owner.is_some() {
+                Some("a reentrant lock")
+            } else if what.fenced {
+                Some("a fenced lock")
+            } else {
+                None
+            };
+            if let Some(what) = shape {
+                return Err(ConfigError::FairShape { what }.into());
+            }
+        }
+        let mut spec = LockSpec::new(what.keys, what.token, what.owner.map(Arc::from))?;
+        spec.fair = what.fair.is_some();
+        if let Some(key) = what
+            .keys
+            .iter()
+            .find(|k| **k == config.fence_key || k.starts_with(&config.fair_prefix))
+        {
             return Err(ConfigError::ReservedKey {
                 key: key.to_string(),
             }
@@ -155,7 +180,10 @@ impl Coordinator {
         let fence_key = what.fenced.then_some(config.fence_key.as_str());
         let round = Round {
             kind: RoundKind::Acquire,
-            command: spec.acquire(ttl, fence_key),
+            command: match &what.fair {
+                Some(place) => spec.acquire_fair(ttl, place, &config.fair_prefix),
+                None => spec.acquire(ttl, fence_key),
+            },
             requests: vec![spec.acquire_request(ttl)],
             drift_factor: config.drift_factor,
         };
@@ -165,6 +193,12 @@ impl Coordinator {
         }
         let counters = counters(&decided.values);
         let lock = self.lock_from(decided, spec, ttl, None)?;
+        // From here until the lock is handed out or released again, a dropped future must
+        // not leave the won keys behind until their TTL.
+        let mut won = ReleaseOnDrop {
+            coordinator: self,
+            lock: Some(lock.clone()),
+        };
         let mut token = fence::next_token(&counters, self.quorum());
         if matches!(&token, Err(shortfall) if shortfall.seeded == 0) {
             // No node that answered before the decision has a counter: only every node
@@ -176,18 +210,19 @@ impl Coordinator {
             Ok(token) => token,
             Err(shortfall) => {
                 let report = lock.report.clone();
-                return Err(self.unfence(&lock, report, shortfall.to_string()).await);
+                return Err(won.unfence(report, shortfall.to_string()).await);
             }
         };
         let recorded = self.record(token).await;
         if !recorded.won {
             let reason = "fewer than a quorum of nodes recorded the token".to_string();
-            return Err(self.unfence(&lock, recorded.report, reason).await);
+            return Err(won.unfence(recorded.report, reason).await);
         }
         if !lock.is_valid() {
             let reason = "the lock's validity ran out while the token was recorded".to_string();
-            return Err(self.unfence(&lock, recorded.report, reason).await);
+            return Err(won.unfence(recorded.report, reason).await);
         }
+        won.lock = None;
         Ok(Lock {
             fencing_token: Some(token),
             ..lock
@@ -198,20 +233,12 @@ impl Coordinator {
     /// node up to the node timeout.
     async fn read_counters(&self) -> Vec<Option<i64>> {
         let fence_key = &self.inner.config.fence_key;
-        let round = Round {
-            kind: RoundKind::Inspect,
-            command: Command::Script {
-                script: &FENCE_READ,
-                keys: vec![Key::from(fence_key.as_str())],
-                args: Vec::new(),
-            },
-            requests: vec![Request {
-                name: fence_key.as_str().into(),
-                ttl: None,
-                undo: None,
-            }],
-            drift_factor: self.inner.config.drift_factor,
+        let command = Command::Script {
+            script: &FENCE_READ,
+            keys: vec![Key::from(fence_key.as_str())],
+            args: Vec::new(),
         };
+        let round = self.untimed_round(RoundKind::Inspect, command, fence_key.as_str().into());
         counters(&self.run_one(round).await.values)
     }
 
@@ -219,20 +246,12 @@ impl Coordinator {
     async fn record(&self, token: FencingToken) -> crate::round::Decided {
         let fence_key = &self.inner.config.fence_key;
         let token = i64::try_from(token.get()).unwrap_or(i64::MAX);
-        let round = Round {
-            kind: RoundKind::Fence,
-            command: Command::Script {
-                script: &FENCE_RECORD,
-                keys: vec![Key::from(fence_key.as_str())],
-                args: vec![Value::from(token)],
-            },
-            requests: vec![Request {
-                name: fence_key.as_str().into(),
-                ttl: None,
-                undo: None,
-            }],
-            drift_factor: self.inner.config.drift_factor,
+        let command = Command::Script {
+            script: &FENCE_RECORD,
+            keys: vec![Key::from(fence_key.as_str())],
+            args: vec![Value::from(token)],
         };
+        let round = self.untimed_round(RoundKind::Fence, command, fence_key.as_str().into());
         self.run_one(round).await
     }
 
@@ -244,6 +263,37 @@ impl Coordinator {
         Error::NotFenced {
             report: Box::new(report),
             reason,
+        }
+    }
+}
+
+/// A fenced acquisition's won lock until it is handed out: if the acquisition's future is
+/// dropped in between (while the token is read or written back), the lock is released in
+/// the background, so that a cancelled fenced `lock` leaves no key behind either.
+struct ReleaseOnDrop<'a> {
+    coordinator: &'a Coordinator,
+    lock: Option<Lock>,
+}
+
+impl ReleaseOnDrop<'_> {
+    /// Releases the lock now (it gets no token) and says why.
+    async fn unfence(&mut self, report: RoundReport, reason: String) -> Error {
+        if let Some(lock) = &self.lock {
+            let error = self.coordinator.unfence(lock, report, reason).await;
+            self.lock = None;
+            return error;
+        }
+        Error::NotFenced {
+            report: Box::new(report),
+            reason,
+        }
+    }
+}
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            self.coordinator.release_in_background(lock);
         }
     }
 }

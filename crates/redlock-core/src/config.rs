@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::drift::{drift, DEFAULT_DRIFT_FACTOR};
 use crate::error::ConfigError;
 use crate::report::NodeName;
+use crate::tls::TlsConfig;
 
 /// The longest key a round accepts, in bytes.
 ///
@@ -21,6 +22,9 @@ pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// The key of the fencing counter on each node, unless configured otherwise.
 pub const DEFAULT_FENCE_KEY: &str = "redlock:fencing-counter";
+
+/// The default prefix of the fair queues' keys ([`Config::fair_prefix`]).
+pub const DEFAULT_FAIR_PREFIX: &str = "redlock:fair-";
 
 /// How long a node gets to answer one command, unless configured otherwise.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -68,6 +72,42 @@ pub struct Config {
     /// (one counter for every lock of the node set). No lock may use this key. Defaults to
     /// `"redlock:fencing-counter"`.
     pub fence_key: String,
+    /// The prefix of the keys of the fair queues (see [`FairPlace`](crate::FairPlace)): the
+    /// queue of lock key `k` is `{fair_prefix}queue:{k}`, its expiry
+    /// `{fair_prefix}expiry:{k}`. No lock key may start with it. Defaults to
+    /// `"redlock:fair-"`.
+    pub fair_prefix: String,
+    /// TLS settings for the `rediss://` nodes (CA, client certificate, name check). `None`:
+    /// `rediss://` nodes are checked against the system's roots and their URL's host.
+    /// Given while no node URL uses `rediss://`, it is an error (the connections would
+    /// not be encrypted). Needs the `tls` feature. Defaults to `None`.
+    pub tls: Option<TlsConfig>,
+    /// What [`Coordinator::connect`](crate::Coordinator::connect) does about a node that
+    /// breaks the algorithm's assumptions (a replica, a cluster node, an evicting memory
+    /// policy, persistence that can lose keys): see [`HealthPolicy`]. Defaults to
+    /// [`HealthPolicy::Warn`].
+    pub health: HealthPolicy,
+}
+
+/// What connecting does about a node whose settings break the algorithm's assumptions
+/// (see [`NodeHealth`](crate::NodeHealth)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
+#[non_exhaustive]
+pub enum HealthPolicy {
+    /// Do not check.
+    Off,
+    /// Check each node at connect and log a warning for each problem found.
+    #[default]
+    Warn,
+    /// Check each node at connect and refuse to connect
+    /// ([`ConfigError::UnhealthyNode`]) when a node that answered has a problem. A node
+    /// that is down, or whose settings cannot be read, is not refused.
+    Strict,
 }
 
 /// Shows the node URLs with their passwords masked: a configuration ends up in logs.
@@ -81,6 +121,9 @@ impl fmt::Debug for Config {
             .field("reconnect_max_delay", &self.reconnect_max_delay)
             .field("release_channel", &self.release_channel)
             .field("fence_key", &self.fence_key)
+            .field("fair_prefix", &self.fair_prefix)
+            .field("tls", &self.tls)
+            .field("health", &self.health)
             .finish()
     }
 }
@@ -94,6 +137,9 @@ impl Default for Config {
             reconnect_max_delay: Duration::from_secs(1),
             release_channel: None,
             fence_key: DEFAULT_FENCE_KEY.into(),
+            fair_prefix: DEFAULT_FAIR_PREFIX.into(),
+            tls: None,
+            health: HealthPolicy::default(),
         }
     }
 }
@@ -137,6 +183,10 @@ impl Config {
             return Err(ConfigError::EmptyChannel);
         }
         check_key(&self.fence_key)?;
+        check_key(&self.fair_prefix)?;
+        if let Some(tls) = &self.tls {
+            tls.check()?;
+        }
         let mut seen = HashSet::new();
         let mut endpoints = Vec::with_capacity(self.nodes.len());
         for url in &self.nodes {
@@ -153,6 +203,24 @@ impl Config {
                 });
             }
             endpoints.push(endpoint);
+        }
+        let uses_tls = endpoints.iter().any(|e| e.fred.uses_tls());
+        if self.tls.is_some() && !uses_tls {
+            return Err(ConfigError::TlsUnused);
+        }
+        #[cfg(feature = "tls")]
+        if uses_tls {
+            // Built once (files read, keys parsed) and shared by every TLS node.
+            let connector = crate::tls::connector(self.tls.as_ref())?;
+            let server_name = self.tls.as_ref().and_then(|t| t.server_name.clone());
+            for endpoint in endpoints.iter_mut().filter(|e| e.fred.uses_tls()) {
+                endpoint.fred.tls = Some(connector.clone().into());
+                if let (Some(name), fred::types::config::ServerConfig::Centralized { server }) =
+                    (&server_name, &mut endpoint.fred.server)
+                {
+                    server.tls_server_name = Some(name.as_str().into());
+                }
+            }
         }
         Ok(endpoints)
     }

@@ -9,17 +9,19 @@ use fred::types::{Key, Value};
 use futures::future::{join, join_all};
 use tokio::time::Instant;
 
-use crate::config::{check_key, Config};
+use crate::config::{check_key, Config, HealthPolicy};
 use crate::connection::{self, Connection};
 use crate::drift::drift;
 use crate::error::{ConfigError, Error};
+use crate::health::NodeHealth;
 use crate::inspect::Inspection;
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
 use crate::quorum::quorum;
 use crate::report::{NodeName, RoundKind, RoundReport};
 use crate::round::{self, BackgroundWork, Command, Decided, Request, Round};
-use crate::scripts::EXTEND_BATCH;
+use crate::scripts::{EXTEND_BATCH, INSPECT};
+use crate::token::Token;
 
 /// The most locks [`Coordinator::extend_many`] sends in one script call per node. At this
 /// size a call carries about 25 KB of arguments and runs on a node in about a millisecond.
@@ -61,6 +63,47 @@ pub(crate) struct Inner {
     closed: AtomicBool,
 }
 
+/// The health check at connect: logs each connected node's settings, warns about each
+/// problem, and with [`HealthPolicy::Strict`] refuses the first node that has one.
+async fn check_health(
+    connections: &[Connection],
+    connected: &[Result<(), String>],
+    policy: HealthPolicy,
+) -> Result<(), ConfigError> {
+    if policy == HealthPolicy::Off {
+        return Ok(());
+    }
+    let checks = connections
+        .iter()
+        .zip(connected)
+        .filter(|(_, up)| up.is_ok())
+        .map(|(connection, _)| connection.health());
+    for health in join_all(checks).await {
+        match &health.reachable {
+            Ok(_) if health.problems.is_empty() => tracing::info!(%health, "node checked"),
+            Ok(_) => {
+                let problems = health
+                    .problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                if policy == HealthPolicy::Strict {
+                    return Err(ConfigError::UnhealthyNode {
+                        node: health.node.to_string(),
+                        problems,
+                    });
+                }
+                tracing::warn!(node = %health.node, %problems, "node breaks the algorithm's assumptions");
+            }
+            Err(why) => {
+                tracing::warn!(node = %health.node, %why, "node health not checked: it did not answer INFO")
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Coordinator {
     /// Validates the configuration, opens one connection per node and waits for them to
     /// come up (at most the node timeout or 500 ms, whichever is longer).
@@ -72,6 +115,7 @@ impl Coordinator {
     /// votes) fail this with [`ConfigError::DuplicateServer`]; only the nodes connected now
     /// can be checked, and the others are named in a warning.
     pub async fn connect(config: Config) -> Result<Coordinator, ConfigError> {
+        crate::metrics::describe_once();
         let endpoints = config.endpoints()?;
         let connections = endpoints
             .into_iter()
@@ -86,7 +130,11 @@ impl Coordinator {
                 tracing::warn!(node = %connection.name, %reason, "node not usable at start-up; it counts as failing until it connects");
             }
         }
-        if let Err(e) = connection::check_distinct(&connections, &connected).await {
+        let checked = match connection::check_distinct(&connections, &connected).await {
+            Ok(()) => check_health(&connections, &connected, config.health).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = checked {
             join_all(connections.iter().map(Connection::quit)).await;
             return Err(e);
         }
@@ -117,6 +165,14 @@ impl Coordinator {
             .iter()
             .map(|c| c.name.clone())
             .collect()
+    }
+
+    /// Reads every node's settings (under the node timeout, concurrently) and says which
+    /// break the algorithm's assumptions: a replica or cluster node, an evicting memory
+    /// policy, persistence that can lose keys. What a node does not let us read (managed
+    /// services often refuse `CONFIG GET`) is reported as unknown, not as a problem.
+    pub async fn health(&self) -> Vec<NodeHealth> {
+        join_all(self.inner.connections.iter().map(Connection::health)).await
     }
 
     /// The drift allowance for a TTL under this configuration.
@@ -165,8 +221,12 @@ impl Coordinator {
     }
 
     async fn extend_checked(&self, locks: &[(&Lock, Duration)]) -> Vec<Result<Lock, Error>> {
+        let specs: Vec<(LockSpec, Duration)> = locks
+            .iter()
+            .map(|(lock, ttl)| (LockSpec::of(lock), *ttl))
+            .collect();
         let mut decided = Vec::with_capacity(locks.len());
-        let mut chunks = locks.chunks(EXTEND_BATCH_LOCKS);
+        let mut chunks = specs.chunks(EXTEND_BATCH_LOCKS);
         while let Some(first) = chunks.next() {
             let first = self.extend_batch(first);
             match chunks.next() {
@@ -195,13 +255,12 @@ impl Coordinator {
 
     /// One extension round for up to [`EXTEND_BATCH_LOCKS`] locks: one script call per
     /// node, each lock decided on its own quorum.
-    async fn extend_batch(&self, locks: &[(&Lock, Duration)]) -> Vec<Decided> {
+    async fn extend_batch(&self, locks: &[(LockSpec, Duration)]) -> Vec<Decided> {
         let mut keys: Vec<Key> = Vec::new();
         // The script's first argument is reserved.
         let mut args: Vec<Value> = vec![Value::from("batch")];
         let mut requests = Vec::with_capacity(locks.len());
-        for (lock, ttl) in locks {
-            let spec = LockSpec::of(lock);
+        for (spec, ttl) in locks {
             keys.extend(spec.fred_keys());
             spec.extend_args(*ttl, &mut args);
             requests.push(Request {
@@ -228,17 +287,95 @@ impl Coordinator {
     /// it; the remaining nodes finish in the background. It only ever deletes a key that
     /// still holds this lock's token, so a late release never touches a newer holder.
     pub async fn release(&self, lock: &Lock) -> Result<RoundReport, Error> {
-        let spec = LockSpec::of(lock);
-        let round = Round {
-            kind: RoundKind::Release,
-            command: spec.release(self.inner.config.release_channel.as_deref()),
+        self.release_spec(LockSpec::of(lock)).await
+    }
+
+    /// Releases a plain lock on `key` by its token, for a process that did not acquire it
+    /// (the token was stored, or handed over): compare-and-delete on every node, exactly as
+    /// [`release`](Self::release) does for the lock that holds `token`. It deletes nothing
+    /// where the key holds another token, so a stale token never releases a newer holder.
+    ///
+    /// Idempotent like every release: a node counts as done once its key does not hold
+    /// `token`, whether this call deleted it or not. To know whether it deleted anything,
+    /// look for [`NodeOutcome::Released`](crate::NodeOutcome::Released) in the report
+    /// ([`NotHeld`](crate::NodeOutcome::NotHeld): absent, or held by another token).
+    ///
+    /// Only for a lock of one key taken with a token (not a reentrant hold, whose release
+    /// also needs its owner). Fails with [`Error::Config`] for an empty or invalid key or
+    /// token, or the fencing counter's key, and with [`Error::NoQuorum`] when fewer than a
+    /// quorum of nodes answered.
+    pub async fn release_token(&self, key: &str, token: &Token) -> Result<RoundReport, Error> {
+        let spec = self.token_spec(key, token)?;
+        self.release_spec(spec).await
+    }
+
+    /// Extends a plain lock on `key` by its token, for a process that did not acquire it:
+    /// the same round as [`extend`](Self::extend), by the same rules. It never recreates an
+    /// expired key and never shortens one (a node whose key already lives at least `ttl`
+    /// keeps its expiry).
+    ///
+    /// The returned lock is valid until this round's `t0 + ttl - drift`: the caller does
+    /// not know the validity the lock had before, so a longer one that the nodes still
+    /// hold is not counted. Errors as for [`release_token`](Self::release_token), plus the
+    /// TTL's checks and [`Error::ValidityExhausted`].
+    pub async fn extend_token(
+        &self,
+        key: &str,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<Lock, Error> {
+        let spec = self.token_spec(key, token)?;
+        let ttl = self.inner.config.check_ttl(ttl)?;
+        let batch = [(spec, ttl)];
+        let decided = self
+            .extend_batch(&batch)
+            .await
+            .pop()
+            .expect("one result per lock");
+        let [(spec, ttl)] = batch;
+        self.lock_from(decided, spec, ttl, None)
+    }
+
+    /// The identity of a plain lock known only by its key and token, checked like an
+    /// acquisition's: the key, the token, and not the fencing counter (whose value a
+    /// number as token would match).
+    fn token_spec(&self, key: &str, token: &Token) -> Result<LockSpec, ConfigError> {
+        let spec = LockSpec::new(&[key], token.clone(), None)?;
+        if key == self.inner.config.fence_key {
+            return Err(ConfigError::ReservedKey {
+                key: key.to_string(),
+            });
+        }
+        Ok(spec)
+    }
+
+    async fn release_spec(&self, spec: LockSpec) -> Result<RoundReport, Error> {
+        let command = spec.release(
+            self.inner.config.release_channel.as_deref(),
+            &self.inner.config.fair_prefix,
+        );
+        let round = self.untimed_round(RoundKind::Release, command, spec.name.clone());
+        self.run_to_quorum(round).await
+    }
+
+    /// A round of one request that asks for no TTL and undoes nothing (a release, a read,
+    /// a fencing write-back, leaving a fair queue), reported under `name`.
+    pub(crate) fn untimed_round(&self, kind: RoundKind, command: Command, name: Arc<str>) -> Round {
+        Round {
+            kind,
+            command,
             requests: vec![Request {
-                name: spec.name.clone(),
+                name,
                 ttl: None,
                 undo: None,
             }],
             drift_factor: self.inner.config.drift_factor,
-        };
+        }
+    }
+
+    /// Runs a round of one request: its report once a quorum answered as the round asks,
+    /// [`Error::NoQuorum`] otherwise.
+    pub(crate) async fn run_to_quorum(&self, round: Round) -> Result<RoundReport, Error> {
         let decided = self.run_one(round).await;
         if decided.won {
             Ok(decided.report)
@@ -249,14 +386,17 @@ impl Coordinator {
         }
     }
 
-    /// Reads a key's state from every node (`PTTL`, under the per-node timeout): whether a
-    /// quorum holds it and for how long. A snapshot: it may change right after.
+    /// Reads a key's state from every node (one read-only script that reads the holder and
+    /// the TTL, under the per-node timeout): whether a quorum holds it, for how long, and
+    /// for whom ([`Inspection::held_by`]). A snapshot: it may change right after.
     pub async fn inspect(&self, key: &str) -> Result<Inspection, Error> {
         check_key(key)?;
         let round = Round {
             kind: RoundKind::Inspect,
-            command: Command::Pttl {
-                key: Key::from(key),
+            command: Command::Script {
+                script: &INSPECT,
+                keys: vec![Key::from(key)],
+                args: Vec::new(),
             },
             requests: vec![Request {
                 name: key.into(),
@@ -296,18 +436,30 @@ impl Coordinator {
     /// and [`close`](Self::close) wait for it. Returns `false`, sending nothing, outside a
     /// tokio runtime: the key then expires with its TTL.
     pub fn release_in_background(&self, lock: Lock) -> bool {
+        self.spawn_background(|this| async move {
+            if let Err(e) = this.release(&lock).await {
+                tracing::warn!(error = %e, "background release failed; the key expires with its TTL");
+            }
+        })
+    }
+
+    /// Spawns `work` (given a handle to this coordinator) as background work, which
+    /// [`quiesce`](Self::quiesce) and [`close`](Self::close) wait for. Returns `false`,
+    /// running nothing, outside a tokio runtime.
+    pub(crate) fn spawn_background<F>(&self, work: impl FnOnce(Coordinator) -> F) -> bool
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
         };
         // Entered before the task is spawned, so a quiesce called right after this
-        // returns already waits for the release.
+        // returns already waits for it.
         let busy = self.inner.work.enter();
-        let this = self.clone();
+        let work = work(self.clone());
         runtime.spawn(async move {
             let _busy = busy;
-            if let Err(e) = this.release(&lock).await {
-                tracing::warn!(error = %e, "background release failed; the key expires with its TTL");
-            }
+            work.await;
         });
         true
     }
@@ -359,6 +511,7 @@ impl Coordinator {
                 name: spec.name,
                 token: spec.token,
                 owner: spec.owner,
+                fair: spec.fair,
                 ttl,
                 valid_until: held_until.map_or(valid_until, |held| held.max(valid_until)),
                 report: *report,

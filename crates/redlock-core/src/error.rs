@@ -119,12 +119,29 @@ pub enum ConfigError {
         /// How many keys were given.
         count: usize,
     },
-    /// A lock key is the name of the node set's fencing counter.
-    #[error("the lock key `{key}` is reserved for the fencing counter: name the lock differently")]
+    /// A lock key is the name of the node set's fencing counter, or starts with the prefix
+    /// of the fair queues' keys.
+    #[error(
+        "the lock key `{key}` is reserved for the fencing counter or the fair queues: name the lock differently"
+    )]
     ReservedKey {
         /// The key.
         key: String,
     },
+    /// A fair acquisition was asked for a lock it does not support: only a plain lock of one
+    /// key, not fenced, waits in a fair queue.
+    #[error(
+        "a fair acquisition takes a plain lock of one key, not {what}: turn `fair` off for this lock"
+    )]
+    FairShape {
+        /// What the lock was: "several keys", "a reentrant lock" or "a fenced lock".
+        what: &'static str,
+    },
+    /// A fair acquisition's waiter id is empty or has white space, or its patience is zero.
+    #[error(
+        "a fair acquisition needs a waiter id that is not empty and has no white space, and a patience above zero"
+    )]
+    FairPlace,
     /// A reentrant lock was requested with an empty owner.
     #[error(
         "the owner of a reentrant lock is empty: give each owner a unique, non-empty identity"
@@ -133,6 +150,28 @@ pub enum ConfigError {
     /// The release notification channel is empty.
     #[error("the release notification channel is empty: name a channel, or set it to None to publish nothing")]
     EmptyChannel,
+    /// A TLS setting cannot be used: a file that cannot be read, PEM without a certificate
+    /// or key, settings given twice or half. Never quotes a key.
+    #[error("TLS setting not usable: {what} {reason}")]
+    Tls {
+        /// Which setting.
+        what: String,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+    /// TLS settings were given but no node URL uses TLS: the connections would not be
+    /// encrypted.
+    #[error("TLS settings are given, but no node URL uses TLS: write the nodes as rediss://host:port (plain redis:// connections are not encrypted), or remove the TLS settings")]
+    TlsUnused,
+    /// A node breaks the algorithm's assumptions and the configuration asks to refuse
+    /// such nodes ([`HealthPolicy::Strict`](crate::HealthPolicy::Strict)).
+    #[error("node `{node}` breaks the algorithm's assumptions: {problems}; fix its settings, or set the health policy to warn")]
+    UnhealthyNode {
+        /// The node, with any password masked.
+        node: String,
+        /// Each problem and what to do about it.
+        problems: String,
+    },
     /// The Redis client for a node could not be created.
     #[error("could not create the client for node `{node}`: {reason}")]
     Client {

@@ -18,6 +18,8 @@
 //!   subscribers that [`Coordinator::subscribers`] hands out); why a connection failed.
 //! - `lock_spec` and `scripts`: a lock's identity and the Lua that takes, extends and
 //!   releases it; `quorum`, `drift`: the arithmetic; `coordinator`: the public API.
+//! - [`metrics`]: the name of every metric both crates record through the `metrics` facade
+//!   (rounds, node answers, rollbacks here; acquisitions and renewals in the client).
 //!
 //! # Guarantees
 //! - never reports success with fewer than a quorum of confirmed `SET NX` (G1);
@@ -64,27 +66,41 @@ mod connection;
 mod coordinator;
 mod drift;
 mod error;
+mod fair;
 mod fence;
+mod health;
 mod inspect;
 mod lock;
 mod lock_spec;
+pub mod metrics;
 mod quorum;
 mod report;
 mod round;
 mod scripts;
+mod server_error;
+mod tls;
 mod token;
 
 pub use acquire::Acquisition;
 pub use config::{
-    check_key, check_ttl, Config, DEFAULT_FENCE_KEY, DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN,
-    MAX_NODE_TIMEOUT, MAX_TTL,
+    check_key, check_ttl, Config, HealthPolicy, DEFAULT_FAIR_PREFIX, DEFAULT_FENCE_KEY,
+    DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
 };
 pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
 pub use error::{ConfigError, Error};
+pub use fair::FairPlace;
 pub use fence::FencingToken;
-pub use inspect::Inspection;
+pub use health::{HealthProblem, NodeHealth};
+pub use inspect::{Holder, Inspection};
 pub use lock::Lock;
 pub use quorum::quorum;
 pub use report::{CleanupOutcome, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport};
+pub use server_error::{ServerError, ServerErrorKind};
+pub use tls::TlsConfig;
 pub use token::{Token, MAX_TOKEN_LEN};
+
+// The README's examples, compiled as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -23,6 +23,8 @@ pub struct Lock {
     pub(crate) token: Token,
     /// The owner, for a reentrant lock.
     pub(crate) owner: Option<Arc<str>>,
+    /// Won through a fair queue ([`FairPlace`](crate::FairPlace)).
+    pub(crate) fair: bool,
     pub(crate) ttl: Duration,
     pub(crate) valid_until: Instant,
     pub(crate) report: RoundReport,

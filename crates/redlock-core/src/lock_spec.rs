@@ -8,11 +8,12 @@ use fred::types::{Key, Value};
 
 use crate::config::check_key;
 use crate::error::ConfigError;
+use crate::fair::{self, FairPlace};
 use crate::lock::Lock;
 use crate::round::{Command, Request, Undo};
 use crate::scripts::{
-    Script, ACQUIRE_MANY, FENCED_ACQUIRE_MANY, FENCED_ACQUIRE_ONE, FENCED_REENTRANT_ACQUIRE,
-    REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE,
+    Script, ACQUIRE_MANY, FAIR_ACQUIRE, FENCED_ACQUIRE_MANY, FENCED_ACQUIRE_ONE,
+    FENCED_REENTRANT_ACQUIRE, REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE,
 };
 use crate::token::Token;
 
@@ -22,6 +23,8 @@ pub(crate) struct LockSpec {
     pub(crate) name: Arc<str>,
     pub(crate) token: Token,
     pub(crate) owner: Option<Arc<str>>,
+    /// Won through a fair queue: its release names the queue's next waiter.
+    pub(crate) fair: bool,
 }
 
 impl LockSpec {
@@ -51,6 +54,7 @@ impl LockSpec {
             name: keys.join(", ").into(),
             token,
             owner,
+            fair: false,
         })
     }
 
@@ -61,6 +65,7 @@ impl LockSpec {
             name: lock.name.clone(),
             token: lock.token.clone(),
             owner: lock.owner.clone(),
+            fair: lock.fair,
         }
     }
 
@@ -108,6 +113,24 @@ impl LockSpec {
         }
     }
 
+    /// The fair acquisition of this (plain, one-key) lock: the queue script, which lets only
+    /// the head of the key's queue `SET NX` (see [`FairPlace`]).
+    pub(crate) fn acquire_fair(
+        &self,
+        ttl: Duration,
+        place: &FairPlace<'_>,
+        prefix: &str,
+    ) -> Command {
+        let [queue, expiry] = fair::queue_keys(prefix, &self.keys[0]);
+        let mut args = vec![self.token_value(), Value::from(ttl_ms(ttl))];
+        args.extend(place.args());
+        Command::Script {
+            script: &FAIR_ACQUIRE,
+            keys: vec![Key::from(&*self.keys[0]), queue, expiry],
+            args,
+        }
+    }
+
     /// The acquisition's request: it asks for `ttl`, and is undone by a compare-and-delete
     /// that publishes nothing (nobody held the lock, so nobody waits for its release).
     pub(crate) fn acquire_request(&self, ttl: Duration) -> Request {
@@ -123,9 +146,15 @@ impl LockSpec {
         }
     }
 
-    /// The compare-and-delete for this lock, publishing on `channel` when given.
-    pub(crate) fn release(&self, channel: Option<&str>) -> Command {
-        let (script, args) = self.release_script(channel);
+    /// The compare-and-delete for this lock, publishing on `channel` when given. A fair
+    /// lock's release also names the next live waiter of its queue (under `fair_prefix`),
+    /// so that only that waiter's client runs a round.
+    pub(crate) fn release(&self, channel: Option<&str>, fair_prefix: &str) -> Command {
+        let (script, mut args) = self.release_script(channel);
+        if self.fair && channel.is_some() {
+            args.push(Value::from(format!("{fair_prefix}queue:")));
+            args.push(Value::from(format!("{fair_prefix}expiry:")));
+        }
         self.script(script, args)
     }
 

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::server_error::ServerError;
+
 /// A node's URL with any password masked, as it appears in reports, errors and logs.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct NodeName(Arc<str>);
@@ -35,6 +37,11 @@ impl NodeName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The masked URL, shared (for metric labels: a clone of the `Arc`, no copy).
+    pub(crate) fn shared(&self) -> Arc<str> {
+        self.0.clone()
+    }
 }
 
 impl fmt::Display for NodeName {
@@ -63,6 +70,8 @@ pub enum RoundKind {
     Inspect,
     /// The raise-only write-back of a fencing token to every node.
     Fence,
+    /// A waiter leaves a key's fair queue on every node.
+    Leave,
 }
 
 impl fmt::Display for RoundKind {
@@ -73,6 +82,7 @@ impl fmt::Display for RoundKind {
             RoundKind::Release => "release",
             RoundKind::Inspect => "inspect",
             RoundKind::Fence => "record fencing token",
+            RoundKind::Leave => "leave fair queue",
         })
     }
 }
@@ -101,8 +111,9 @@ pub enum NodeOutcome {
     TimedOut,
     /// The connection failed or is down; the node is reconnected in the background.
     ConnectionError(String),
-    /// The node answered with an error (for example `NOAUTH`, `OOM`, `READONLY`).
-    ServerError(String),
+    /// The node answered with an error (for example `NOAUTH`, `NOPERM`, `OOM`,
+    /// `READONLY`): its kind, the command it refused, and what to do.
+    ServerError(ServerError),
     /// The round was decided before this node answered; see
     /// [`RoundReport::settled`] for what it answered later.
     Pending,
@@ -303,7 +314,9 @@ impl RoundReport {
             advice.push("some nodes did not answer in time: check that they are up and reachable, or raise the per-node timeout if they are only slow");
         }
         if server > 0 {
-            advice.push("some nodes answered with an error: see the node's message (authentication, memory or read-only replica)");
+            advice.push(
+                "some nodes answered with an error: see each node's message and what it says to do",
+            );
         }
         if advice.is_empty() {
             advice.push("retry");

@@ -49,15 +49,45 @@ return 1"#;
 /// that holds the token, publishing `"<token> <key>"` on the channel when one is given (the
 /// token lets subscribers of several nodes recognise one release). Returns 1 when something
 /// was deleted, 0 otherwise.
+///
+/// For a lock won through a fair queue, `ARGV[3]` and `ARGV[4]` are the prefixes of the
+/// queues' keys and of their expiry: the message is then `"<token>\t<waiter> <key>"`, with
+/// the first waiter of the key's queue whose entry has not expired, so that only that
+/// waiter's client wakes up (the queue is only read here; the next fair attempt drops
+/// expired entries). Tokens and waiter ids hold no white space, so either form parses. A
+/// waiter id of the form `"<tag>:<rest>"` routes the message to the channel
+/// `"<channel>:<tag>"`, which only the waiter's own client listens to.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"local deleted = 0
+        r#"if ARGV[3] and redis.replicate_commands then redis.replicate_commands() end
+local function next_waiter(key)
+  local queue, expiry = ARGV[3] .. key, ARGV[4] .. key
+  local time = redis.call("TIME")
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  for _, waiter in ipairs(redis.call("ZRANGE", queue, 0, 15)) do
+    local until_ms = tonumber(redis.call("ZSCORE", expiry, waiter) or "0")
+    if until_ms > now then return waiter end
+  end
+  return nil
+end
+local deleted = 0
 for _, key in ipairs(KEYS) do
   local value = redis.pcall("GET", key)
   if value == ARGV[1] then
     redis.call("DEL", key)
     deleted = deleted + 1
-    if ARGV[2] ~= "" then redis.call("PUBLISH", ARGV[2], ARGV[1] .. " " .. key) end
+    if ARGV[2] ~= "" then
+      local head = nil
+      if ARGV[3] then head = next_waiter(key) end
+      if head then
+        local tag = string.match(head, "^([^:]+):")
+        local channel = ARGV[2]
+        if tag then channel = channel .. ":" .. tag end
+        redis.call("PUBLISH", channel, ARGV[1] .. "\t" .. head .. " " .. key)
+      else
+        redis.call("PUBLISH", ARGV[2], ARGV[1] .. " " .. key)
+      end
+    end
   end
 end
 if deleted > 0 then return 1 end
@@ -207,8 +237,86 @@ return {1, tonumber(counter) or -1}"#,
     )
 });
 
+/// Reads a key's holder and TTL in one call, read-only: `KEYS[1]` = key. Returns 0 when the
+/// key is absent, otherwise `{1, {pttl, kind, ...}}` with `pttl` -1 for no expiry and
+/// `kind` one of: `"s"` and the value (a plain lock: its token), `"r"`, the owner and the
+/// tokens of its holds (a reentrant lock's hash), `"o"` (any other value, not a lock of
+/// this library). One script rather than GET and PTTL so that the holder and the TTL are
+/// read at one instant, and so that a reentrant hash is read as a hash.
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local kind = redis.call("TYPE", KEYS[1]).ok
+if kind == "none" then return 0 end
+local ttl = redis.call("PTTL", KEYS[1])
+if kind == "string" then return {1, {ttl, "s", redis.call("GET", KEYS[1])}} end
+if kind == "hash" then
+  local owner = redis.call("HGET", KEYS[1], "owner")
+  if owner then
+    local holds = {}
+    for _, field in ipairs(redis.call("HKEYS", KEYS[1])) do
+      if string.sub(field, 1, 5) == "hold:" then holds[#holds + 1] = string.sub(field, 6) end
+    end
+    return {1, {ttl, "r", owner, holds}}
+  end
+end
+return {1, {ttl, "o"}}"#,
+    )
+});
+
+/// The fair acquisition of one key: a waiter queue per key on every node gates who may try.
+///
+/// `KEYS[1]` = the lock's key, `KEYS[2]` = the queue (sorted set: waiter -> ticket),
+/// `KEYS[3]` = the queue's expiry (sorted set: waiter -> node time in ms after which the
+/// entry is dropped). `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = waiter,
+/// `ARGV[4]` = ticket, `ARGV[5]` = patience in ms.
+///
+/// Drops the entries whose waiters stopped refreshing them, enqueues the waiter with its
+/// ticket (`ZADD NX`: the ticket of its first attempt keeps its place) and refreshes its
+/// expiry. Only the head (lowest ticket, then waiter id: the same order on every node) may
+/// `SET NX`; a waiter that won leaves the queue. Mutual exclusion still rests on `SET NX
+/// PX` alone: the queue only decides who tries. Both queue keys live at most `patience`
+/// past their last use. Returns 1 (set), 0 (the key is held), or `{0, 1}` (not the head).
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"if redis.replicate_commands then redis.replicate_commands() end
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local patience = tonumber(ARGV[5])
+local gone = redis.call("ZRANGEBYSCORE", KEYS[3], "-inf", now)
+for _, waiter in ipairs(gone) do redis.call("ZREM", KEYS[2], waiter) end
+if #gone > 0 then redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", now) end
+redis.call("ZADD", KEYS[2], "NX", ARGV[4], ARGV[3])
+redis.call("ZADD", KEYS[3], now + patience, ARGV[3])
+local head = redis.call("ZRANGE", KEYS[2], 0, 0)[1]
+local result = 0
+if head ~= ARGV[3] then
+  result = {0, 1}
+elseif redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+  redis.call("ZREM", KEYS[2], ARGV[3])
+  redis.call("ZREM", KEYS[3], ARGV[3])
+  result = 1
+end
+for i = 2, 3 do
+  if redis.call("PTTL", KEYS[i]) < patience and redis.call("EXISTS", KEYS[i]) == 1 then
+    redis.call("PEXPIRE", KEYS[i], patience)
+  end
+end
+return result"#,
+    )
+});
+
+/// Takes a waiter out of a key's queue: `KEYS[1]` = the queue, `KEYS[2]` = its expiry,
+/// `ARGV[1]` = the waiter. Returns 1.
+pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"redis.call("ZREM", KEYS[1], ARGV[1])
+redis.call("ZREM", KEYS[2], ARGV[1])
+return 1"#,
+    )
+});
+
 /// Every script, for preloading.
-pub(crate) fn all() -> [&'static Script; 10] {
+pub(crate) fn all() -> [&'static Script; 13] {
     [
         &ACQUIRE_MANY,
         &RELEASE,
@@ -220,6 +328,9 @@ pub(crate) fn all() -> [&'static Script; 10] {
         &FENCED_REENTRANT_ACQUIRE,
         &FENCE_RECORD,
         &FENCE_READ,
+        &INSPECT,
+        &FAIR_ACQUIRE,
+        &FAIR_LEAVE,
     ]
 }
 

@@ -10,6 +10,7 @@ use fred::interfaces::EventInterface;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::report::NodeOutcome;
+use crate::server_error::{ServerError, ServerErrorKind};
 
 /// Why a node's connection failed (or was closed), as fred reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +20,9 @@ pub(crate) enum ConnectFailure {
     Auth(String),
     /// The server refused the database of the URL (`SELECT`: index out of range).
     Database(String),
+    /// The TLS handshake failed: an untrusted or expired certificate, a name mismatch, or a
+    /// server that wants a client certificate.
+    Tls(String),
     /// Anything else: refused, reset, unreachable, protocol errors.
     Other(String),
 }
@@ -39,20 +43,36 @@ impl ConnectFailure {
             ConnectFailure::Auth(details)
         } else if upper.contains("DB INDEX") || upper.contains("SELECT IS NOT ALLOWED") {
             ConnectFailure::Database(details)
+        } else if is_tls_kind(e)
+            || upper.contains("CERTIFICATE")
+            || upper.contains("HANDSHAKE")
+            || upper.contains("TLS")
+        {
+            ConnectFailure::Tls(details)
         } else {
             ConnectFailure::Other(format!("{:?}: {details}", e.kind()))
         }
     }
 
     /// What a round reports for a command refused because of this failure. A server that
-    /// refused the password or database answered: that is a server error, and no retry
-    /// fixes it; anything else is a connection error.
+    /// refused the password or database answered: that is a server error (of the
+    /// connection's handshake, reported as the command `connect`), and no retry fixes it; anything else is
+    /// a connection error.
     pub(crate) fn outcome(&self) -> NodeOutcome {
         match self {
-            ConnectFailure::Auth(_) | ConnectFailure::Database(_) => {
-                NodeOutcome::ServerError(self.to_string())
+            ConnectFailure::Auth(reason) => NodeOutcome::ServerError(ServerError::of_kind(
+                ServerErrorKind::Auth,
+                "connect",
+                reason.clone(),
+            )),
+            ConnectFailure::Database(reason) => NodeOutcome::ServerError(ServerError::of_kind(
+                ServerErrorKind::Database,
+                "connect",
+                reason.clone(),
+            )),
+            ConnectFailure::Tls(_) | ConnectFailure::Other(_) => {
+                NodeOutcome::ConnectionError(self.to_string())
             }
-            ConnectFailure::Other(_) => NodeOutcome::ConnectionError(self.to_string()),
         }
     }
 }
@@ -62,19 +82,37 @@ impl std::fmt::Display for ConnectFailure {
         match self {
             ConnectFailure::Auth(reason) => write!(
                 f,
-                "authentication failed ({reason}): check the password (and user name) in the \
-                 node URL"
+                "authentication failed ({reason}): {}",
+                ServerErrorKind::Auth.advice()
             ),
             ConnectFailure::Database(reason) => write!(
                 f,
-                "the server refused the database ({reason}): check the database number in the \
-                 node URL against the server's `databases` setting"
+                "the server refused the database ({reason}): {}",
+                ServerErrorKind::Database.advice()
+            ),
+            ConnectFailure::Tls(reason) => write!(
+                f,
+                "TLS handshake failed ({reason}): check that the CA in the TLS settings \
+                 (`tls.ca_file`) signed the node's certificate, that the certificate is valid \
+                 for the host in the URL (or set `tls.server_name`), and, if the server \
+                 requires client certificates, that `tls.client_cert_file` and \
+                 `tls.client_key_file` are set"
             ),
             ConnectFailure::Other(reason) => {
                 write!(f, "not connected (last connection error: {reason})")
             }
         }
     }
+}
+
+#[cfg(feature = "tls")]
+fn is_tls_kind(e: &FredError) -> bool {
+    *e.kind() == ErrorKind::Tls
+}
+
+#[cfg(not(feature = "tls"))]
+fn is_tls_kind(_: &FredError) -> bool {
+    false
 }
 
 /// Records every connection error fred reports for `client` in `last`, and clears it when
@@ -112,15 +150,18 @@ pub(crate) fn watch_connection(
     });
 }
 
-/// Sorts a fred error into what a report can say about the node.
-pub(crate) fn failure(e: &FredError) -> NodeOutcome {
+/// Sorts a fred error from `command` into what a report can say about the node.
+pub(crate) fn failure(e: &FredError, command: &'static str) -> NodeOutcome {
     match e.kind() {
         ErrorKind::Timeout => NodeOutcome::TimedOut,
-        // Redis error replies (NOAUTH, OOM, READONLY, script errors) arrive as `Unknown`.
+        // Redis error replies (NOAUTH, NOPERM, OOM, READONLY, script errors) arrive as
+        // `Unknown` (or, for some, `Auth`, `InvalidArgument`, `InvalidCommand`, `Permission`).
         ErrorKind::Unknown
         | ErrorKind::Auth
         | ErrorKind::InvalidArgument
-        | ErrorKind::InvalidCommand => NodeOutcome::ServerError(e.details().to_string()),
+        | ErrorKind::InvalidCommand => {
+            NodeOutcome::ServerError(ServerError::new(command, e.details().to_string()))
+        }
         _ => NodeOutcome::ConnectionError(format!("{:?}: {}", e.kind(), e.details())),
     }
 }
@@ -145,10 +186,12 @@ mod tests {
         ] {
             let failure = classify(kind, details, Some("pw"));
             assert_eq!(failure, ConnectFailure::Auth(details.to_string()));
-            let NodeOutcome::ServerError(text) = failure.outcome() else {
+            let NodeOutcome::ServerError(error) = failure.outcome() else {
                 panic!("{failure:?}");
             };
-            assert!(text.contains(details) && text.contains("check the password"));
+            assert_eq!(error.kind, ServerErrorKind::Auth);
+            let text = error.to_string();
+            assert!(text.contains(details) && text.contains("check the user name and password"));
         }
         let failure = classify(ErrorKind::Unknown, "ERR DB index is out of range", None);
         assert!(

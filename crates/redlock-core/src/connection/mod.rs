@@ -15,8 +15,10 @@ use fred::types::{CustomCommand, Key, Value};
 
 use crate::config::{Config, Endpoint};
 use crate::error::ConfigError;
+use crate::health::NodeHealth;
 use crate::report::{NodeName, NodeOutcome};
 use crate::scripts::Script;
+use crate::server_error::{ServerError, ServerErrorKind};
 
 use failure::{watch_connection, ConnectFailure};
 
@@ -33,6 +35,8 @@ pub(crate) fn subscriber(
 #[derive(Debug)]
 pub(crate) struct Connection {
     pub(crate) name: NodeName,
+    /// The node's metric keys, built once.
+    pub(crate) metrics: crate::metrics::NodeMetrics,
     client: Client,
     /// The same client with per-command options. Every command goes through `custom`,
     /// because fred applies per-command options to `custom` but silently not to its
@@ -63,6 +67,7 @@ impl Connection {
         // missed. The password only lives in the task, to be masked should an error echo it.
         watch_connection(&client, last_error.clone(), endpoint.fred.password.clone());
         Ok(Connection {
+            metrics: crate::metrics::NodeMetrics::new(&endpoint.name),
             name: endpoint.name,
             client,
             cmd,
@@ -111,7 +116,41 @@ impl Connection {
         reply
             .as_str()
             .and_then(|text| run_id(&text))
-            .ok_or_else(|| NodeOutcome::ServerError("INFO server reported no run_id".to_string()))
+            .ok_or_else(|| {
+                NodeOutcome::ServerError(ServerError::of_kind(
+                    ServerErrorKind::Unknown,
+                    "INFO",
+                    "INFO server reported no run_id",
+                ))
+            })
+    }
+
+    /// Reads the node's settings for the health check: `INFO` (timed, for the latency) and
+    /// `CONFIG GET appendfsync`, which managed services may refuse (then unknown).
+    pub(crate) async fn health(&self) -> NodeHealth {
+        let started = tokio::time::Instant::now();
+        let info = match self.custom("INFO", Vec::new()).await {
+            Ok(reply) => reply
+                .as_str()
+                .map(|text| text.to_string())
+                .unwrap_or_default(),
+            Err(why) => return NodeHealth::unreachable(self.name.clone(), why),
+        };
+        let latency = started.elapsed();
+        let appendfsync = match self
+            .custom(
+                "CONFIG",
+                vec![Value::from("GET"), Value::from("appendfsync")],
+            )
+            .await
+        {
+            Ok(reply) => config_value(reply, "appendfsync"),
+            Err(why) => {
+                tracing::debug!(node = %self.name, %why, "CONFIG GET appendfsync not answered; reported as unknown");
+                None
+            }
+        };
+        NodeHealth::from_info(self.name.clone(), latency, &info, appendfsync)
     }
 
     pub(crate) async fn quit(&self) {
@@ -131,11 +170,6 @@ impl Connection {
         self.custom("SET", args).await
     }
 
-    /// `PTTL key`: the raw reply (milliseconds, -1 without expiry, -2 when absent).
-    pub(crate) async fn pttl(&self, key: Key) -> Result<Value, NodeOutcome> {
-        self.custom("PTTL", vec![Value::from(key)]).await
-    }
-
     /// Runs a script by its SHA-1, loading it with `EVAL` when the node does not know it
     /// (`NOSCRIPT`: first use, or a restarted node). Both steps share one timeout.
     pub(crate) async fn eval(
@@ -144,29 +178,46 @@ impl Connection {
         keys: &[Key],
         args: &[Value],
     ) -> Result<Value, NodeOutcome> {
-        self.bounded(async {
-            let evalsha = CustomCommand::new_static("EVALSHA", None, false);
-            match self
-                .cmd
-                .custom::<Value, Value>(evalsha, script_args(script.sha(), keys, args))
-                .await
-            {
-                Err(e) if e.details().starts_with("NOSCRIPT") => {
-                    let eval = CustomCommand::new_static("EVAL", None, false);
-                    self.cmd
-                        .custom::<Value, Value>(eval, script_args(script.source(), keys, args))
+        let mut sent = "EVALSHA";
+        let outcome = self
+            .bounded(
+                async {
+                    let evalsha = CustomCommand::new_static("EVALSHA", None, false);
+                    match self
+                        .cmd
+                        .custom::<Value, Value>(evalsha, script_args(script.sha(), keys, args))
                         .await
-                }
-                other => other,
+                    {
+                        Err(e) if e.details().starts_with("NOSCRIPT") => {
+                            sent = "EVAL";
+                            let eval = CustomCommand::new_static("EVAL", None, false);
+                            self.cmd
+                                .custom::<Value, Value>(
+                                    eval,
+                                    script_args(script.source(), keys, args),
+                                )
+                                .await
+                        }
+                        other => other,
+                    }
+                },
+                "EVALSHA",
+            )
+            .await;
+        // Name the command that failed: the retry with the source when it was sent.
+        outcome.map_err(|failure| match failure {
+            NodeOutcome::ServerError(mut e) => {
+                e.command = sent.into();
+                NodeOutcome::ServerError(e)
             }
+            other => other,
         })
-        .await
     }
 
     /// One command with the per-command options, under the node timeout.
-    async fn custom(&self, command: &'static str, args: Vec<Value>) -> Result<Value, NodeOutcome> {
-        let command = CustomCommand::new_static(command, None, false);
-        self.bounded(self.cmd.custom::<Value, Value>(command, args))
+    async fn custom(&self, name: &'static str, args: Vec<Value>) -> Result<Value, NodeOutcome> {
+        let command = CustomCommand::new_static(name, None, false);
+        self.bounded(self.cmd.custom::<Value, Value>(command, args), name)
             .await
     }
 
@@ -175,23 +226,24 @@ impl Connection {
     async fn bounded<T>(
         &self,
         fut: impl std::future::Future<Output = Result<T, FredError>>,
+        command: &'static str,
     ) -> Result<T, NodeOutcome> {
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(self.failure(&e)),
+            Ok(Err(e)) => Err(self.failure(&e, command)),
             Err(_) => Err(NodeOutcome::TimedOut),
         }
     }
 
     /// Sorts a fred error into what a report can say about the node. A command that fred
     /// refused for want of a connection reports why the connection failed, when known.
-    fn failure(&self, e: &FredError) -> NodeOutcome {
+    fn failure(&self, e: &FredError, command: &'static str) -> NodeOutcome {
         if *e.kind() == ErrorKind::Canceled {
             if let Some(failure) = self.connect_failure() {
                 return failure.outcome();
             }
         }
-        failure::failure(e)
+        failure::failure(e, command)
     }
 
     fn connect_failure(&self) -> Option<ConnectFailure> {
@@ -250,6 +302,22 @@ fn run_id(info: &str) -> Option<String> {
         .map(str::trim)
         .filter(|id| !id.is_empty())
         .map(str::to_string)
+}
+
+/// The value of `name` in a `CONFIG GET` reply (an array of name, value pairs, or a map).
+fn config_value(reply: Value, name: &str) -> Option<String> {
+    match reply {
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|pair| pair[0].as_str().as_deref() == Some(name))
+            .and_then(|pair| pair.get(1)?.as_string()),
+        Value::Map(map) => map
+            .inner()
+            .into_iter()
+            .find(|(k, _)| k.as_str() == Some(name))
+            .and_then(|(_, v)| v.as_string()),
+        _ => None,
+    }
 }
 
 fn script_args(head: &str, keys: &[Key], args: &[Value]) -> Vec<Value> {

@@ -84,6 +84,13 @@ impl InFlight {
         let answered = std::mem::take(&mut self.answered);
         let calls = std::mem::take(&mut self.calls);
         let round = &self.round;
+        for (i, answer) in answered.iter().enumerate() {
+            if let Some((answers, latency)) = answer {
+                let outcomes = answers.iter().map(|a| &a.outcome);
+                let node = &self.connections[i].metrics;
+                node.answered(round.kind, outcomes, *latency, false);
+            }
+        }
         let mut to_undo = Vec::new();
         self.settling.send_modify(|settling| {
             for (i, answer) in answered.into_iter().enumerate() {
@@ -172,6 +179,12 @@ impl Background {
         for call in calls {
             work.push(Box::pin(async move {
                 let (i, answers, latency) = call.await;
+                let connection = &this.connections[i];
+                let outcomes = answers.iter().map(|a| &a.outcome);
+                connection.metrics.answered(this.round.kind, outcomes, latency, true);
+                if let [answer, ..] = answers.as_slice() {
+                    tracing::debug!(node = %connection.name, outcome = %answer.outcome, ?latency, "late answer");
+                }
                 this.settling.send_modify(|settling| {
                     for (j, answer) in answers.iter().enumerate() {
                         let report = &mut settling.requests[j][i];
@@ -202,6 +215,7 @@ impl Background {
                 // Past the TTL our key is gone by itself, wherever it was set.
                 let deadline = self.t0 + request.ttl.unwrap_or_default();
                 let cleanup = roll_back(connection, undo, deadline).await;
+                connection.metrics.rolled_back(&cleanup);
                 if answer.outcome.is_answer() || matches!(cleanup, CleanupOutcome::Removed) {
                     tracing::debug!(node = %connection.name, outcome = %answer.outcome, %cleanup, "rolled back");
                 } else {

@@ -9,6 +9,7 @@ use fred::types::{Key, Value};
 use crate::connection::Connection;
 use crate::report::{NodeOutcome, RoundKind};
 use crate::scripts::Script;
+use crate::server_error::{ServerError, ServerErrorKind};
 
 /// The command a round sends to every node.
 #[derive(Debug)]
@@ -23,8 +24,6 @@ pub(crate) enum Command {
         keys: Vec<Key>,
         args: Vec<Value>,
     },
-    /// `PTTL key`, for a round of one request: the key's TTL is carried as the value.
-    Pttl { key: Key },
 }
 
 /// What one node answered for one request.
@@ -48,7 +47,6 @@ impl Command {
                 connection.set_nx_px(key.clone(), token.clone(), ttl).await
             }
             Command::Script { script, keys, args } => connection.eval(script, keys, args).await,
-            Command::Pttl { key } => connection.pttl(key.clone()).await,
         }
     }
 
@@ -75,10 +73,6 @@ impl Command {
         let flags = match (self, reply) {
             (Command::SetNx { .. }, Value::Null) => vec![(false, None)],
             (Command::SetNx { .. }, Value::String(s)) if &*s == "OK" => vec![(true, None)],
-            (Command::Pttl { .. }, Value::Integer(-2)) => vec![(false, None)],
-            (Command::Pttl { .. }, Value::Integer(ms)) if ms >= -1 => {
-                vec![(true, Some(Value::Integer(ms)))]
-            }
             // One request: the reply is its element (1/0, or `{1/0, value}`), or a batch of
             // one.
             (Command::Script { .. }, Value::Array(mut items))
@@ -129,11 +123,12 @@ fn element(item: Value) -> Option<(bool, Option<Value>)> {
 fn unexpected(command: &Command) -> NodeOutcome {
     let what = match command {
         Command::SetNx { .. } => "SET",
-        Command::Script { .. } => "the script",
-        Command::Pttl { .. } => "PTTL",
+        Command::Script { .. } => "EVALSHA",
     };
-    NodeOutcome::ServerError(format!(
-        "unexpected reply to {what}: the node may not be a Redis master"
+    NodeOutcome::ServerError(ServerError::of_kind(
+        ServerErrorKind::Unknown,
+        what,
+        "unexpected reply: the node may not be a Redis master",
     ))
 }
 
@@ -146,9 +141,15 @@ fn outcome(kind: RoundKind, done: bool) -> NodeOutcome {
         (RoundKind::Release, true) => NodeOutcome::Released,
         (RoundKind::Inspect, true) => NodeOutcome::Held,
         (RoundKind::Fence, true) => NodeOutcome::Recorded,
-        (RoundKind::Extend | RoundKind::Release | RoundKind::Inspect | RoundKind::Fence, false) => {
-            NodeOutcome::NotHeld
-        }
+        (RoundKind::Leave, true) => NodeOutcome::Released,
+        (
+            RoundKind::Extend
+            | RoundKind::Release
+            | RoundKind::Inspect
+            | RoundKind::Fence
+            | RoundKind::Leave,
+            false,
+        ) => NodeOutcome::NotHeld,
     }
 }
 
@@ -225,7 +226,7 @@ mod tests {
     }
 
     #[test]
-    fn set_and_pttl_replies() {
+    fn set_replies() {
         let set = Command::SetNx {
             key: Key::from("k"),
             token: Value::from("t"),
@@ -234,13 +235,5 @@ mod tests {
         assert_eq!(outcomes(&ok), [NodeOutcome::Acquired]);
         let taken = set.read(RoundKind::Acquire, Ok(Value::Null), 1);
         assert_eq!(outcomes(&taken), [NodeOutcome::HeldByOther]);
-        let pttl = Command::Pttl {
-            key: Key::from("k"),
-        };
-        let held = pttl.read(RoundKind::Inspect, Ok(Value::Integer(900)), 1);
-        assert_eq!(outcomes(&held), [NodeOutcome::Held]);
-        assert_eq!(held[0].value, Some(Value::Integer(900)));
-        let absent = pttl.read(RoundKind::Inspect, Ok(Value::Integer(-2)), 1);
-        assert_eq!(outcomes(&absent), [NodeOutcome::NotHeld]);
     }
 }

@@ -27,6 +27,7 @@ use tracing::Instrument;
 
 use crate::connection::Connection;
 use crate::drift::lease;
+use crate::metrics;
 use crate::quorum::{quorum, Decision, Votes};
 use crate::report::{NodeReport, RoundReport, Settling, SettlingView};
 
@@ -54,14 +55,12 @@ pub(crate) async fn run(
     round: Round,
     work: &BackgroundWork,
 ) -> Vec<Decided> {
-    let key = match round.requests.as_slice() {
-        [one] => one.name.to_string(),
-        many => format!("{} locks", many.len()),
-    };
     let span = tracing::debug_span!(
         "redlock.round",
         kind = %round.kind,
-        %key,
+        // The key itself, not a copy: a round must cost nothing extra when no subscriber
+        // wants debug spans.
+        key = %RoundKey(&round.requests),
         nodes = connections.len(),
         accepted = tracing::field::Empty,
         won = tracing::field::Empty,
@@ -70,6 +69,18 @@ pub(crate) async fn run(
     run_inner(connections, Arc::new(round), work)
         .instrument(span)
         .await
+}
+
+/// A round's key as spans show it: the key of a round of one lock, or how many locks.
+struct RoundKey<'a>(&'a [Request]);
+
+impl std::fmt::Display for RoundKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            [one] => f.write_str(&one.name),
+            many => write!(f, "{} locks", many.len()),
+        }
+    }
 }
 
 async fn run_inner(
@@ -154,6 +165,9 @@ async fn run_inner(
         results.push((votes.accepted(), won, lease));
     }
     flight.hand_off(roll_back);
+    // A batch counts as won only if every lock in it was: one lost renewal is worth seeing.
+    let all_won = results.iter().all(|(_, won, _)| *won);
+    metrics::round_decided(round.kind, all_won, elapsed);
 
     let span = tracing::Span::current();
     let decided = results
@@ -187,6 +201,9 @@ async fn run_inner(
             }
         })
         .collect();
+    if r > 1 {
+        span.record("won", all_won);
+    }
     span.record("elapsed_us", elapsed.as_micros() as u64);
     decided
 }

@@ -45,7 +45,9 @@ impl Round {
         match self.kind {
             RoundKind::Acquire => *outcome == NodeOutcome::Acquired,
             RoundKind::Extend => *outcome == NodeOutcome::Extended,
-            RoundKind::Release => matches!(outcome, NodeOutcome::Released | NodeOutcome::NotHeld),
+            RoundKind::Release | RoundKind::Leave => {
+                matches!(outcome, NodeOutcome::Released | NodeOutcome::NotHeld)
+            }
             RoundKind::Inspect => *outcome == NodeOutcome::Held,
             RoundKind::Fence => *outcome == NodeOutcome::Recorded,
         }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use redlock_core::{HealthPolicy, TlsConfig};
+
 use crate::config::LockConfig;
 use crate::error::InvalidConfig;
 use crate::renew::policy::RenewalPolicy;
@@ -162,6 +164,37 @@ impl LockConfigBuilder {
     #[must_use]
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.config.fencing = fencing;
+        self
+    }
+
+    /// Sets whether plain locks go to their waiters in arrival order, across clients (see
+    /// [`LockConfig::fair`]). Defaults to `false`.
+    #[must_use]
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.config.fair = fair;
+        self
+    }
+
+    /// Sets the least validity an acquisition must leave: a round won with less is
+    /// released and retried (see [`LockConfig::min_validity`]). Defaults to none.
+    #[must_use]
+    pub fn min_validity(mut self, min_validity: Duration) -> Self {
+        self.config.min_validity = Some(min_validity);
+        self
+    }
+
+    /// TLS settings for the `rediss://` nodes (`tls` feature): see [`TlsConfig`].
+    #[must_use]
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.config.tls = Some(tls);
+        self
+    }
+
+    /// What connecting does about a node that breaks the algorithm's assumptions: see
+    /// [`HealthPolicy`].
+    #[must_use]
+    pub fn health(mut self, policy: HealthPolicy) -> Self {
+        self.config.health = policy;
         self
     }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use redlock_core::{
-    Acquisition, ConfigError, Coordinator, Inspection, Lock, NodeOutcome, RoundReport,
+    Acquisition, ConfigError, Coordinator, FairPlace, Inspection, Lock, NodeOutcome, RoundReport,
+    Token,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -15,6 +16,7 @@ use tracing::Instrument;
 use crate::config::LockConfig;
 use crate::error::{Error, InvalidConfig};
 use crate::guard::{HoldState, KeepAlive, LockGuard, LockHandle};
+use crate::metrics;
 use crate::notify::Notifier;
 use crate::owner::Owner;
 use crate::renew::{RenewalPlan, Renewer};
@@ -32,6 +34,13 @@ pub struct LockOptions {
     /// Whether this lock gets a fencing token ([`LockGuard::fencing_token`]). Defaults to
     /// the client's `fencing`.
     pub fenced: Option<bool>,
+    /// Whether this lock waits in the key's fair queue (see [`LockConfig::fair`]). Defaults
+    /// to the client's `fair` for a plain lock of one key that is not fenced, and to `false`
+    /// otherwise; `Some(true)` for any other lock is an error.
+    pub fair: Option<bool>,
+    /// The least validity an acquisition must leave for this call (see
+    /// [`LockConfig::min_validity`]). Defaults to the client's `min_validity`.
+    pub min_validity: Option<Duration>,
 }
 
 /// A Redlock client: share one per node set (it is cheap to clone).
@@ -157,6 +166,14 @@ impl Redlock {
     /// Acquires `key`, retrying under the client's retry policy (and waking up early when
     /// the holder releases). Cancel-safe: dropping the future rolls back whatever the
     /// current attempt set.
+    ///
+    /// With [`RetryPolicy::max_wait`] set, it returns at most one attempt's duration after
+    /// the deadline (`start + max_wait`, `start` taken before the first round): no attempt
+    /// and no sleep starts at or after the deadline, sleeps are cut to end at it, and only
+    /// the attempt in flight finishes. One attempt is one round, bounded by one node
+    /// timeout, so a plain lock returns by `deadline + node_timeout`; a fenced one (see
+    /// `LockConfig::fencing`) runs up to four rounds per attempt, so by
+    /// `deadline + 4 × node_timeout`.
     pub async fn lock(&self, key: &str) -> Result<LockGuard, Error> {
         self.lock_with(key, &LockOptions::default()).await
     }
@@ -240,10 +257,70 @@ impl Redlock {
         }
     }
 
+    /// Reads every node's settings and says which break the algorithm's assumptions (a
+    /// replica or cluster node, an evicting memory policy, persistence that can lose keys),
+    /// with each node's latency. What a node does not let us read (managed services often
+    /// refuse `CONFIG GET`) is unknown, not a problem. The same check runs at
+    /// [`connect`](Self::connect), as `LockConfig::health` says.
+    pub async fn health(&self) -> Vec<redlock_core::NodeHealth> {
+        self.inner.core.health().await
+    }
+
     /// Reads from every node whether `key` is held and for how long (a quorum read; a
     /// snapshot that may change right after).
     pub async fn inspect(&self, key: &str) -> Result<Inspection, Error> {
         Ok(self.inner.core.inspect(&self.checked_key(key)?).await?)
+    }
+
+    /// Releases the lock on `key` (without the prefix, as with [`lock`](Self::lock)) that
+    /// holds `token`, for a process that did not acquire it: the token was stored
+    /// ([`LockGuard::lock`]`().token()`), or handed over, and read back with
+    /// [`Token::from_string`]. Compare-and-delete on every node, like
+    /// [`LockGuard::release`]: a key that holds another token is left alone, so a stale
+    /// token never releases a newer holder.
+    ///
+    /// Idempotent, like [`LockGuard::release`]: `Ok` means a quorum of nodes no longer hold
+    /// the key for `token`. Whether this call deleted it shows in the report: nodes that
+    /// did say [`NodeOutcome::Released`], the others
+    /// [`NotHeld`](NodeOutcome::NotHeld) (absent, or held by another token).
+    ///
+    /// For plain locks of one key (a reentrant hold's release also needs its owner).
+    /// Fails with [`Error::InvalidConfig`] for an empty key or an unusable token (nothing
+    /// is sent), and with [`Error::Round`] when fewer than a quorum of nodes answered.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: redlock_client::Redlock, stored: String) -> Result<(), redlock_client::Error> {
+    /// use redlock_client::Token;
+    ///
+    /// let report = client.release_token("invoice:42", &Token::from_string(stored)).await?;
+    /// println!("{report}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_token(&self, key: &str, token: &Token) -> Result<RoundReport, Error> {
+        let full = self.checked_key(key)?;
+        Ok(self.inner.core.release_token(&full, token).await?)
+    }
+
+    /// Extends the lock on `key` (without the prefix) that holds `token` to at least `ttl`
+    /// from now, for a process that did not acquire it, by one extension round. Returns
+    /// the validity this round gives: `ttl` minus the round's time and the drift
+    /// allowance, measured from the start of the round.
+    ///
+    /// Like every extension it never shortens: a node whose key already lives at least
+    /// `ttl` keeps its expiry (the validity returned is then a lower bound), and it never
+    /// recreates a key that expired. For plain locks of one key. Fails with
+    /// [`Error::InvalidConfig`] for an empty key, an unusable token or TTL, and with
+    /// [`Error::Round`] when the round did not reach a quorum or left no validity; a
+    /// failed extension deletes nothing.
+    pub async fn extend_token(
+        &self,
+        key: &str,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<Duration, Error> {
+        let full = self.checked_key(key)?;
+        let lock = self.inner.core.extend_token(&full, token, ttl).await?;
+        Ok(lock.remaining().unwrap_or(Duration::ZERO))
     }
 
     /// Waits for background work (rollbacks, background releases of dropped guards) and
@@ -268,6 +345,11 @@ impl Redlock {
         let config = &self.inner.config;
         let renew = options.renew.unwrap_or(config.renewal.enabled);
         let fenced = options.fenced.unwrap_or(config.fencing);
+        let fair = match (options.fair, target) {
+            (Some(fair), _) => fair,
+            (None, LockShape::One(_)) => config.fair && !fenced,
+            (None, _) => false,
+        };
         let ttl = match options.ttl {
             // The configured TTL was checked at connect (renewal rule included).
             None if renew == config.renewal.enabled => config.ttl,
@@ -278,26 +360,102 @@ impl Redlock {
         };
         let retry = options.retry.as_ref().unwrap_or(&config.retry);
         retry.validate()?;
+        let min_validity = options.min_validity.or(config.min_validity);
+        config.check_min_validity(ttl, min_validity)?;
+        let min_validity = min_validity.unwrap_or(Duration::ZERO);
+        // One waiter id and one ticket for every attempt of this call: its place in the
+        // key's fair queue.
+        let waiter = fair.then(|| match &self.inner.notifier {
+            Some(notifier) => notifier.waiter_id(),
+            None => uuid::Uuid::new_v4().simple().to_string(),
+        });
+        let place = waiter
+            .as_deref()
+            .map(|waiter| FairPlace::now(waiter, config.fair_patience_for(retry)));
         let keys: Vec<String> = match target {
             LockShape::One(key) | LockShape::Reentrant(key, _) => vec![key.to_string()],
             LockShape::Many(keys) => keys.to_vec(),
         };
         let name = keys.join(", ");
-        let span =
-            tracing::debug_span!("redlock.lock", key = %name, attempts = tracing::field::Empty);
-        async {
+        let span = tracing::debug_span!(
+            "redlock.lock",
+            key = %name,
+            nodes = config.nodes.len(),
+            attempts = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            wait_us = tracing::field::Empty,
+        );
+        // Counts the acquisition once, also when this future is dropped midway.
+        let acquiring = metrics::Acquiring::start();
+        let result = async {
             let start = Instant::now();
             // A wait too long to represent (`Duration::MAX`) is no deadline at all.
             let deadline = retry.max_wait.and_then(|wait| start.checked_add(wait));
             let mut backoff = retry.backoff();
             // Registered before the first attempt, so a release during it is not missed.
-            let watch = self.inner.notifier.as_ref().map(|n| n.watch(&keys));
+            let watch = self
+                .inner
+                .notifier
+                .as_ref()
+                .map(|n| n.watch(&keys, waiter.as_deref()));
             let mut attempts = 0u32;
+            // Leaves the fair queue when this call ends, however it ends (won, given up,
+            // failed, or its future dropped), unless the winning round already took the
+            // waiter out on every node.
+            let mut queued = waiter.as_ref().map(|waiter| QueueExit {
+                core: &self.inner.core,
+                key: &keys[0],
+                waiter,
+            });
+            // Why the call gives up, from the last attempt's report: `past_deadline` with
+            // the time waited, or every allowed attempt used.
+            let fail = |report: Box<RoundReport>,
+                        short: Option<Duration>,
+                        attempts: u32,
+                        past_deadline: bool| {
+                match short {
+                    Some(validity) => Error::BelowMinValidity {
+                        key: name.clone(),
+                        attempts,
+                        validity,
+                        min_validity,
+                        report,
+                    },
+                    None => give_up(
+                        &name,
+                        attempts,
+                        report,
+                        past_deadline.then(|| start.elapsed()),
+                    ),
+                }
+            };
             loop {
                 attempts += 1;
                 tracing::Span::current().record("attempts", attempts);
-                let report = match self.round(target, ttl, fenced).await {
-                    Ok(lock) => return Ok(self.guard(lock, ttl, renew, attempts, start)),
+                // The validity of a round won with less than the minimum, released again.
+                let mut short = None;
+                let mut short_lock = None;
+                let report = match self.round(target, ttl, fenced, place).await {
+                    Ok(lock) => match lock.remaining().unwrap_or(Duration::ZERO) {
+                        validity if validity >= min_validity => {
+                            if lock
+                                .report()
+                                .nodes
+                                .iter()
+                                .all(|n| n.outcome == NodeOutcome::Acquired)
+                            {
+                                queued = None;
+                            }
+                            drop(queued);
+                            return Ok(self.guard(lock, ttl, renew, attempts, start));
+                        }
+                        validity => {
+                            short = Some(validity);
+                            let report = Box::new(lock.report().clone());
+                            short_lock = Some(lock);
+                            report
+                        }
+                    },
                     Err(redlock_core::Error::Config(e)) => {
                         return Err(InvalidConfig::Core(e).into())
                     }
@@ -308,46 +466,88 @@ impl Redlock {
                     ),
                 };
                 let exhausted = retry.max_attempts.is_some_and(|max| attempts >= max);
-                let now = Instant::now();
-                let past_deadline = deadline.is_some_and(|d| now >= d);
+                let past_deadline = deadline.is_some_and(|d| Instant::now() >= d);
+                if let (Some(lock), Some(validity)) = (short_lock, short) {
+                    if exhausted || past_deadline {
+                        // The last attempt: its release must not hold up the return past
+                        // the bound that `max_wait` documents.
+                        self.inner.core.release_in_background(lock);
+                    } else {
+                        self.release_short(&lock, validity, min_validity).await;
+                    }
+                }
                 if exhausted || past_deadline {
-                    return Err(give_up(
-                        &name,
-                        attempts,
-                        report,
-                        past_deadline.then(|| now - start),
-                    ));
+                    return Err(fail(report, short, attempts, past_deadline));
                 }
                 let mut delay = backoff.next().unwrap_or(retry.max_delay);
                 if let Some(d) = deadline {
-                    delay = delay.min(d - now);
+                    delay = delay.min(d.saturating_duration_since(Instant::now()));
                 }
+                tracing::debug!(
+                    attempt = attempts,
+                    outcome = if short.is_some() {
+                        "below_min_validity"
+                    } else {
+                        "lost"
+                    },
+                    accepted = report.accepted,
+                    quorum = report.quorum,
+                    round_us = report.elapsed.as_micros() as u64,
+                    delay_us = delay.as_micros() as u64,
+                    "attempt not won; retrying"
+                );
                 match &watch {
                     Some(watch) => {
                         let woken = tokio::select! {
                             _ = watch.released() => true,
                             _ = tokio::time::sleep(delay) => false,
                         };
-                        if woken {
+                        // In a fair queue only the head writes, so woken waiters cannot
+                        // split the vote: no spread.
+                        if woken && !fair {
                             // One waiter per client is woken, but the waiters of other
                             // clients hear the same release at the same instant; sent all
                             // at once, their rounds split the vote and all lose. A random
                             // pause of up to one round's duration spreads them out, so the
-                            // first one through wins and the rest see the key held.
-                            let spread = rand::Rng::gen_range(
-                                &mut rand::thread_rng(),
-                                Duration::ZERO..=report.elapsed,
-                            );
+                            // first one through wins and the rest see the key held. Drawn
+                            // from the backoff's generator: a seeded policy fixes it too.
+                            let mut spread = backoff.spread(report.elapsed);
+                            if let Some(d) = deadline {
+                                spread = spread.min(d.saturating_duration_since(Instant::now()));
+                            }
                             tracing::debug!(?spread, "woken by a release");
                             tokio::time::sleep(spread).await;
                         }
                     }
                     None => tokio::time::sleep(delay).await,
                 }
+                // No attempt starts at or past the deadline: a sleep cut short to it ends
+                // the call here, with the last attempt's report.
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(fail(report, short, attempts, true));
+                }
             }
         }
-        .instrument(span)
-        .await
+        .instrument(span.clone())
+        .await;
+        let (outcome, waited) = acquiring.finish(&result);
+        span.record("outcome", outcome);
+        span.record("wait_us", waited.as_micros() as u64);
+        result
+    }
+
+    /// Releases a lock won with less validity than the caller's minimum, before the next
+    /// attempt: the key is free again for it (and for everyone else) at once, instead of
+    /// after its TTL.
+    async fn release_short(&self, lock: &Lock, validity: Duration, min_validity: Duration) {
+        tracing::debug!(
+            ?validity,
+            ?min_validity,
+            "round won with less than the minimum validity; releasing it"
+        );
+        if let Err(e) = self.inner.core.release(lock).await {
+            tracing::warn!(error = %e, "release of a lock below the minimum validity failed; the key expires with its TTL");
+        }
     }
 
     async fn round(
@@ -355,6 +555,7 @@ impl Redlock {
         shape: LockShape<'_>,
         ttl: Duration,
         fenced: bool,
+        fair: Option<FairPlace<'_>>,
     ) -> Result<Lock, redlock_core::Error> {
         let (keys, owner): (Vec<&str>, _) = match shape {
             LockShape::One(key) => (vec![key], None),
@@ -364,6 +565,7 @@ impl Redlock {
         let acquisition = Acquisition {
             owner,
             fenced,
+            fair,
             ..Acquisition::new(&keys, ttl)
         };
         self.inner.core.acquire_with(acquisition).await
@@ -395,6 +597,22 @@ impl Redlock {
         }
         let keep_alive = KeepAlive(self.inner.clone());
         LockGuard::new(shared, self.inner.core.clone(), keep_alive, attempts)
+    }
+}
+
+/// A fair waiter's way out of its queue: when dropped, it takes the waiter out of the key's
+/// queue on every node in the background, so that the waiters behind it need not wait for
+/// its entry to expire.
+struct QueueExit<'a> {
+    core: &'a Coordinator,
+    key: &'a str,
+    waiter: &'a str,
+}
+
+impl Drop for QueueExit<'_> {
+    fn drop(&mut self) {
+        self.core
+            .leave_queue_in_background(self.key.to_string(), self.waiter.to_string());
     }
 }
 

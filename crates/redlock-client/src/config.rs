@@ -10,7 +10,7 @@ use std::fmt;
 use std::time::Duration;
 
 use humantime::format_duration;
-use redlock_core::NodeName;
+use redlock_core::{HealthPolicy, NodeName, TlsConfig};
 
 use crate::error::InvalidConfig;
 use crate::renew::policy::RenewalPolicy;
@@ -69,6 +69,34 @@ pub struct LockConfig {
     /// `LockOptions::fenced`. The counter lives under `{key_prefix}fencing-counter` on
     /// each node. Defaults to `false`.
     pub fencing: bool,
+    /// Hand plain locks of one key to their waiters in the order they began waiting, across
+    /// clients and processes: a waiter queue per key on every node lets only the oldest
+    /// waiter try (see [`redlock_core::FairPlace`]), so waiters no longer split the votes
+    /// and a releasing holder cannot take the lock straight back while others wait. A
+    /// waiter whose process died holds up the queue for at most its patience
+    /// (`2 × retry.max_delay + 4 × node_timeout`). Costs each attempt a script instead of
+    /// `SET NX`, and a won lock that did not hear from every node one more command per node
+    /// in the background (leaving the queue).
+    /// Not for `lock_many`, `lock_reentrant` or fenced locks (they ignore it; asked per
+    /// call, see `LockOptions::fair`, it is an error). Defaults to `false`.
+    pub fair: bool,
+    /// The least validity an acquisition must leave (DistributedLock's `MinValidityTime`):
+    /// a round that wins with less left is released at once and counts as a lost attempt,
+    /// so `lock` retries it. For callers that need a known stretch of time under the lock
+    /// before they start. Must be below the TTL minus its drift allowance (the most any
+    /// round can leave); per call, see `LockOptions::min_validity`. Defaults to `None` (any
+    /// positive validity is accepted).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub min_validity: Option<Duration>,
+    /// TLS settings for the `rediss://` nodes: the CA to trust, a client certificate for
+    /// mutual TLS, the name to check (the `tls` feature; see [`TlsConfig`]). Defaults to
+    /// `None`: `rediss://` nodes are checked against the system's roots.
+    pub tls: Option<TlsConfig>,
+    /// What connecting does about a node whose settings break the algorithm's assumptions
+    /// (replica, cluster node, evicting memory policy, persistence that can lose keys):
+    /// `warn` (the default) logs each problem, `strict` refuses to connect, `off` does not
+    /// check. See [`Redlock::health`](crate::Redlock::health).
+    pub health: HealthPolicy,
 }
 
 impl Default for LockConfig {
@@ -86,6 +114,10 @@ impl Default for LockConfig {
             key_prefix: "redlock:".into(),
             notify: true,
             fencing: false,
+            fair: false,
+            min_validity: None,
+            tls: None,
+            health: HealthPolicy::default(),
         }
     }
 }
@@ -104,6 +136,10 @@ impl fmt::Debug for LockConfig {
             .field("key_prefix", &self.key_prefix)
             .field("notify", &self.notify)
             .field("fencing", &self.fencing)
+            .field("fair", &self.fair)
+            .field("min_validity", &self.min_validity)
+            .field("tls", &self.tls)
+            .field("health", &self.health)
             .finish()
     }
 }
@@ -117,8 +153,29 @@ impl LockConfig {
             node_timeout: self.node_timeout,
             drift_factor: self.drift_factor,
             fence_key: format!("{}fencing-counter", self.key_prefix),
+            fair_prefix: format!("{}fair-", self.key_prefix),
+            tls: self.tls.clone(),
+            health: self.health,
             ..redlock_core::Config::default()
         }
+    }
+
+    /// How long a fair waiter's queue entry outlives its last attempt under the configured
+    /// retry policy (see [`fair`](Self::fair)): also the longest a queue's keys stay on a
+    /// node that a waiter could not reach when it left.
+    pub fn fair_patience(&self) -> Duration {
+        self.fair_patience_for(&self.retry)
+    }
+
+    /// How long a fair waiter's queue entry outlives its last attempt: twice the longest
+    /// pause between two attempts (a backoff delay, then the release of a round won below
+    /// `min_validity`, then the next round), so a live waiter never loses its place; a
+    /// waiter that died holds up the queue that long at most.
+    pub(crate) fn fair_patience_for(&self, retry: &crate::RetryPolicy) -> Duration {
+        retry
+            .max_delay
+            .saturating_mul(2)
+            .saturating_add(self.node_timeout.saturating_mul(4))
     }
 
     /// The renewal interval: `renewal.renew_after`, or a third of the TTL.
@@ -140,12 +197,42 @@ impl LockConfig {
         // cannot reveal a mistake made earlier.
         let renew = self.renewal.enabled || self.renewal.renew_after.is_some();
         self.check_hold(self.ttl, renew)?;
+        self.check_min_validity(self.ttl, self.min_validity)?;
         if self.key_prefix.len() > MAX_KEY_PREFIX_LEN {
             return Err(InvalidConfig::KeyPrefix {
                 reason: format!(
                     "the key prefix is {} bytes long, more than the maximum {MAX_KEY_PREFIX_LEN}: \
                      use a short namespace such as \"billing:\"",
                     self.key_prefix.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks a minimum validity against the TTL of the locks it applies to: a round
+    /// leaves at most `ttl - drift`, so a minimum at or above that could never be met and
+    /// every `lock` would fail after its retries.
+    pub(crate) fn check_min_validity(
+        &self,
+        ttl: Duration,
+        min_validity: Option<Duration>,
+    ) -> Result<(), InvalidConfig> {
+        let Some(min) = min_validity else {
+            return Ok(());
+        };
+        let drift = redlock_core::drift(ttl, self.drift_factor);
+        let most = ttl.saturating_sub(drift);
+        if min >= most {
+            return Err(InvalidConfig::MinValidity {
+                reason: format!(
+                    "min_validity ({}) is not below the most validity a round can leave, the \
+                     ttl ({}) minus the drift allowance ({}): {}; lower min_validity or use a \
+                     longer ttl",
+                    format_duration(min),
+                    format_duration(ttl),
+                    format_duration(drift),
+                    format_duration(most),
                 ),
             });
         }
@@ -359,6 +446,17 @@ mod tests {
     }
 
     #[test]
+    fn min_validity_must_be_below_the_ttl_minus_drift() {
+        // 10 s - drift (100 ms + 2 ms) = 9.898 s: the most a round can leave.
+        let ttl = 10_000 * MS;
+        assert!(builder().ttl(ttl).min_validity(9_897 * MS).build().is_ok());
+        let err = reason(builder().ttl(ttl).min_validity(9_898 * MS).build());
+        assert!(matches!(err, InvalidConfig::MinValidity { .. }), "{err}");
+        assert!(err.to_string().contains("(9s 898ms) is not below"), "{err}");
+        assert_eq!(LockConfig::default().min_validity, None);
+    }
+
+    #[test]
     fn key_prefix_errors() {
         assert!(builder()
             .key_prefix("p".repeat(MAX_KEY_PREFIX_LEN))
@@ -391,6 +489,7 @@ nodes = ["redis://127.0.0.1:7101", "redis://127.0.0.1:7102", "redis://127.0.0.1:
 ttl = "30s"
 node_timeout = "50ms"
 key_prefix = "billing:"
+min_validity = "5s"
 [retry]
 max_wait = "5s"
 base_delay = "20ms"
@@ -413,6 +512,7 @@ max_hold = "10m"
                 ttl: 30_000 * MS,
                 node_timeout: 50 * MS,
                 key_prefix: "billing:".into(),
+                min_validity: Some(5000 * MS),
                 retry: RetryPolicy {
                     max_wait: Some(5000 * MS),
                     base_delay: 20 * MS,

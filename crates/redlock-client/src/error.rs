@@ -60,6 +60,12 @@ pub enum InvalidConfig {
         /// What is wrong and what to change.
         reason: String,
     },
+    /// The minimum validity (`min_validity`, configured or per call).
+    #[error("invalid minimum validity: {reason}")]
+    MinValidity {
+        /// What is wrong and what to change.
+        reason: String,
+    },
 }
 
 /// Everything that can go wrong taking, holding or releasing a lock.
@@ -78,7 +84,7 @@ pub enum Error {
         report: Box<RoundReport>,
     },
     /// The retry policy's overall wait (`max_wait`) ran out.
-    #[error("gave up waiting for lock \"{key}\" after {waited:?} and {attempts} attempt(s); last round: {report}; wait longer (retry.max_wait) or find out who holds it")]
+    #[error("gave up waiting for lock \"{key}\" after {} and {attempts} attempt(s); last round: {report}; wait longer (retry.max_wait) or find out who holds it (inspect)", millis(*waited))]
     DeadlinePassed {
         /// The full key.
         key: String,
@@ -102,17 +108,42 @@ pub enum Error {
     /// The configuration (or a request argument) cannot work; nothing was sent.
     #[error("invalid lock configuration: {0}")]
     InvalidConfig(#[from] InvalidConfig),
-    /// No node answered at all in the last round.
-    #[error("no Redis node could be reached for lock \"{key}\": {report}; check that the nodes are running and reachable from this host")]
+    /// No node answered about the key before the last round was decided: each failed
+    /// (timed out, connection down) or had not answered yet. A node that had not answered
+    /// may still answer later (see `RoundReport::settled`).
+    #[error("no Redis node answered for lock \"{key}\" before the round was decided (each failed or had not answered yet): {report}; check that the nodes are running and reachable from this host")]
     Unreachable {
         /// The full key.
         key: String,
         /// What each node answered.
         report: Box<RoundReport>,
     },
+    /// The last attempt won its round, but with less validity left than the minimum
+    /// (`min_validity`): it was released at once, and the retry policy allowed no more
+    /// attempts.
+    #[error("lock \"{key}\" not acquired after {attempts} attempt(s): the last round won with {validity:?} of validity left, less than the minimum {min_validity:?}, and was released again; last round: {report}; use a longer TTL or a lower min_validity, and look for slow nodes in the report")]
+    BelowMinValidity {
+        /// The full key.
+        key: String,
+        /// How many rounds were run.
+        attempts: u32,
+        /// The validity the last round left.
+        validity: Duration,
+        /// The minimum asked for.
+        min_validity: Duration,
+        /// What each node answered in the last round.
+        report: Box<RoundReport>,
+    },
     /// A release or extension round failed.
     #[error(transparent)]
     Round(redlock_core::Error),
+}
+
+/// A duration as people read it, to the millisecond (`2s 4ms`, not `2.004806044s`).
+fn millis(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_millis(
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+    ))
 }
 
 impl Error {
@@ -121,7 +152,8 @@ impl Error {
         match self {
             Error::NotAcquired { report, .. }
             | Error::DeadlinePassed { report, .. }
-            | Error::Unreachable { report, .. } => Some(report),
+            | Error::Unreachable { report, .. }
+            | Error::BelowMinValidity { report, .. } => Some(report),
             Error::Round(e) => e.report(),
             Error::LockLost { .. } | Error::InvalidConfig(_) => None,
         }

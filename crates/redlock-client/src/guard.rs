@@ -5,11 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::join_all;
 use redlock_core::{Coordinator, FencingToken, Lock, NodeOutcome, RoundReport};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::{Error, LostReason};
+use crate::metrics;
 
 /// What the guard, its handles and the renewal scheduler share.
 #[derive(Debug)]
@@ -21,12 +23,44 @@ pub(crate) struct HoldState {
     pub(crate) done: AtomicBool,
     /// The TTL renewals ask for.
     pub(crate) ttl: Duration,
+    /// When the guard was made, for how long a lost lock was held.
+    acquired_at: Instant,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct Status {
     pub(crate) valid_until: Instant,
     pub(crate) lost: Option<LostReason>,
+    /// Since when renewals have failed without a refusal, and the last failure; cleared by
+    /// the next successful renewal or extension.
+    pub(crate) failing: Option<(Instant, String)>,
+}
+
+/// How a held lock is doing, for a holder that wants to stop work before the lock is lost
+/// (like Apache Curator's `SUSPENDED` before `LOST`).
+///
+/// A renewal that fails for want of answers (nodes down, slow or partitioned) does not lose
+/// the lock: it keeps the validity it had, and renewal is tried again sooner. The lock is
+/// then [`RenewalFailing`](Self::RenewalFailing) until a renewal succeeds (back to
+/// [`Healthy`](Self::Healthy)) or the validity runs out ([`Lost`](Self::Lost)). Read it
+/// with [`LockGuard::health`], or wait for it to leave `Healthy` with
+/// [`LockGuard::suspended`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldHealth {
+    /// Held, and the last renewal (if any) succeeded.
+    Healthy,
+    /// Still valid, but the renewals since `since` failed to reach a quorum; the last one
+    /// failed with `last_error`. Finish or pause the work: unless a renewal succeeds, the
+    /// lock is lost at [`LockGuard::valid_until`].
+    RenewalFailing {
+        /// When the first of the failed renewals ended.
+        since: Instant,
+        /// Why the last renewal failed (its round's report).
+        last_error: String,
+    },
+    /// No longer held, for this reason.
+    Lost(LostReason),
 }
 
 impl HoldState {
@@ -34,12 +68,17 @@ impl HoldState {
         let status = Status {
             valid_until: lock.valid_until(),
             lost: None,
+            failing: None,
         };
+        // Paired with the one `lock_ended` of `mark_lost`'s first call: every guard's
+        // release, drop or loss goes through it.
+        metrics::lock_taken();
         Arc::new(HoldState {
             lock: Mutex::new(lock),
             status: watch::Sender::new(status),
             done: AtomicBool::new(false),
             ttl,
+            acquired_at: Instant::now(),
         })
     }
 
@@ -61,16 +100,60 @@ impl HoldState {
         self.status.send_modify(|s| {
             if s.lost.is_none() {
                 s.valid_until = s.valid_until.max(valid_until);
+                s.failing = None;
             }
         });
     }
 
+    /// Records a renewal that failed without a refusal: the lock keeps its validity.
+    pub(crate) fn renewal_failed(&self, error: String) {
+        self.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                return false;
+            }
+            let since = s
+                .failing
+                .take()
+                .map_or_else(Instant::now, |(since, _)| since);
+            s.failing = Some((since, error));
+            true
+        });
+    }
+
+    fn health(&self) -> HoldHealth {
+        health(&self.status.borrow())
+    }
+
+    /// Marks the lock no longer held, for `reason`; only the first call counts.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
+        let mut ended = None;
         self.status.send_modify(|s| {
             if s.lost.is_none() {
+                // A lock released after its validity ran out was lost before: say so, even
+                // if nobody watched for it.
+                let expired = s.valid_until <= Instant::now();
+                ended = Some(match reason {
+                    LostReason::Released if expired => LostReason::Expired,
+                    ref other => other.clone(),
+                });
                 s.lost = Some(reason);
             }
         });
+        let Some(reason) = ended else {
+            return;
+        };
+        metrics::lock_ended();
+        if reason != LostReason::Released {
+            metrics::lock_lost(&reason);
+            let lock = self.current();
+            tracing::warn!(
+                key = lock.key(),
+                nodes = lock.report().nodes.len(),
+                reason = metrics::lost_reason_label(&reason),
+                held_for = ?self.acquired_at.elapsed(),
+                "lock lost: {reason}"
+            );
+        }
     }
 
     fn valid_until(&self) -> Instant {
@@ -80,6 +163,42 @@ impl HoldState {
     fn is_valid(&self) -> bool {
         let status = self.status.borrow();
         status.lost.is_none() && status.valid_until > Instant::now()
+    }
+}
+
+/// The health that `status` shows now.
+fn health(status: &Status) -> HoldHealth {
+    match (&status.lost, &status.failing) {
+        (Some(reason), _) => HoldHealth::Lost(reason.clone()),
+        (None, _) if status.valid_until <= Instant::now() => HoldHealth::Lost(LostReason::Expired),
+        (None, Some((since, error))) => HoldHealth::RenewalFailing {
+            since: *since,
+            last_error: error.clone(),
+        },
+        (None, None) => HoldHealth::Healthy,
+    }
+}
+
+/// Completes when the lock is no longer [`HoldHealth::Healthy`], with its health then.
+async fn suspended(shared: Arc<HoldState>) -> HoldHealth {
+    let mut rx = shared.status.subscribe();
+    loop {
+        let until = {
+            let status = rx.borrow_and_update();
+            match health(&status) {
+                HoldHealth::Healthy => status.valid_until,
+                HoldHealth::Lost(LostReason::Expired) if status.lost.is_none() => {
+                    drop(status);
+                    shared.mark_lost(LostReason::Expired);
+                    return HoldHealth::Lost(LostReason::Expired);
+                }
+                other => return other,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => {}
+            _ = rx.changed() => {}
+        }
     }
 }
 
@@ -152,6 +271,17 @@ impl LockHandle {
     /// `tokio::select!`.
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         lost(self.shared.clone())
+    }
+
+    /// How the lock is doing now (see [`HoldHealth`]).
+    pub fn health(&self) -> HoldHealth {
+        self.shared.health()
+    }
+
+    /// A future that completes as soon as the lock is no longer [`HoldHealth::Healthy`]:
+    /// renewal started failing, or the lock was lost. Race it against work to stop early.
+    pub fn suspended(&self) -> impl Future<Output = HoldHealth> + Send + 'static {
+        suspended(self.shared.clone())
     }
 }
 
@@ -266,6 +396,18 @@ impl LockGuard {
         lost(self.shared.clone())
     }
 
+    /// How the lock is doing now: [`HoldHealth::Healthy`], renewal failing (still valid,
+    /// but the nodes did not confirm the last renewals), or lost.
+    pub fn health(&self) -> HoldHealth {
+        self.shared.health()
+    }
+
+    /// Completes as soon as the lock is no longer [`HoldHealth::Healthy`] (see
+    /// [`LockHandle::suspended`]).
+    pub fn suspended(&self) -> impl Future<Output = HoldHealth> + Send + 'static {
+        suspended(self.shared.clone())
+    }
+
     /// Extends the lock to at least `ttl` (or the TTL it was taken with) from now, by one
     /// extension round.
     ///
@@ -295,6 +437,25 @@ impl LockGuard {
                 Err(e.into())
             }
         }
+    }
+
+    /// Asks the nodes whether they still hold this lock for this guard: one inspection
+    /// round per key (see [`Inspection::held_by`](redlock_core::Inspection::held_by)).
+    /// `Ok(true)` only when a quorum of nodes hold every key with this guard's token;
+    /// `Ok(false)` when they do not, or when too few nodes answered to confirm it (read
+    /// [`Redlock::inspect`](crate::Redlock::inspect) to tell the two apart). A snapshot:
+    /// use [`is_valid`](Self::is_valid) before each use of the resource, and this to find
+    /// out whether the lock was taken from under the holder (a key lost on the nodes, an
+    /// expiry the holder missed).
+    pub async fn check(&self) -> Result<bool, Error> {
+        let lock = self.shared.current();
+        let inspections = join_all(lock.keys().map(|key| self.core.inspect(key))).await;
+        for inspection in inspections {
+            if inspection?.held_by(lock.token()) != Some(true) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Releases the lock on every node and reports what each did. Stops renewal first, and

@@ -13,7 +13,14 @@
 //!   (one command per node), with an optional cap on the total hold time;
 //! - [`Redlock::with_lock`]: acquire, renew, run, cancel on loss, release, also on panic;
 //! - multi-key locks ([`Redlock::lock_many`]) and reentrant locks by [`Owner`];
-//! - [`Redlock::inspect`]: whether a key is held, from a quorum read;
+//! - [`Redlock::inspect`]: whether a key is held, by whom and for how long, from a quorum
+//!   read, and [`LockGuard::check`]: whether it is still held for this guard;
+//! - [`Redlock::release_token`] and [`Redlock::extend_token`]: release or extend a lock
+//!   from another process, by its stored [`Token`];
+//! - a minimum validity ([`LockConfig::min_validity`]): rounds won with less left are
+//!   released and retried;
+//! - metrics through the `metrics` facade (acquisitions, waits, renewals, held and lost
+//!   locks; every name in [`redlock_core::metrics`]) and `debug` tracing spans;
 //! - configuration as a plain struct with a builder, durations as humantime text
 //!   (`"30s"`) with the `serde` feature.
 //!
@@ -37,6 +44,34 @@
 //! println!("{report}");
 //! # Ok(()) }
 //! ```
+//!
+//! # Calling from synchronous code
+//!
+//! There is no blocking wrapper type: the client needs a runtime that keeps running
+//! between calls (renewal, wake-up on release, background releases of dropped guards run
+//! as tasks), so a wrapper owning a current-thread runtime would stop renewing the moment
+//! `lock` returned. Own a multi-threaded runtime instead (one worker thread is enough) and
+//! `block_on` each call; drop guards inside [`enter`](tokio::runtime::Runtime::enter) (or
+//! `release` them) so that they are released at once rather than expiring with their TTL:
+//!
+//! ```no_run
+//! use redlock_client::{LockConfig, Redlock};
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let runtime = tokio::runtime::Builder::new_multi_thread()
+//!         .worker_threads(1)
+//!         .enable_all()
+//!         .build()?;
+//!     let config = LockConfig::builder()
+//!         .nodes(["redis://127.0.0.1:7101", "redis://127.0.0.1:7102", "redis://127.0.0.1:7103"])
+//!         .build()?;
+//!     let client = runtime.block_on(Redlock::connect(config))?;
+//!     let guard = runtime.block_on(client.lock("nightly-export"))?;
+//!     // ... blocking work; the runtime's worker renews the lock meanwhile ...
+//!     runtime.block_on(guard.release())?;
+//!     Ok(())
+//! }
+//! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
@@ -45,6 +80,7 @@ mod client;
 mod config;
 mod error;
 mod guard;
+mod metrics;
 mod notify;
 mod owner;
 mod renew;
@@ -55,10 +91,18 @@ pub use builder::LockConfigBuilder;
 pub use client::{LockOptions, Redlock};
 pub use config::LockConfig;
 pub use error::{Error, InvalidConfig, LostReason};
-pub use guard::{LockGuard, LockHandle};
+pub use guard::{HoldHealth, LockGuard, LockHandle};
 pub use owner::Owner;
 pub use redlock_core;
-pub use redlock_core::{FencingToken, Inspection, NodeOutcome, RoundReport};
+pub use redlock_core::{
+    FencingToken, HealthPolicy, HealthProblem, Holder, Inspection, NodeHealth, NodeOutcome,
+    RoundReport, ServerError, ServerErrorKind, TlsConfig, Token,
+};
 pub use renew::policy::RenewalPolicy;
 pub use resource::{fence_record_key, fenced_set, FENCED_UPDATE_SQL};
 pub use retry::{Backoff, RetryPolicy};
+
+// The README's examples, compiled as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -8,9 +8,21 @@
 //! keep their places and are woken by the next releases, in the order they began waiting
 //! (or by their own backoff, whichever comes first). Notifications are an optimisation
 //! only: a lost one (a node down, a lagging reader) costs a waiter its backoff delay, never
-//! correctness.
+//! correctness. A waiter never waits for a wake-up alone: it sleeps its backoff delay and
+//! is woken early if a release comes first.
+//!
+//! Every pub/sub step (waiting for the connection, `SUBSCRIBE`, `QUIT`) is bounded by the
+//! node timeout. A subscriber that is not subscribed (not connected yet, its connection
+//! closed, or `SUBSCRIBE` failing) is *down*: counted by the `redlock_subscribers_down`
+//! gauge, and logged once per change (a warning when it goes down, an info line when it is
+//! back). Back after being down, it wakes the oldest waiter of every key, since releases
+//! may have been missed meanwhile.
+//!
+//! The release of a lock won through a fair queue names the queue's next waiter: only the
+//! client that has that waiter wakes it, and the others wake nobody, so one round follows a
+//! release instead of one per client (their waiters would only be told "not your turn").
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +30,10 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use redlock_core::{ConfigError, NodeName};
+use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::{watch, Notify};
+
+use crate::metrics;
 
 /// One waiter's wake-up: a `Notify` permit, and whether one was handed out and not yet
 /// taken (so that a waiter who leaves without taking it passes it on).
@@ -35,49 +50,80 @@ impl WakeUp {
     }
 }
 
+/// One registered waiter: its id, its wake-up, and its id in the key's fair queue.
+type Entry = (u64, Arc<WakeUp>, Option<Arc<str>>);
+
 /// The waiters by key, oldest first, and the releases seen lately.
 #[derive(Debug, Default)]
 struct Registry {
-    waiters: HashMap<String, VecDeque<(u64, Arc<WakeUp>)>>,
-    /// Recent releases as `"<token> <key>"`, to wake once per released key and not once per
-    /// node: each release is published on every node that held the key. The key is part of
-    /// the entry because a multi-key lock releases all its keys under one token, and each
-    /// key has waiters of its own. `seen_order` evicts the oldest when [`SEEN_RELEASES`]
-    /// are remembered.
-    seen: HashSet<String>,
+    waiters: HashMap<String, VecDeque<Entry>>,
+    /// Recent releases as `"<token> <key>"` (and the next waiter, for a fair lock), with
+    /// the number of nodes that announced each, to wake once per released key and not once
+    /// per node: each release is published on every node that held the key. The key is
+    /// part of the entry because a multi-key lock releases all its keys under one token,
+    /// and each key has waiters of its own. `seen_order` evicts the oldest when
+    /// [`SEEN_RELEASES`] are remembered.
+    seen: HashMap<String, usize>,
     seen_order: VecDeque<String>,
+    /// The node set's quorum. A fair queue's next waiter is woken once this many nodes
+    /// announced the release: then the key is gone from enough nodes for it to win, while
+    /// at the first announcement its round would race the release on the others and lose.
+    quorum: usize,
 }
 
 /// How many recent released keys are remembered to drop the copies from other nodes.
 const SEEN_RELEASES: usize = 4096;
 
 impl Registry {
-    /// A release of `key` (by the lock with `token`) was announced by one node.
-    fn wake(&mut self, token: &str, key: &str) {
+    /// A release of `key` (by the lock with `token`) was announced by one node, naming the
+    /// next waiter of the key's fair queue when it has one (`head`).
+    fn wake(&mut self, token: &str, key: &str, head: Option<&str>) {
         // Most messages are for keys nobody here waits for: drop those before any other work.
         let Some(list) = self.waiters.get(key) else {
             return;
         };
-        let release = format!("{token} {key}");
-        if self.seen.contains(&release) {
+        // With a head, this client wakes that waiter if it has it, or else its oldest
+        // waiter outside the queue; without one, its oldest waiter.
+        let chosen = match head {
+            Some(head) => list
+                .iter()
+                .find(|(_, _, fair)| fair.as_deref() == Some(head))
+                .or_else(|| list.iter().find(|(_, _, fair)| fair.is_none())),
+            None => list.front(),
+        };
+        let Some((_, chosen, _)) = chosen else {
             return;
-        }
-        if self.seen_order.len() == SEEN_RELEASES {
-            if let Some(oldest) = self.seen_order.pop_front() {
-                self.seen.remove(&oldest);
+        };
+        // Nodes whose queues differ name different heads: each is counted on its own.
+        let (release, wake_at) = match head {
+            Some(head) => (format!("{token} {key} {head}"), self.quorum.max(1)),
+            None => (format!("{token} {key}"), 1),
+        };
+        let announced = match self.seen.get_mut(&release) {
+            Some(count) => {
+                *count += 1;
+                *count
             }
-        }
-        self.seen.insert(release.clone());
-        self.seen_order.push_back(release);
-        if let Some((_, slot)) = list.front() {
-            slot.wake();
+            None => {
+                if self.seen_order.len() == SEEN_RELEASES {
+                    if let Some(oldest) = self.seen_order.pop_front() {
+                        self.seen.remove(&oldest);
+                    }
+                }
+                self.seen.insert(release.clone(), 1);
+                self.seen_order.push_back(release);
+                1
+            }
+        };
+        if announced == wake_at {
+            chosen.wake();
         }
     }
 
     /// Releases may have been missed: wake the oldest waiter of every key.
     fn wake_all(&self) {
         for list in self.waiters.values() {
-            if let Some((_, slot)) = list.front() {
+            if let Some((_, slot, _)) = list.front() {
                 slot.wake();
             }
         }
@@ -89,12 +135,12 @@ impl Registry {
         let unused = slot.pending.load(Ordering::SeqCst);
         for key in keys {
             if let Some(list) = self.waiters.get_mut(key) {
-                list.retain(|(other, _)| *other != id);
+                list.retain(|(other, _, _)| *other != id);
                 match list.front() {
                     None => {
                         self.waiters.remove(key);
                     }
-                    Some((_, next)) if unused => next.wake(),
+                    Some((_, next, _)) if unused => next.wake(),
                     Some(_) => {}
                 }
             }
@@ -102,16 +148,88 @@ impl Registry {
     }
 }
 
+/// Where one node's subscriber stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// Not subscribed yet since the start.
+    Starting,
+    Up,
+    Down,
+    Closed,
+}
+
+/// Whether one node's subscriber is subscribed: the `redlock_subscribers_down` gauge (a
+/// subscriber counts as down from its start until it first subscribes) and one log line
+/// per change.
+#[derive(Debug)]
+struct Presence {
+    node: NodeName,
+    link: Mutex<Link>,
+}
+
+impl Presence {
+    fn new(node: NodeName) -> Presence {
+        metrics::subscriber_down(1.0);
+        Presence {
+            node,
+            link: Mutex::new(Link::Starting),
+        }
+    }
+
+    /// Subscribed. Returns whether it was down before (and so may have missed releases).
+    fn up(&self) -> bool {
+        let mut link = self.link.lock().expect("presence lock");
+        let was = *link;
+        match was {
+            Link::Starting => {
+                tracing::debug!(node = %self.node, "wake-up subscriber subscribed");
+            }
+            Link::Down => {
+                tracing::info!(node = %self.node, "wake-up subscriber subscribed again");
+            }
+            Link::Up | Link::Closed => return false,
+        }
+        metrics::subscriber_down(-1.0);
+        *link = Link::Up;
+        was == Link::Down
+    }
+
+    /// Not subscribed, because of `why`.
+    fn down(&self, why: &str) {
+        let mut link = self.link.lock().expect("presence lock");
+        match *link {
+            // Counted as down since its start.
+            Link::Starting => {}
+            Link::Up => metrics::subscriber_down(1.0),
+            Link::Down | Link::Closed => return,
+        }
+        *link = Link::Down;
+        tracing::warn!(node = %self.node, %why, "wake-up subscriber down: releases on this node wake nobody until it is back, and waiters fall back to their backoff");
+    }
+
+    fn close(&self) {
+        let mut link = self.link.lock().expect("presence lock");
+        if matches!(*link, Link::Starting | Link::Down) {
+            metrics::subscriber_down(-1.0);
+        }
+        *link = Link::Closed;
+    }
+}
+
 /// The registry of waiters and the subscriber connections that feed it.
 #[derive(Debug)]
 pub(crate) struct Notifier {
     waiters: Arc<Mutex<Registry>>,
+    /// This client's tag: fair waiters' ids start with `"<tag>:"`, and the releases that
+    /// name them are published on `"<channel>:<tag>"`.
+    tag: String,
     next_id: AtomicU64,
     subscribers: Vec<SubscriberClient>,
+    presences: Vec<Arc<Presence>>,
     /// Set on close: the dispatch tasks stop, also one still trying to subscribe to a node
     /// that never came up.
     closed: watch::Sender<bool>,
-    /// Bounds each subscriber's `QUIT` on close.
+    /// Bounds each pub/sub step: waiting for the connection, `SUBSCRIBE`, `QUIT`.
     timeout: Duration,
 }
 
@@ -125,9 +243,18 @@ impl Notifier {
         channel: &str,
         timeout: Duration,
     ) -> Notifier {
-        let waiters: Arc<Mutex<Registry>> = Arc::default();
+        let waiters = Arc::new(Mutex::new(Registry {
+            quorum: redlock_core::quorum(subscribers.len()),
+            ..Registry::default()
+        }));
+        // This client's own channel, beside the shared one: a fair release names its next
+        // waiter, and the waiter's id starts with the tag of the client that waits, so the
+        // release is published there alone instead of to every client.
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let channels = vec![channel.to_string(), format!("{channel}:{tag}")];
         let closed = watch::Sender::new(false);
         let mut started = Vec::new();
+        let mut presences = Vec::new();
         for (node, subscriber) in subscribers {
             let subscriber = match subscriber {
                 Ok(subscriber) => subscriber,
@@ -136,7 +263,15 @@ impl Notifier {
                     continue;
                 }
             };
-            let task = dispatch(subscriber.clone(), channel.to_string(), waiters.clone());
+            let presence = Arc::new(Presence::new(node));
+            let task = dispatch(
+                subscriber.clone(),
+                channels.clone(),
+                waiters.clone(),
+                presence.clone(),
+                timeout,
+            );
+            presences.push(presence);
             let mut closing = closed.subscribe();
             tokio::spawn(async move {
                 tokio::select! {
@@ -148,25 +283,34 @@ impl Notifier {
         }
         Notifier {
             waiters,
+            tag,
             next_id: AtomicU64::new(0),
             subscribers: started,
+            presences,
             closed,
             timeout,
         }
     }
 
-    /// Registers a waiter for `keys`; it is woken when any of them is released, and
-    /// removed when the returned value is dropped.
-    pub(crate) fn watch(&self, keys: &[String]) -> Waiter<'_> {
+    /// A fair waiter's id that routes its wake-ups to this client alone.
+    pub(crate) fn waiter_id(&self) -> String {
+        format!("{}:{}", self.tag, uuid::Uuid::new_v4().simple())
+    }
+
+    /// Registers a waiter for `keys`, with its id in the key's fair queue when it waits in
+    /// one; it is woken when any of them is released (a fair release: when it is the
+    /// queue's next waiter), and removed when the returned value is dropped.
+    pub(crate) fn watch(&self, keys: &[String], fair: Option<&str>) -> Waiter<'_> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let slot = Arc::new(WakeUp::default());
+        let fair: Option<Arc<str>> = fair.map(Arc::from);
         let mut registry = self.waiters.lock().expect("notifier lock");
         for key in keys {
-            registry
-                .waiters
-                .entry(key.clone())
-                .or_default()
-                .push_back((id, slot.clone()));
+            registry.waiters.entry(key.clone()).or_default().push_back((
+                id,
+                slot.clone(),
+                fair.clone(),
+            ));
         }
         Waiter {
             notifier: self,
@@ -182,6 +326,9 @@ impl Notifier {
     pub(crate) async fn close(&self) {
         if self.closed.send_replace(true) {
             return; // closed before
+        }
+        for presence in &self.presences {
+            presence.close();
         }
         let quits = self
             .subscribers
@@ -217,39 +364,107 @@ impl Drop for Waiter<'_> {
     }
 }
 
-/// Subscribes (retrying until the node is there; fred resubscribes by itself after later
-/// reconnections) and hands every message to the waiters of its key.
-async fn dispatch(subscriber: SubscriberClient, channel: String, waiters: Arc<Mutex<Registry>>) {
+/// Subscribes (retrying until the node is there; fred also resubscribes by itself after
+/// reconnections) and hands every message to the waiters of its key. A closed connection
+/// (fred's error events) marks the subscriber down until a `SUBSCRIBE` succeeds again.
+async fn dispatch(
+    subscriber: SubscriberClient,
+    channels: Vec<String>,
+    waiters: Arc<Mutex<Registry>>,
+    presence: Arc<Presence>,
+    timeout: Duration,
+) {
     let mut messages = subscriber.message_rx();
+    let mut errors = subscriber.error_rx();
     let _connection = subscriber.connect();
     let _resubscriber = subscriber.manage_subscriptions();
+    subscribe(
+        &subscriber,
+        &channels,
+        &presence,
+        &waiters,
+        &mut errors,
+        timeout,
+    )
+    .await;
+    loop {
+        tokio::select! {
+            message = messages.recv() => match message {
+                Ok(message) => {
+                    let Some(text) = message.value.as_string() else {
+                        continue;
+                    };
+                    let Some((token, key, head)) = parse_release(&text) else {
+                        continue;
+                    };
+                    waiters.lock().expect("notifier lock").wake(token, key, head);
+                }
+                // Messages were dropped: any waiter may have missed its release. Wake all.
+                Err(RecvError::Lagged(_)) => {
+                    waiters.lock().expect("notifier lock").wake_all();
+                }
+                Err(RecvError::Closed) => break,
+            },
+            error = errors.recv() => match error {
+                Ok((error, _)) => {
+                    presence.down(error.details());
+                    // Whether fred already reconnected or not, only a SUBSCRIBE that
+                    // succeeds makes the subscriber up again.
+                    subscribe(&subscriber, &channels, &presence, &waiters, &mut errors, timeout).await;
+                }
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => break,
+            },
+        }
+    }
+}
+
+/// A release message: `"<token> <key>"`, or `"<token>\t<next waiter> <key>"` for a fair
+/// lock. Tokens and waiter ids hold no white space; keys may.
+fn parse_release(text: &str) -> Option<(&str, &str, Option<&str>)> {
+    let (first, key) = text.split_once(' ')?;
+    Some(match first.split_once('\t') {
+        Some((token, head)) => (token, key, Some(head)),
+        None => (first, key, None),
+    })
+}
+
+/// Waits for the connection and subscribes, each step within `timeout`, retrying with a
+/// growing pause (10 ms to 1 s) until it succeeds; marks the subscriber down at the first
+/// failure and up at the success. Back from down, it wakes the oldest waiter of every key:
+/// releases published meanwhile were not heard.
+async fn subscribe(
+    subscriber: &SubscriberClient,
+    channels: &[String],
+    presence: &Presence,
+    waiters: &Mutex<Registry>,
+    errors: &mut broadcast::Receiver<(fred::error::Error, Option<fred::types::config::Server>)>,
+    timeout: Duration,
+) {
     let mut pause = Duration::from_millis(10);
     loop {
-        if subscriber.wait_for_connect().await.is_ok()
-            && subscriber.subscribe(channel.as_str()).await.is_ok()
-        {
-            break;
-        }
+        let failure = match tokio::time::timeout(timeout, subscriber.wait_for_connect()).await {
+            Err(_) => format!("not connected within {timeout:?}"),
+            Ok(Err(e)) => e.details().to_string(),
+            Ok(Ok(())) => {
+                match tokio::time::timeout(timeout, subscriber.subscribe(channels.to_vec())).await {
+                    Ok(Ok(())) => {
+                        // Subscribed now: the errors of the failed attempts before are stale
+                        // (each failed reconnection reports one), and must not mark it down.
+                        *errors = errors.resubscribe();
+                        if presence.up() {
+                            waiters.lock().expect("notifier lock").wake_all();
+                        }
+                        return;
+                    }
+                    Ok(Err(e)) => format!("SUBSCRIBE failed: {}", e.details()),
+                    Err(_) => format!("SUBSCRIBE not answered within {timeout:?}"),
+                }
+            }
+        };
+        presence.down(&failure);
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(1));
-    }
-    loop {
-        match messages.recv().await {
-            Ok(message) => {
-                let Some(text) = message.value.as_string() else {
-                    continue;
-                };
-                let Some((token, key)) = text.split_once(' ') else {
-                    continue;
-                };
-                waiters.lock().expect("notifier lock").wake(token, key);
-            }
-            // Messages were dropped: any waiter may have missed its release. Wake all.
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                waiters.lock().expect("notifier lock").wake_all();
-            }
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-        }
     }
 }
 
@@ -264,9 +479,71 @@ mod tests {
                 .waiters
                 .entry(key.to_string())
                 .or_default()
-                .push_back((id, slot.clone()));
+                .push_back((id, slot.clone(), None));
         }
         slot
+    }
+
+    fn fair_waiter(registry: &mut Registry, id: u64, key: &str, fair: &str) -> Arc<WakeUp> {
+        let slot = Arc::new(WakeUp::default());
+        registry
+            .waiters
+            .entry(key.to_string())
+            .or_default()
+            .push_back((id, slot.clone(), Some(Arc::from(fair))));
+        slot
+    }
+
+    #[test]
+    fn a_fair_release_wakes_the_named_waiter_only() {
+        let mut registry = Registry::default();
+        let first = fair_waiter(&mut registry, 1, "k", "w1");
+        let second = fair_waiter(&mut registry, 2, "k", "w2");
+        // Another client's waiter is next: this client wakes nobody.
+        registry.wake("t1", "k", Some("w9"));
+        assert!(!woken(&first) && !woken(&second));
+        // This client's second waiter is next, although the first is older here.
+        registry.wake("t2", "k", Some("w2"));
+        assert!(!woken(&first) && woken(&second));
+        take(&second);
+        // Another node whose queue names another head wakes that one too, once.
+        registry.wake("t2", "k", Some("w1"));
+        registry.wake("t2", "k", Some("w1"));
+        registry.wake("t2", "k", Some("w2"));
+        assert!(woken(&first) && !woken(&second));
+        // A waiter outside the queue on the same key is woken by a release naming a head
+        // it does not have, so mixed use never leaves it without wake-ups.
+        let plain = waiter(&mut registry, 3, &["k"]);
+        registry.wake("t3", "k", Some("w9"));
+        assert!(woken(&plain));
+    }
+
+    #[test]
+    fn a_fair_head_is_woken_once_a_quorum_of_nodes_announced_the_release() {
+        let mut registry = Registry {
+            quorum: 3,
+            ..Registry::default()
+        };
+        let head = fair_waiter(&mut registry, 1, "k", "w1");
+        registry.wake("t1", "k", Some("w1"));
+        registry.wake("t1", "k", Some("w1"));
+        assert!(!woken(&head), "woken before the key was gone from a quorum");
+        registry.wake("t1", "k", Some("w1"));
+        assert!(woken(&head));
+        take(&head);
+        registry.wake("t1", "k", Some("w1"));
+        registry.wake("t1", "k", Some("w1"));
+        assert!(!woken(&head), "woken again by the last nodes");
+    }
+
+    #[test]
+    fn release_messages_parse_with_and_without_a_next_waiter() {
+        assert_eq!(parse_release("tok a key"), Some(("tok", "a key", None)));
+        assert_eq!(
+            parse_release("tok\tw1 a key"),
+            Some(("tok", "a key", Some("w1")))
+        );
+        assert_eq!(parse_release("nospace"), None);
     }
 
     fn woken(slot: &WakeUp) -> bool {
@@ -282,7 +559,7 @@ mod tests {
     fn releases_of_keys_nobody_waits_for_cost_no_memory() {
         let mut registry = Registry::default();
         for i in 0..10 {
-            registry.wake(&format!("t{i}"), "k");
+            registry.wake(&format!("t{i}"), "k", None);
         }
         assert!(registry.seen.is_empty() && registry.seen_order.is_empty());
     }
@@ -294,16 +571,16 @@ mod tests {
         let second = waiter(&mut registry, 2, &["k"]);
         let other = waiter(&mut registry, 3, &["other"]);
         for _node in 0..5 {
-            registry.wake("t1", "k");
+            registry.wake("t1", "k", None);
         }
         assert!(woken(&first));
         assert!(!woken(&second) && !woken(&other));
         take(&first);
         // The copies from the other nodes do not wake anybody again.
-        registry.wake("t1", "k");
+        registry.wake("t1", "k", None);
         assert!(!woken(&first) && !woken(&second));
         // The next release goes to the oldest waiter again: it keeps its place.
-        registry.wake("t2", "k");
+        registry.wake("t2", "k", None);
         assert!(woken(&first) && !woken(&second));
     }
 
@@ -313,7 +590,7 @@ mod tests {
         let first = waiter(&mut registry, 1, &["a", "b"]);
         let second = waiter(&mut registry, 2, &["a"]);
         let third = waiter(&mut registry, 3, &["b"]);
-        registry.wake("t1", "a");
+        registry.wake("t1", "a", None);
         registry.remove(1, &["a".into(), "b".into()], &first);
         assert!(woken(&second) && woken(&third));
 
@@ -321,7 +598,7 @@ mod tests {
         let mut registry = Registry::default();
         let first = waiter(&mut registry, 1, &["a"]);
         let second = waiter(&mut registry, 2, &["a"]);
-        registry.wake("t1", "a");
+        registry.wake("t1", "a", None);
         take(&first);
         registry.remove(1, &["a".into()], &first);
         assert!(!woken(&second));
@@ -336,13 +613,13 @@ mod tests {
         let on_b = waiter(&mut registry, 2, &["b"]);
         // One lock over a and b, released under one token, announced by two nodes.
         for _node in 0..2 {
-            registry.wake("t1", "a");
-            registry.wake("t1", "b");
+            registry.wake("t1", "a", None);
+            registry.wake("t1", "b", None);
         }
         assert!(woken(&on_a) && woken(&on_b));
         take(&on_a);
         take(&on_b);
-        registry.wake("t1", "b");
+        registry.wake("t1", "b", None);
         assert!(!woken(&on_b), "a copy from another node wakes nobody again");
     }
 
@@ -361,15 +638,15 @@ mod tests {
         let mut registry = Registry::default();
         let slot = waiter(&mut registry, 1, &["k"]);
         for i in 0..SEEN_RELEASES + 10 {
-            registry.wake(&format!("t{i}"), "k");
+            registry.wake(&format!("t{i}"), "k", None);
             assert!(woken(&slot));
             take(&slot);
         }
         assert_eq!(registry.seen.len(), SEEN_RELEASES);
         assert_eq!(registry.seen_order.len(), SEEN_RELEASES);
         // The oldest were forgotten, the newest are still recognised.
-        assert!(!registry.seen.contains("t0 k"));
-        registry.wake(&format!("t{}", SEEN_RELEASES + 9), "k");
+        assert!(!registry.seen.contains_key("t0 k"));
+        registry.wake(&format!("t{}", SEEN_RELEASES + 9), "k", None);
         assert!(!woken(&slot));
     }
 }

@@ -6,7 +6,9 @@
 //! can fail before its validity runs out. A renewal refused by a majority of nodes (the key
 //! is gone or someone else's) marks the lock lost at once. A renewal that fails for want of
 //! answers is retried sooner while the lock is still valid; if the validity runs out first,
-//! the guard's lost signal fires. With `max_hold`, renewal stops once the lock has been
+//! the guard's lost signal fires. Meanwhile the guard's health is `RenewalFailing` (see
+//! [`HoldHealth`](crate::HoldHealth)), `Healthy` again at the next renewal that succeeds.
+//! With `max_hold`, renewal stops once the lock has been
 //! held that long, and the lock then expires with its last validity (the Redlock spec asks
 //! that extensions be bounded).
 //!
@@ -21,9 +23,11 @@ use std::time::Duration;
 use redlock_core::{Coordinator, Error as CoreError};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::error::LostReason;
 use crate::guard::{refused_by_majority, HoldState};
+use crate::metrics::{self, Renewal};
 
 pub(crate) mod policy;
 
@@ -100,24 +104,58 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
         .zip(&locks)
         .map(|(&i, lock)| (lock, entries[i].shared.ttl))
         .collect();
-    let results = core.extend_many(&requests).await;
+    let span = tracing::debug_span!(
+        "redlock.renew",
+        // The key of a tick that renews one lock; a larger tick's keys are in its rounds'
+        // events and in the warnings of the locks that fail.
+        key = tracing::field::Empty,
+        locks = due.len(),
+        nodes = core.config().nodes.len(),
+        renewed = tracing::field::Empty,
+        refused = tracing::field::Empty,
+        failed = tracing::field::Empty,
+        elapsed_us = tracing::field::Empty,
+    );
+    if let [lock] = locks.as_slice() {
+        span.record("key", lock.key());
+    }
+    let results = core.extend_many(&requests).instrument(span.clone()).await;
     let after = Instant::now();
+    let (mut renewed, mut refused, mut failed) = (0u32, 0u32, 0u32);
     for (&i, result) in due.iter().zip(results) {
         let entry = &mut entries[i];
+        if entry.shared.done.load(Ordering::SeqCst) {
+            // Released (or dropped) while this tick was in flight: its extension may have
+            // reached a node after the release and found the key gone, which says nothing
+            // about a hold its holder let go. Not a renewal, refused or otherwise.
+            continue;
+        }
         match result {
             Ok(lock) => {
+                renewed += 1;
+                metrics::renewal(Renewal::Renewed);
                 entry.shared.extended(lock);
                 entry.due = after + entry.plan.every;
             }
             Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {
-                tracing::warn!(report = %report, "renewal refused by a majority: the lock is lost");
+                refused += 1;
+                metrics::renewal(Renewal::Refused);
+                tracing::warn!(parent: &span, report = %report, "renewal refused by a majority: the lock is lost");
                 entry.shared.mark_lost(LostReason::Refused);
             }
             Err(e) => {
-                tracing::warn!(error = %e, "renewal failed; retrying while the lock is still valid");
+                failed += 1;
+                metrics::renewal(Renewal::Failed);
+                tracing::warn!(parent: &span, error = %e, "renewal failed; retrying while the lock is still valid");
+                entry.shared.renewal_failed(e.to_string());
                 entry.due = after + (entry.plan.every / 4).max(Duration::from_millis(10));
             }
         }
     }
+    span.record("renewed", renewed);
+    span.record("refused", refused);
+    span.record("failed", failed);
+    span.record("elapsed_us", (after - now).as_micros() as u64);
+    tracing::debug!(parent: &span, renewed, refused, failed, "renewal tick");
     entries.retain(|e| e.shared.status.borrow().lost.is_none());
 }

@@ -58,9 +58,16 @@ pub struct RetryPolicy {
     /// The most rounds `lock` runs, the first included: `Some(1)` means no retry. `None`
     /// leaves the count unlimited, and then `max_wait` must be set. Defaults to `None`.
     pub max_attempts: Option<u32>,
-    /// The overall deadline, counted from the start of the first attempt: no attempt starts
-    /// after it. The first attempt always runs, so `Some(0s)` means no retry. `None` leaves
-    /// the time unlimited, and then `max_attempts` must be set. Defaults to 10 s.
+    /// The overall deadline, counted from the start of the first attempt: no attempt, and
+    /// no sleep between attempts, starts at or after it, and sleeps (the backoff delay, the
+    /// spread after a wake-up) are cut short to end at it. An attempt in flight at the
+    /// deadline finishes, so `lock` returns at most one attempt's duration after the
+    /// deadline: one node timeout for a plain, multi-key or reentrant lock (a round waits
+    /// for no node longer), up to four for a fenced one (its acquisition, the counters'
+    /// read, the token's write-back and, when no token can be had, a release). A lock won
+    /// below `min_validity` by the last attempt is released in the background. The first
+    /// attempt always runs, so `Some(0s)` means no retry. `None` leaves the time unlimited,
+    /// and then `max_attempts` must be set. Defaults to 10 s.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub max_wait: Option<Duration>,
     /// The cap of the first delay; each later cap doubles. Defaults to 50 ms.
@@ -177,6 +184,17 @@ impl Backoff {
             None => Duration::MAX,
         };
         doubled.min(self.max_delay)
+    }
+}
+
+impl Backoff {
+    /// The pause of a waiter woken by a release before its round: uniform in `[0, max]`
+    /// (`max` is its last round's duration, see `Redlock::lock`), drawn from this backoff's
+    /// own generator, so that a seeded policy fixes the spreads as well as the delays, for
+    /// a given sequence of delays and wake-ups.
+    pub(crate) fn spread(&mut self, max: Duration) -> Duration {
+        let max = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(self.rng.gen_range(0..=max))
     }
 }
 
@@ -302,6 +320,31 @@ mod tests {
         original.next();
         let rest: Vec<_> = original.clone().take(19).collect();
         assert_eq!(rest, a[1..]);
+    }
+
+    /// Finding 1: the spread of a woken waiter comes from the seeded generator, so two
+    /// clients with the same seed and the same sequence of delays and wake-ups pause
+    /// alike (it was drawn from `thread_rng` before).
+    #[test]
+    fn spreads_follow_the_seed_interleaved_with_delays() {
+        let run = |seed: u64| {
+            let mut backoff = seeded(seed).backoff();
+            let mut seen = Vec::new();
+            for round in 1..=10u32 {
+                seen.push(backoff.next().expect("infinite"));
+                if round % 3 != 0 {
+                    // Woken by a release after a round of `round` ms.
+                    let spread = backoff.spread(round * MS);
+                    assert!(spread <= round * MS, "{spread:?}");
+                    seen.push(spread);
+                }
+            }
+            seen
+        };
+        assert_eq!(run(11), run(11));
+        assert_ne!(run(11), run(12));
+        // A zero-length round gives no spread, and never panics.
+        assert_eq!(seeded(1).backoff().spread(Duration::ZERO), Duration::ZERO);
     }
 
     #[test]

@@ -1,0 +1,255 @@
+//! The command line: commands, flags and the environment variables behind them.
+//!
+//! clap's `env` gives "flag over environment"; the file and the defaults come below both in
+//! `settings.rs`, which is why every setting here is an `Option`: `None` means "not given on
+//! the command line nor in the environment".
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+use crate::exit::EXIT_CODES_HELP;
+
+const SETTINGS_HELP: &str = "\
+Settings come from, first match wins: flags, then environment variables (REDLOCK_NODES,
+REDLOCK_TTL, ...: each flag names its own), then the TOML file given by --config or
+REDLOCK_CONFIG (the library's LockConfig: nodes, ttl, node_timeout, key_prefix, [retry],
+[renewal], ...), then the defaults. Durations are written like 30s, 500ms, 1m 30s.";
+
+const EXAMPLES: &str = "\
+Examples:
+  # Run a nightly job on one host at a time; give up after a minute if another runs it
+  redlock --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 \\
+      run --wait 1m nightly-report -- ./report.sh --full
+
+  # The same with the nodes from a file, and a fencing token for the job
+  REDLOCK_CONFIG=/etc/redlock.toml redlock run --fenced deploy -- ./deploy.sh
+
+  # Who holds a lock, as JSON
+  redlock --config redlock.toml inspect deploy --json
+
+  # Each node's reachability and health
+  redlock --config redlock.toml nodes
+
+  # Remove a lock left by a crashed holder (its token from its logs or REDLOCK_TOKEN)
+  redlock --config redlock.toml release deploy --token 3f2a...";
+
+/// Redlock locks from the command line: run a command while holding a lock over N
+/// independent Redis masters, and inspect or clean up locks.
+#[derive(Debug, Parser)]
+#[command(name = "redlock", version, after_help = after_help())]
+pub struct Cli {
+    /// Where the nodes are and how to talk to them.
+    #[command(flatten)]
+    pub common: Common,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+fn after_help() -> String {
+    format!("{SETTINGS_HELP}\n\n{EXAMPLES}\n\n{EXIT_CODES_HELP}")
+}
+
+/// The settings every command shares. Global: they may come before or after the command.
+#[derive(Debug, Args)]
+pub struct Common {
+    /// A TOML configuration file (the library's LockConfig, durations as text).
+    #[arg(
+        long,
+        short = 'c',
+        env = "REDLOCK_CONFIG",
+        global = true,
+        value_name = "FILE"
+    )]
+    pub config: Option<PathBuf>,
+    /// The Redis masters, comma-separated, each `redis://[user:password@]host:port[/db]`.
+    #[arg(
+        long,
+        env = "REDLOCK_NODES",
+        global = true,
+        value_delimiter = ',',
+        // The URLs may hold passwords: --help must not show the variable's value.
+        hide_env_values = true,
+        value_name = "URL,..."
+    )]
+    pub nodes: Option<Vec<String>>,
+    /// How long one node gets to answer one command [default: 100ms].
+    #[arg(long, env = "REDLOCK_NODE_TIMEOUT", global = true, value_parser = duration, value_name = "DURATION")]
+    pub node_timeout: Option<Duration>,
+    /// Prepended to every key [default: redlock:].
+    #[arg(long, env = "REDLOCK_KEY_PREFIX", global = true, value_name = "PREFIX")]
+    pub key_prefix: Option<String>,
+    /// The clock drift allowance, a fraction of the TTL [default: 0.01].
+    #[arg(
+        long,
+        env = "REDLOCK_DRIFT_FACTOR",
+        global = true,
+        value_name = "FRACTION"
+    )]
+    pub drift_factor: Option<f64>,
+    /// Print nothing but errors (no progress while waiting, no summaries).
+    #[arg(long, short, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Log what the library does to stderr: -v info, -vv debug, -vvv trace.
+    #[arg(long, short, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Acquire KEY, run COMMAND while holding it (renewed in the background), release it.
+    ///
+    /// The command gets REDLOCK_KEY (the full key), REDLOCK_TOKEN (the lock's token) and,
+    /// with --fenced, REDLOCK_FENCING_TOKEN in its environment. SIGINT, SIGTERM and SIGHUP
+    /// are passed on to it. If the lock is lost while it runs, the command gets SIGTERM,
+    /// then SIGKILL after the grace period, and redlock exits with 76. Otherwise redlock
+    /// exits with the command's own code (128+N if signal N ended it).
+    #[command(override_usage = "redlock run [OPTIONS] <KEY> -- <COMMAND>...")]
+    Run(RunArgs),
+    /// Show whether KEY is held, for how long, and what each node says.
+    ///
+    /// "For how long" is the time until fewer than a quorum of nodes hold the key. Exits 0
+    /// when held, 1 when not, 69 when too few nodes answered to tell.
+    Inspect(InspectArgs),
+    /// Show each node's reachability, latency and health.
+    ///
+    /// Health: what the algorithm assumes of a node (an independent standalone master,
+    /// `appendonly yes` with `appendfsync always`, `maxmemory-policy noeviction`). Exits 0
+    /// when every node is healthy, 1 when some are not but a quorum is reachable, 69
+    /// otherwise.
+    Nodes(NodesArgs),
+    /// Remove KEY if it holds TOKEN, to clean up after a crashed holder.
+    ///
+    /// Compare-and-delete on every node: a key that holds another token (a newer holder)
+    /// is left alone. Exits 0 when removed, 1 when no node held KEY with TOKEN.
+    Release(ReleaseArgs),
+}
+
+/// `redlock run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock's lifetime on the nodes; it is renewed every third of it while the command
+    /// runs [default: 30s].
+    #[arg(long, env = "REDLOCK_TTL", value_parser = duration, value_name = "DURATION")]
+    pub ttl: Option<Duration>,
+    /// How long to wait for the lock (`forever` for no limit); 0s for a single attempt
+    /// [default: the configuration's retry.max_wait, 10s].
+    #[arg(long, env = "REDLOCK_WAIT", value_parser = wait, value_name = "DURATION")]
+    pub wait: Option<Duration>,
+    /// Get a fencing token and pass it to the command as REDLOCK_FENCING_TOKEN.
+    #[arg(long, env = "REDLOCK_FENCED", value_parser = clap::builder::BoolishValueParser::new())]
+    pub fenced: bool,
+    /// How long the command gets between SIGTERM and SIGKILL once the lock is lost.
+    #[arg(long, env = "REDLOCK_GRACE", value_parser = duration, default_value = "5s", value_name = "DURATION")]
+    pub grace: Duration,
+    /// The lock's key, without the prefix.
+    pub key: String,
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+/// `redlock inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The key, without the prefix.
+    pub key: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `redlock nodes`.
+#[derive(Debug, Args)]
+pub struct NodesArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `redlock release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The key, without the prefix.
+    pub key: String,
+    /// The holder's token (REDLOCK_TOKEN in its environment). Deliberately not read from
+    /// the environment: inside `redlock run`, REDLOCK_TOKEN is the running lock's own.
+    #[arg(long, value_name = "TOKEN")]
+    pub token: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A duration written as humantime text (`30s`, `500ms`, `1m 30s`).
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; write a duration such as 30s, 500ms or 1m 30s"))
+}
+
+/// A wait: a duration, or `forever` (a wait too long to represent is no limit for the
+/// library's retry policy).
+fn wait(text: &str) -> Result<Duration, String> {
+    match text {
+        "forever" | "infinity" => Ok(Duration::MAX),
+        _ => duration(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_command_after_the_key() {
+        let cli = Cli::try_parse_from([
+            "redlock", "run", "--ttl", "5s", "job", "--", "ls", "-la", "--color",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.key, "job");
+        assert_eq!(run.command, ["ls", "-la", "--color"]);
+        assert_eq!(run.ttl, Some(Duration::from_secs(5)));
+        assert_eq!(run.grace, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn durations_and_waits() {
+        assert_eq!(duration("1m 30s"), Ok(Duration::from_secs(90)));
+        assert!(duration("30 parsecs").unwrap_err().contains("such as 30s"));
+        assert_eq!(wait("forever"), Ok(Duration::MAX));
+        assert_eq!(wait("0s"), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn nodes_are_comma_separated_and_global() {
+        let cli = Cli::try_parse_from([
+            "redlock",
+            "inspect",
+            "k",
+            "--nodes",
+            "redis://a:1,redis://b:2",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.common.nodes,
+            Some(vec!["redis://a:1".to_string(), "redis://b:2".to_string()])
+        );
+    }
+}

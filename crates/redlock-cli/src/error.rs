@@ -1,0 +1,135 @@
+//! What can go wrong, each with the exit code it maps to. Every message says what to do;
+//! node URLs appear only redacted (`NodeName`), and the library's own messages already
+//! follow both rules.
+
+use std::path::PathBuf;
+
+use redlock_client::{Error as LockError, LostReason, NodeOutcome, RoundReport};
+
+use crate::exit::Exit;
+
+/// Why `redlock` stopped without doing what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The configuration file could not be read.
+    #[error("cannot read the configuration file {path}: {source}; check the path given by --config or REDLOCK_CONFIG")]
+    ReadConfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The configuration file is not a valid `LockConfig`.
+    #[error("the configuration file {path} is not valid: {reason}; see the README's configuration section for its fields")]
+    ParseConfig {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (it quotes the offending line, never a whole URL list).
+        reason: String,
+    },
+    /// A value from flags, environment or file cannot work.
+    #[error("{0}; fix the flag, environment variable or configuration file that sets it")]
+    InvalidConfig(redlock_client::InvalidConfig),
+    /// Too few nodes answered to decide anything.
+    #[error("{what}: fewer than a quorum of nodes could be reached ({report}); check that the nodes are running and reachable from this host (`redlock nodes` shows each one)")]
+    Unavailable {
+        /// What was being done.
+        what: String,
+        /// What each node answered.
+        report: Box<RoundReport>,
+    },
+    /// The lock stayed busy for the whole wait.
+    #[error("{0}; `redlock run --wait` sets how long to wait, `redlock inspect KEY` shows how long the holder still has")]
+    NotAcquired(LockError),
+    /// The lock was lost while the command ran.
+    #[error("lock \"{key}\" was lost while the command ran: {reason}; the command was stopped. Find out what removed the key (a node restarted without persistence, an operator, an expired TTL while the nodes were unreachable) before running it again")]
+    LockLost {
+        /// The full key.
+        key: String,
+        /// Why.
+        reason: LostReason,
+    },
+    /// The command does not exist.
+    #[error("command `{program}` not found: check its spelling and PATH, or give its full path")]
+    CommandNotFound {
+        /// The program as given.
+        program: String,
+    },
+    /// The command exists but could not be started.
+    #[error(
+        "command `{program}` could not be started: {source}; check that it is an executable file"
+    )]
+    CannotExecute {
+        /// The program as given.
+        program: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Any other failure of a round (a release or an inspection that did not reach its goal).
+    #[error("{0}")]
+    Round(LockError),
+    /// The runtime could not be set up (signal handlers, threads).
+    #[error("cannot set up the process: {0}; this is an environment problem, not a lock one")]
+    Setup(std::io::Error),
+}
+
+impl CliError {
+    /// The exit code for this error (see `exit.rs`).
+    pub fn exit(&self) -> Exit {
+        match self {
+            CliError::ReadConfig { .. }
+            | CliError::ParseConfig { .. }
+            | CliError::InvalidConfig(_) => Exit::Config,
+            CliError::Unavailable { .. } => Exit::Unavailable,
+            CliError::NotAcquired(_) => Exit::NotAcquired,
+            CliError::LockLost { .. } => Exit::LockLost,
+            CliError::CommandNotFound { .. } => Exit::NotFound,
+            CliError::CannotExecute { .. } => Exit::CannotExecute,
+            CliError::Round(_) | CliError::Setup(_) => Exit::Unavailable,
+        }
+    }
+
+    /// Sorts a library error by what the caller can do about it: `what` names the step
+    /// for the "unavailable" message.
+    pub fn from_lock(what: &str, error: LockError) -> CliError {
+        if let LockError::InvalidConfig(invalid) = error {
+            return CliError::InvalidConfig(invalid);
+        }
+        if let LockError::LockLost { key, reason } = error {
+            return CliError::LockLost { key, reason };
+        }
+        // A round that fewer than a quorum of nodes answered says nothing about the lock:
+        // the nodes, not the lock, are the problem. Checked before "not acquired", because
+        // the client calls a round with one answering node of three "not acquired".
+        if let Some(report) = error.report().filter(|r| too_few_answers(r)) {
+            return CliError::Unavailable {
+                what: what.to_string(),
+                report: Box::new(report.clone()),
+            };
+        }
+        match error {
+            LockError::NotAcquired { .. } | LockError::DeadlinePassed { .. } => {
+                CliError::NotAcquired(error)
+            }
+            other => CliError::Round(other),
+        }
+    }
+}
+
+/// Whether so many nodes failed in `report` (no answer in time, connection down, or an
+/// error reply) that no quorum could have been reached, whatever the others answered.
+pub fn too_few_answers(report: &RoundReport) -> bool {
+    let failed = report
+        .nodes
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.outcome,
+                NodeOutcome::TimedOut
+                    | NodeOutcome::ConnectionError(_)
+                    | NodeOutcome::ServerError(_)
+            )
+        })
+        .count();
+    failed > report.nodes.len() - report.quorum
+}

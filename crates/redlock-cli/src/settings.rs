@@ -1,0 +1,186 @@
+//! The client's configuration from the four sources, first match wins: flags, environment
+//! (both already merged by clap into `Option`s), the TOML file, the defaults.
+//!
+//! The file is the library's own `LockConfig` in its serde form, read the way the README
+//! shows, so a file that works for a service works here unchanged.
+
+use std::path::Path;
+use std::time::Duration;
+
+use redlock_client::LockConfig;
+
+use crate::cli::{Common, RunArgs};
+use crate::error::CliError;
+
+/// The configuration for any command: the file (or the defaults) under the shared flags.
+/// Not validated here: `Redlock::connect` validates everything once, with the library's
+/// messages.
+pub fn load(common: &Common) -> Result<LockConfig, CliError> {
+    let mut config = match &common.config {
+        Some(path) => read_file(path)?,
+        None => LockConfig::default(),
+    };
+    if let Some(nodes) = &common.nodes {
+        // `--nodes ''` or `REDLOCK_NODES=` gives one empty entry; an empty list is then
+        // reported as "no nodes" instead of as an unusable empty URL.
+        config.nodes = nodes.iter().filter(|n| !n.is_empty()).cloned().collect();
+    }
+    if let Some(timeout) = common.node_timeout {
+        config.node_timeout = timeout;
+    }
+    if let Some(prefix) = &common.key_prefix {
+        config.key_prefix = prefix.clone();
+    }
+    if let Some(factor) = common.drift_factor {
+        config.drift_factor = factor;
+    }
+    Ok(config)
+}
+
+/// `run`'s own settings on top of [`load`]'s.
+pub fn for_run(mut config: LockConfig, run: &RunArgs) -> LockConfig {
+    if let Some(ttl) = run.ttl {
+        config.ttl = ttl;
+    }
+    if let Some(wait) = run.wait {
+        apply_wait(&mut config, wait);
+    }
+    if run.fenced {
+        config.fencing = true;
+    }
+    config
+}
+
+/// `--wait` replaces the retry policy's bounds: "wait up to this long" is the whole bound,
+/// so an attempt count from the file must not cut it short.
+fn apply_wait(config: &mut LockConfig, wait: Duration) {
+    config.retry.max_wait = Some(wait);
+    config.retry.max_attempts = None;
+}
+
+fn read_file(path: &Path) -> Result<LockConfig, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CliError::ReadConfig {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(path, &text)
+}
+
+fn parse(path: &Path, text: &str) -> Result<LockConfig, CliError> {
+    toml::from_str(text).map_err(|e| CliError::ParseConfig {
+        path: path.to_path_buf(),
+        // toml's message quotes the offending line; a line of `nodes` may hold a password.
+        reason: redact_passwords(&e.to_string()),
+    })
+}
+
+/// `scheme://user:password@host` becomes `scheme://user:***@host` anywhere in `text`.
+fn redact_passwords(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("://") {
+        let (head, tail) = rest.split_at(start + 3);
+        out.push_str(head);
+        // The authority ends at the first character no URL authority holds.
+        let end = tail
+            .find(|c: char| c == '/' || c == '"' || c == '\'' || c.is_whitespace() || c == ',')
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(at) => {
+                let userinfo = &authority[..at];
+                match userinfo.find(':') {
+                    Some(colon) => {
+                        out.push_str(&userinfo[..=colon]);
+                        out.push_str("***");
+                    }
+                    None => out.push_str(userinfo),
+                }
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn common(args: &[&str]) -> Common {
+        let mut argv = vec!["redlock"];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&["inspect", "k"]);
+        crate::cli::Cli::try_parse_from(argv).unwrap().common
+    }
+
+    #[test]
+    fn flags_override_the_file_which_overrides_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("redlock.toml");
+        std::fs::write(
+            &file,
+            "nodes = [\"redis://f:1\"]\nttl = \"7s\"\nkey_prefix = \"file:\"\n[retry]\nmax_attempts = 3\n",
+        )
+        .unwrap();
+        let path = file.to_str().unwrap();
+
+        let from_file = load(&common(&["--config", path])).unwrap();
+        assert_eq!(from_file.nodes, ["redis://f:1"]);
+        assert_eq!(from_file.ttl, Duration::from_secs(7));
+        assert_eq!(from_file.key_prefix, "file:");
+        // Not in the file: the default.
+        assert_eq!(from_file.node_timeout, LockConfig::default().node_timeout);
+
+        let flagged = load(&common(&[
+            "--config",
+            path,
+            "--nodes",
+            "redis://a:1,redis://b:2",
+            "--key-prefix",
+            "flag:",
+            "--node-timeout",
+            "50ms",
+        ]))
+        .unwrap();
+        assert_eq!(flagged.nodes, ["redis://a:1", "redis://b:2"]);
+        assert_eq!(flagged.key_prefix, "flag:");
+        assert_eq!(flagged.node_timeout, Duration::from_millis(50));
+        assert_eq!(flagged.ttl, Duration::from_secs(7));
+
+        let mut waited = flagged.clone();
+        apply_wait(&mut waited, Duration::from_secs(60));
+        assert_eq!(waited.retry.max_wait, Some(Duration::from_secs(60)));
+        assert_eq!(waited.retry.max_attempts, None);
+    }
+
+    #[test]
+    fn a_bad_file_is_a_config_error_without_passwords() {
+        let path = Path::new("redlock.toml");
+        let err = parse(
+            path,
+            "nodes = [\"redis://:s3cret@h:1\"]\nttl = \"30 parsecs\"\n",
+        )
+        .unwrap_err();
+        assert!(matches!(err, CliError::ParseConfig { .. }), "{err}");
+        let err = parse(path, "nodes = [\"redis://:s3cret@h:1\", 5]\n").unwrap_err();
+        let shown = err.to_string();
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("redlock.toml"), "{shown}");
+        let err = parse(path, "ttl_ms = 5").unwrap_err();
+        assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+
+    #[test]
+    fn redacts_passwords_in_any_url() {
+        assert_eq!(
+            redact_passwords("x = \"redis://user:pw@h:1/0\", 'rediss://:pw@h:2' redis://h:3"),
+            "x = \"redis://user:***@h:1/0\", 'rediss://:***@h:2' redis://h:3"
+        );
+        assert_eq!(redact_passwords("no urls"), "no urls");
+    }
+}

@@ -1,0 +1,102 @@
+//! What the CLI tests share: the built `redlock` binary pointed at a node set, and waiting
+//! for what only the mechanism under test can make true.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use redlock_testkit::NodeSet;
+use tokio::process::Command;
+
+/// Long enough for anything these tests wait for on a loaded 2-core machine: a guard
+/// against hanging, never a statement about speed.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// `redlock` with the nodes of `set` in `REDLOCK_NODES` and every other `REDLOCK_*`
+/// variable of the test's own environment removed, so that only what a test sets counts.
+pub fn redlock(set: &NodeSet) -> Command {
+    let mut cmd = bare();
+    cmd.env("REDLOCK_NODES", set.urls().join(","));
+    cmd
+}
+
+/// `redlock` with no nodes configured and a clean `REDLOCK_*` environment.
+pub fn bare() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlock"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("REDLOCK_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.stdin(Stdio::null()).kill_on_drop(true);
+    cmd
+}
+
+/// Runs `cmd` to the end (within [`PATIENCE`]) and returns what it printed.
+pub async fn output(cmd: &mut Command) -> Output {
+    tokio::time::timeout(PATIENCE, cmd.output())
+        .await
+        .expect("redlock finished")
+        .expect("redlock started")
+}
+
+/// The exit code, with stdout and stderr in the message when it is not `expected`.
+pub fn assert_exit(out: &Output, expected: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(expected),
+        "exit status {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+}
+
+/// Polls `check` every 20 ms until it holds, for at most [`PATIENCE`]. Returns whether it
+/// held.
+pub async fn eventually<F, Fut>(check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    redlock_testkit::eventually(PATIENCE, check).await
+}
+
+/// Waits until `path` exists and has a line, and returns its first line.
+pub async fn first_line(path: &Path) -> String {
+    let mut line = String::new();
+    let found = eventually(|| {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let done = text.ends_with('\n');
+        line = text.lines().next().unwrap_or_default().to_string();
+        async move { done }
+    })
+    .await;
+    assert!(found, "{} was never written", path.display());
+    line
+}
+
+/// Whether process `pid` is still running (a zombie has stopped running).
+pub fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses: "pid (comm) S ...".
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+/// `n` distinct loopback ports where nothing listens (bound together, so distinct, then
+/// closed).
+pub fn closed_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("its address").port())
+        .collect()
+}

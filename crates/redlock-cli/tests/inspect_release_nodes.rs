@@ -1,0 +1,125 @@
+//! The operator's commands: `inspect` (who holds a key, as JSON), `release --token` (clean up
+//! after a crashed holder) and `nodes` (each node's health).
+
+mod common;
+
+use common::{assert_exit, first_line, output, redlock};
+use redlock_testkit::NodeSet;
+use serde_json::Value;
+
+fn json(out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_json_shape() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    // Held on two nodes of three: a quorum.
+    for i in [0, 1] {
+        set.node(i)
+            .set("redlock:report", "some-token", Some(60_000))
+            .await
+            .unwrap();
+    }
+    let out = output(redlock(&set).args(["inspect", "report", "--json"])).await;
+    assert_exit(&out, 0);
+    let v = json(&out);
+    assert_eq!(v["key"], "redlock:report");
+    assert_eq!(v["held"], true);
+    assert_eq!(v["quorum"], 2);
+    let remaining = v["remaining_ms"].as_u64().expect("remaining_ms");
+    assert!(remaining > 0 && remaining <= 60_000, "{v}");
+    let nodes = v["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 3);
+    for (i, node) in nodes.iter().enumerate() {
+        assert_eq!(node["node"], set.urls()[i]);
+        assert_eq!(node["held"], i < 2, "{node}");
+        assert_eq!(node["ttl_ms"].is_u64(), i < 2, "{node}");
+        assert!(node["error"].is_null(), "{node}");
+    }
+
+    // Not held: exit 1, and the text form says so.
+    let out = output(redlock(&set).args(["inspect", "nobody"])).await;
+    assert_exit(&out, 1);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("redlock:nobody: not held"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_with_the_token_frees_a_key_left_by_a_crashed_holder() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    // The holder crashes: its command records the token, then SIGKILLs redlock, which so
+    // never releases. The key stays for its TTL of a minute.
+    let script = format!(
+        "echo \"$REDLOCK_TOKEN\" > {}; kill -KILL $PPID",
+        token_file.display()
+    );
+    let out = output(
+        redlock(&set)
+            .args(["run", "--ttl", "60s", "crashed", "--", "sh", "-c"])
+            .arg(&script),
+    )
+    .await;
+    assert_eq!(out.status.code(), None, "redlock was killed");
+    let token = first_line(&token_file).await;
+    assert_eq!(set.nodes_holding("redlock:crashed").await, [0, 1, 2]);
+
+    // Another token removes nothing.
+    let out = output(redlock(&set).args(["release", "crashed", "--token", "not-the-token"])).await;
+    assert_exit(&out, 1);
+    assert_eq!(set.nodes_holding("redlock:crashed").await, [0, 1, 2]);
+
+    let out = output(redlock(&set).args(["release", "crashed", "--token", &token, "--json"])).await;
+    assert_exit(&out, 0);
+    let v = json(&out);
+    assert_eq!(v["key"], "redlock:crashed");
+    assert_eq!(v["removed"], 3);
+    assert!(v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|n| n["outcome"] == "released"));
+    assert!(set.nodes_holding("redlock:crashed").await.is_empty());
+
+    // Free again at once, without waiting for the TTL.
+    let out = output(redlock(&set).args(["run", "--wait", "0s", "crashed", "--", "true"])).await;
+    assert_exit(&out, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_reports_each_node_and_the_quorum() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let out = output(redlock(&set).args(["nodes", "--json"])).await;
+    let v = json(&out);
+    assert_eq!(v["quorum"], 2);
+    assert_eq!(v["reachable"], 3);
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3);
+    for node in nodes {
+        assert_eq!(node["reachable"], true, "{node}");
+        assert!(node["latency_ms"].as_f64().unwrap() >= 0.0);
+        assert_eq!(node["role"], "master");
+        assert_eq!(node["mode"], "standalone");
+        assert_eq!(
+            node["healthy"],
+            node["problems"].as_array().unwrap().is_empty()
+        );
+    }
+    // The test nodes run without persistence (a problem the check names): healthy or not,
+    // the exit code follows the count.
+    let all_healthy = v["healthy"] == 3;
+    assert_exit(&out, if all_healthy { 0 } else { 1 });
+
+    set.node(1).kill().unwrap();
+    set.node(2).kill().unwrap();
+    let out = output(redlock(&set).args(["--node-timeout", "200ms", "nodes"])).await;
+    assert_exit(&out, 69);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("DOWN"), "{text}");
+    assert!(
+        text.contains("1 of 3 nodes reachable (a lock needs 2)"),
+        "{text}"
+    );
+}

@@ -1,0 +1,174 @@
+//! Each way `redlock run` ends has its own exit code (the table in the crate README).
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::{assert_exit, bare, closed_ports, first_line, output, redlock};
+use redlock_testkit::NodeSet;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commands_own_code_and_signal_pass_through_and_the_lock_is_released() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let out = output(redlock(&set).args(["run", "job", "--", "sh", "-c", "exit 3"])).await;
+    assert_exit(&out, 3);
+    let out = output(redlock(&set).args(["run", "job", "--", "sh", "-c", "kill -TERM $$"])).await;
+    assert_exit(&out, 128 + 15);
+    let out = output(redlock(&set).args(["run", "job", "--", "true"])).await;
+    assert_exit(&out, 0);
+    // Quiet in scripts: nothing on stderr when all went well.
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    assert!(set.nodes_holding("redlock:job").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_by_another_is_not_acquired_within_the_wait() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    for node in set.iter() {
+        node.set("redlock:busy", "another-holder", Some(60_000))
+            .await
+            .unwrap();
+    }
+    let out = output(redlock(&set).args(["run", "--wait", "300ms", "busy", "--", "true"])).await;
+    assert_exit(&out, 75);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("held by another owner"), "{stderr}");
+    // The other holder's lock is untouched.
+    assert_eq!(set.nodes_holding("redlock:busy").await, [0, 1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_is_passed_on_and_the_lock_released() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "trap 'exit 7' TERM; echo up > {}; while :; do sleep 0.1; done",
+        ready.display()
+    );
+    let mut cmd = redlock(&set);
+    cmd.args(["run", "signalled", "--", "sh", "-c"])
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    let run = tokio::spawn(async move {
+        tokio::time::timeout(common::PATIENCE, child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    first_line(&ready).await;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = run.await.unwrap();
+    // The command's trap ran (it got the signal) and its code came back.
+    assert_exit(&out, 7);
+    assert!(set.nodes_holding("redlock:signalled").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_unexecutable_command_is_127_or_126_and_releases() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let out = output(redlock(&set).args(["run", "nocmd", "--", "/nonexistent/command"])).await;
+    assert_exit(&out, 127);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not found"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("not-executable.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = output(redlock(&set).args(["run", "nocmd", "--"]).arg(&script)).await;
+    assert_exit(&out, 126);
+    assert!(set.nodes_holding("redlock:nocmd").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_nodes_are_69() {
+    let nodes: Vec<String> = closed_ports(3)
+        .into_iter()
+        .map(|port| format!("redis://127.0.0.1:{port}"))
+        .collect();
+    let out = output(bare().args([
+        "--nodes",
+        &nodes.join(","),
+        "--node-timeout",
+        "200ms",
+        "run",
+        "--wait",
+        "300ms",
+        "k",
+        "--",
+        "true",
+    ]))
+    .await;
+    assert_exit(&out, 69);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("reachable"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_and_usage_errors() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    // A TTL the library refuses: 78, with the library's reason.
+    let out = output(redlock(&set).args(["run", "--ttl", "0s", "k", "--", "true"])).await;
+    assert_exit(&out, 78);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TTL is zero"));
+    // No nodes anywhere: 78.
+    let out = output(bare().args(["run", "k", "--", "true"])).await;
+    assert_exit(&out, 78);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no Redis nodes configured"));
+    // A file with an unknown field: 78, naming the file and the field.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("redlock.toml");
+    std::fs::write(&file, "ttl_ms = 30000\n").unwrap();
+    let out = output(
+        redlock(&set)
+            .arg("--config")
+            .arg(&file)
+            .args(["run", "k", "--", "true"]),
+    )
+    .await;
+    assert_exit(&out, 78);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("redlock.toml") && stderr.contains("unknown field"),
+        "{stderr}"
+    );
+    // A password in a node URL never shows.
+    let out = output(bare().args([
+        "--nodes",
+        "redis://:s3cret@127.0.0.1:1,redis://:s3cret@127.0.0.1:1",
+        "run",
+        "k",
+        "--",
+        "true",
+    ]))
+    .await;
+    assert_exit(&out, 78);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("s3cret"));
+    // Usage: no command, an unknown flag, a bad duration: 64.
+    for args in [
+        &["run", "k"][..],
+        &["run", "--bogus", "k", "--", "true"][..],
+        &["run", "--wait", "soon", "k", "--", "true"][..],
+    ] {
+        let out = output(redlock(&set).args(args)).await;
+        assert_exit(&out, 64);
+    }
+    // Help is no error, and does not show the password in REDLOCK_NODES.
+    let out = output(
+        bare()
+            .env("REDLOCK_NODES", "redis://:s3cret@127.0.0.1:1")
+            .arg("--help"),
+    )
+    .await;
+    assert_exit(&out, 0);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("Exit codes:") && help.contains("Examples:"),
+        "{help}"
+    );
+    assert!(!help.contains("s3cret"), "{help}");
+}

@@ -32,6 +32,8 @@ pub enum Event {
         valid_until: At,
         /// The fencing token, for a fenced acquisition.
         fencing: Option<u64>,
+        /// The owner, for a hold of a reentrant lock: holds of one owner share the key.
+        owner: Option<String>,
     },
     /// A holder started releasing: from here on it no longer claims the lock.
     ReleaseStarted {
@@ -86,6 +88,40 @@ pub enum Event {
         /// The value it read (and would have written plus one).
         read: u64,
     },
+    /// One operation of the workload mix and how it ended (`ok`, `failed: ...`,
+    /// `cancelled`, `dropped`, ...), for the summary and for the checker: an operation of a
+    /// reentrant lock's owner may move the expiry of the owner's key.
+    Op {
+        /// Which client.
+        client: String,
+        /// The operation (see [`crate::Op`]).
+        op: &'static str,
+        /// The owner, for the operations on a reentrant lock.
+        owner: Option<String>,
+        /// When it started.
+        started: At,
+        /// When it ended.
+        ended: At,
+        /// How it ended.
+        outcome: String,
+    },
+    /// What the nodes held for a guard, read straight from each node (not through the
+    /// fault proxies) right after the guard reported `valid_until`: an extension must never
+    /// leave a guard reporting validity that a quorum of nodes no longer hold.
+    NodesRead {
+        /// Which client.
+        client: String,
+        /// The guard's token.
+        token: String,
+        /// When the guard was asked (before the first read was sent).
+        at: At,
+        /// The end of validity the guard reported then.
+        valid_until: At,
+        /// How many nodes must hold the lock.
+        quorum: usize,
+        /// One read per node of the set, in node order.
+        nodes: Vec<NodeHold>,
+    },
     /// A fault the harness injected.
     Fault {
         /// When.
@@ -97,6 +133,21 @@ pub enum Event {
         /// A human-readable description, e.g. `"pause node-2"`.
         what: String,
     },
+}
+
+/// What one node held for a guard ([`Event::NodesRead`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeHold {
+    /// The node's index.
+    pub node: usize,
+    /// When the read was sent.
+    pub sent: At,
+    /// When its reply arrived.
+    pub received: At,
+    /// `None`: no answer (down, paused, cut off: unknown). `Some(-2)`: the node does not
+    /// hold the lock (a key missing, or another token). `Some(-1)`: held with no expiry.
+    /// Otherwise the least `PTTL` of the lock's keys, in the node's milliseconds.
+    pub pttl: Option<i64>,
 }
 
 /// How the checker treats an injected fault.

@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use redlock_client::{LockConfig, LockConfigBuilder, Redlock};
-use redlock_testkit::{LinkFault, Links, Nodes};
+use redlock_testkit::{ClockControl, LinkFault, Links, Nodes};
 
 use crate::backend::{Backend, Setup};
 use crate::error::LabError;
 use crate::history::{FaultKind, History};
+use crate::mix::Workload;
 use crate::observer::Samples;
 
 /// Settings shared by the scenarios. Short TTLs keep the whole lab within a few minutes.
@@ -59,7 +60,7 @@ impl Fencing {
     pub fn fenced(self, c: usize) -> bool {
         match self {
             Fencing::Off => false,
-            Fencing::EvenClients => c % 2 == 0,
+            Fencing::EvenClients => c.is_multiple_of(2),
             Fencing::All => true,
         }
     }
@@ -85,6 +86,11 @@ pub struct Lab {
     /// The observer's samples so far, for schedules that wait until the observer has seen
     /// what the checker needs.
     pub observed: Samples,
+    /// What the contending clients run: plain cycles or the mix.
+    pub workload: Workload,
+    /// Whether this run is one of a soak's (see [`crate::soak()`]): scripted schedules may
+    /// then run more rounds per run.
+    pub soak: bool,
 }
 
 impl Lab {
@@ -99,6 +105,16 @@ impl Lab {
     /// the docker set's five.
     pub fn node_count(&self) -> usize {
         self.setup.nodes
+    }
+
+    /// The longest TTL a lock key can be given in this run: the mix extends locks to twice
+    /// the TTL ([`Op::ExtendLonger`](crate::Op::ExtendLonger)). A node that restarts empty
+    /// must stay down longer than this (H2), not just longer than the configured TTL.
+    pub fn max_ttl(&self) -> Duration {
+        match self.workload {
+            Workload::Plain => self.timing.ttl,
+            Workload::Mix(_) => self.timing.ttl * 2,
+        }
     }
 
     /// Node `n`'s name, for fault descriptions.
@@ -228,20 +244,47 @@ impl Lab {
         Ok(self.nodes().evict_all(n).await?)
     }
 
-    /// Sets node `n`'s clock rate (1.0 = real time).
-    pub fn clock_rate(&self, n: usize, rate: f64) -> Result<(), LabError> {
-        let clock = self.nodes().clock(n).ok_or_else(|| {
+    /// Node `n`'s clock shim, or why there is none.
+    fn clock(&self, n: usize) -> Result<&ClockControl, LabError> {
+        self.nodes().clock(n).ok_or_else(|| {
             LabError::Setup(format!(
                 "{} has no clock shim: the scenario must ask for fake_clock",
                 self.name(n)
             ))
-        })?;
+        })
+    }
+
+    /// Sets node `n`'s clock rate (1.0 = real time).
+    pub fn clock_rate(&self, n: usize, rate: f64) -> Result<(), LabError> {
+        let clock = self.clock(n)?;
         self.history.fault(
             Some(n),
             FaultKind::Other,
             format!("clock rate {rate} on {}", self.name(n)),
         );
         clock.set_rate(rate)?;
+        Ok(())
+    }
+
+    /// Steps node `n`'s wall clock by `by_ms` milliseconds at once (negative: back). Recorded
+    /// as key loss from the step until the shim has surely applied it (it re-reads its
+    /// control file about every 10 ms): a step forward expires keys early there, a step
+    /// back moves their expiry later, which the checker would otherwise take for a foreign
+    /// extension.
+    pub async fn clock_jump(&self, n: usize, by_ms: i64) -> Result<(), LabError> {
+        let clock = self.clock(n)?;
+        self.history.fault(
+            Some(n),
+            FaultKind::KeyLoss,
+            format!("clock of {} steps {by_ms:+} ms", self.name(n)),
+        );
+        clock.jump(by_ms)?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.history.fault(
+            Some(n),
+            FaultKind::KeyLoss,
+            format!("{}'s clock step applied", self.name(n)),
+        );
         Ok(())
     }
 

@@ -10,6 +10,10 @@
 //! extended by a non-owner, and fencing tokens that repeat or go backwards in the real-time
 //! order of acquisitions (the must-pass scenarios give every second client fenced locks).
 //!
+//! In the must-pass scenarios the clients run a [mix](Mix) of every path of the client's
+//! API (reentrant holds, extensions, renewal, multi-key locks, dropped guards, cancelled
+//! calls), and [`soak()`] repeats each until it has reached a number of acquisitions.
+//!
 //! Must-pass scenarios expect zero violations; demonstrations break an assumption of
 //! Redlock (H2-H4 in the README) or a step of the fencing design, and expect the checker to
 //! report the violation that follows.
@@ -23,24 +27,35 @@ mod backend;
 pub mod checker;
 mod error;
 mod history;
+mod holder;
 mod lab;
 mod logging;
+mod mix;
 mod observer;
 mod raw;
 mod resource;
 mod scenario;
 mod scenarios;
+pub mod soak;
 mod suite;
 mod workload;
 
 pub use backend::{Backend, BackendKind, Setup, DOCKER_NODES};
 pub use error::LabError;
-pub use history::{At, Event, FaultKind, History};
+pub use history::{At, Event, FaultKind, History, NodeHold};
+pub use holder::{serve_holder, HOLDER_ENV, HOLDER_EXE_ENV};
 pub use lab::{Fencing, Lab, Timing, FENCING_COUNTER};
 pub use logging::init_tracing;
+pub use mix::{Mix, Op, Workload, MANY_EXTRA};
 pub use observer::{Observer, Samples};
 pub use resource::{Read, Resource};
-pub use scenario::{run, Driver, Expect, Outcome, Scenario, ScenarioResult, KEY};
+pub use scenario::{
+    run, run_with, Driver, Expect, Outcome, RunOptions, Scenario, ScenarioResult, KEY,
+};
 pub use scenarios::all as scenarios;
-pub use suite::{docker_requested, repeat_summary, run_backend, run_repeated, summary, DOCKER_ENV};
+pub use soak::{soak, soak_summary, SoakResult};
+pub use suite::{
+    docker_requested, repeat_summary, run_backend, run_repeated, run_repeated_with, summary,
+    DOCKER_ENV,
+};
 pub use workload::{contend, contend_each, outcome_label, record_acquired, release, Tally};

@@ -16,9 +16,20 @@ use crate::history::History;
 /// Time between two samples of one node: short against the 0.5-1 s TTLs of the scenarios, so
 /// a removal is pinned to a window of a few milliseconds.
 const EVERY: Duration = Duration::from_millis(5);
-/// GET and PTTL in one atomic step: done as two commands, a key replaced in between would
-/// pair one holder's token with the next holder's expiry.
-const SAMPLE: &str = "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}";
+/// The value and PTTL in one atomic step: done as two commands, a key replaced in between
+/// would pair one holder's token with the next holder's expiry. A reentrant lock's hash is
+/// read as its owner (`reentrant:{owner}`, never a token) and the tokens of its holds.
+const SAMPLE: &str = r#"local kind = redis.call('TYPE', KEYS[1]).ok
+local pttl = redis.call('PTTL', KEYS[1])
+if kind == 'hash' then
+  local holds = {}
+  for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(field, 1, 5) == 'hold:' then holds[#holds + 1] = string.sub(field, 6) end
+  end
+  return {'reentrant:' .. (redis.call('HGET', KEYS[1], 'owner') or ''), pttl, holds}
+end
+if kind == 'string' then return {redis.call('GET', KEYS[1]), pttl, {}} end
+return {false, pttl, {}}"#;
 /// A sample that takes longer (paused or dead node) is skipped.
 const SAMPLE_TIMEOUT: Duration = Duration::from_millis(50);
 
@@ -155,12 +166,12 @@ impl Sampler {
             }
             for key in &self.keys {
                 let sent = self.history.now();
-                let read = client.eval::<(Option<String>, i64), _, _, _>(
+                let read = client.eval::<(Option<String>, i64, Vec<String>), _, _, _>(
                     SAMPLE,
                     vec![key.as_str()],
                     Vec::<String>::new(),
                 );
-                let Ok((token, pttl)) = read.await else {
+                let Ok((token, pttl, holds)) = read.await else {
                     continue;
                 };
                 let received = self.history.now();
@@ -171,6 +182,7 @@ impl Sampler {
                     received,
                     token,
                     pttl,
+                    holds,
                 });
             }
         }

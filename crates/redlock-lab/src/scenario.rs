@@ -1,6 +1,7 @@
 //! A scenario: a named workload with faults, what it is expected to show, and how it is run
 //! and checked.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -11,8 +12,9 @@ use tokio::time::Instant;
 use crate::backend::{Backend, BackendKind, Setup};
 use crate::checker::{self, Leftover, Violation};
 use crate::error::LabError;
-use crate::history::History;
+use crate::history::{Event, History};
 use crate::lab::{Fencing, Lab, Timing, FENCING_COUNTER};
+use crate::mix::{Workload, MANY_EXTRA};
 use crate::observer::Observer;
 
 /// The one key every scenario contends for (under the scenario's own prefix).
@@ -81,8 +83,21 @@ pub struct Scenario {
     pub fencing: Fencing,
     /// TTL, node timeout and run time.
     pub timing: Timing,
+    /// The timing in soak mode, when it differs: scenarios that wait a TTL out take a
+    /// shorter one there, to reach many acquisitions in reasonable time.
+    pub soak: Option<Timing>,
     /// The driver.
     pub run: Driver,
+}
+
+/// How a scenario is run: its clients' workload, and whether it is one run of a soak.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// What the contending clients of the must-pass scenarios run: the mix by default
+    /// (demonstrations follow their own schedule either way).
+    pub workload: Workload,
+    /// A run of a soak: the scenario's [`Scenario::soak`] timing, where it has one.
+    pub soak: bool,
 }
 
 /// The result of one scenario on one backend.
@@ -108,6 +123,8 @@ pub struct ScenarioResult {
     pub error: Option<String>,
     /// Wall time.
     pub elapsed: Duration,
+    /// How the mix's operations ended: (operation, outcome) and how many times.
+    pub ops: BTreeMap<(&'static str, String), u64>,
 }
 
 impl ScenarioResult {
@@ -135,14 +152,28 @@ impl ScenarioResult {
     }
 }
 
-/// Runs `scenario` on `kind`. `reuse` is a docker node set from the previous scenario; the
-/// set is handed back for the next one.
+/// Runs `scenario` on `kind` with the default [`RunOptions`] (the mix). `reuse` is a
+/// docker node set from the previous scenario; the set is handed back for the next one.
 pub async fn run(
     kind: BackendKind,
     scenario: &Scenario,
     reuse: Option<Backend>,
 ) -> (ScenarioResult, Option<Backend>) {
+    run_with(kind, scenario, reuse, &RunOptions::default()).await
+}
+
+/// [`run`] with `options`.
+pub async fn run_with(
+    kind: BackendKind,
+    scenario: &Scenario,
+    reuse: Option<Backend>,
+    options: &RunOptions,
+) -> (ScenarioResult, Option<Backend>) {
     let started = Instant::now();
+    let timing = match (options.soak, scenario.soak) {
+        (true, Some(soak)) => soak,
+        _ => scenario.timing,
+    };
     let mut result = ScenarioResult {
         name: scenario.name,
         backend: kind,
@@ -154,6 +185,7 @@ pub async fn run(
         notes: Vec::new(),
         error: None,
         elapsed: Duration::ZERO,
+        ops: BTreeMap::new(),
     };
     let backend = match Backend::start(kind, scenario.setup, reuse).await {
         Ok(backend) => backend,
@@ -174,16 +206,24 @@ pub async fn run(
     };
     let history = History::new();
     let prefix = format!("lab:{}:", scenario.name);
-    let observer = Observer::start(&history, &addrs, &[format!("{prefix}{KEY}")]);
+    // The multi-key locks' other keys too, under the mix: their tokens must stay put as
+    // well while held.
+    let mut keys = vec![format!("{prefix}{KEY}")];
+    if matches!(options.workload, Workload::Mix(_)) && scenario.expect == Expect::Safe {
+        keys.extend(MANY_EXTRA.iter().map(|k| format!("{prefix}{k}")));
+    }
+    let observer = Observer::start(&history, &addrs, &keys);
     let lab = Lab {
         backend,
         links,
         history,
         prefix,
-        timing: scenario.timing,
+        timing,
         setup: scenario.setup,
         fencing: scenario.fencing,
         observed: observer.samples(),
+        workload: options.workload.clone(),
+        soak: options.soak,
     };
     match tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(&lab)).await {
         Ok(Ok(outcome)) => {
@@ -196,7 +236,7 @@ pub async fn run(
     heal(&lab).await;
     tokio::time::sleep(SETTLE).await;
     let observations = observer.stop().await;
-    let leftovers = leftovers(&lab).await;
+    let leftovers = leftovers_after_fair_queues_expire(&lab).await;
     let events = lab.history.events();
     let mut found = checker::check(&events, &observations, &leftovers);
     found.append(&mut result.violations);
@@ -212,8 +252,13 @@ pub async fn run(
     }
     result.writes = events
         .iter()
-        .filter(|e| matches!(e, crate::history::Event::Write { .. }))
+        .filter(|e| matches!(e, Event::Write { .. }))
         .count();
+    for event in &events {
+        if let Event::Op { op, outcome, .. } = event {
+            *result.ops.entry((*op, outcome.clone())).or_default() += 1;
+        }
+    }
     result.elapsed = started.elapsed();
     let Lab { backend, links, .. } = lab;
     drop(links);
@@ -227,6 +272,36 @@ async fn heal(lab: &Lab) {
     for n in 0..lab.node_count() {
         // Resuming a node that is not paused is a no-op; a killed node stays down.
         let _ = lab.nodes().resume(n).await;
+    }
+}
+
+/// [`leftovers`], once the fair queues that may still expire have had the time to.
+///
+/// A fair waiter that leaves its queue while a node is down (killed, partitioned) cannot
+/// take its entry off that node; the entry, and the queue's keys, expire there with the
+/// waiter's patience (`LockConfig::fair_patience`), which is the promise. So a queue key
+/// with a TTL within the patience is waited for (at most the patience), and what is still
+/// there afterwards, or a queue key without a TTL or with a longer one, is left behind.
+async fn leftovers_after_fair_queues_expire(lab: &Lab) -> Vec<Leftover> {
+    let found = leftovers(lab).await;
+    let fair = lab.full_key("fair-");
+    let patience = match lab.config(0).build() {
+        Ok(config) => config.fair_patience(),
+        Err(_) => return found,
+    };
+    let wait = found
+        .iter()
+        .filter(|l| l.key.starts_with(&fair))
+        .filter_map(|l| u64::try_from(l.pttl).ok())
+        .map(Duration::from_millis)
+        .filter(|pttl| *pttl <= patience)
+        .max();
+    match wait {
+        Some(wait) => {
+            tokio::time::sleep(wait + SETTLE).await;
+            leftovers(lab).await
+        }
+        None => found,
     }
 }
 

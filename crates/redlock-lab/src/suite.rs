@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::backend::{Backend, BackendKind};
-use crate::scenario::{self, Expect, Scenario, ScenarioResult};
+use crate::scenario::{self, Expect, RunOptions, Scenario, ScenarioResult};
 
 /// The environment variable that asks for the docker backend: `1` runs it and fails when
 /// Docker is unusable; unset or `0` skips it with a message.
@@ -27,6 +27,16 @@ pub async fn run_repeated(
     scenarios: &[Scenario],
     times: usize,
 ) -> Vec<ScenarioResult> {
+    run_repeated_with(backend, scenarios, times, &RunOptions::default()).await
+}
+
+/// [`run_repeated`] with `options` (the workload).
+pub async fn run_repeated_with(
+    backend: BackendKind,
+    scenarios: &[Scenario],
+    times: usize,
+    options: &RunOptions,
+) -> Vec<ScenarioResult> {
     let mut results = Vec::new();
     let mut reuse: Option<Backend> = None;
     for s in scenarios {
@@ -37,7 +47,7 @@ pub async fn run_repeated(
                 s.name.to_owned()
             };
             eprintln!("[lab] {backend}: {label} ...");
-            let (result, nodes) = scenario::run(backend, s, reuse.take()).await;
+            let (result, nodes) = scenario::run_with(backend, s, reuse.take(), options).await;
             eprintln!(
                 "[lab] {backend}: {label} -> {} acquisitions, {} violation(s), {} in {:.1}s",
                 result.acquisitions,
@@ -147,7 +157,7 @@ pub fn summary<'a>(results: impl IntoIterator<Item = &'a ScenarioResult>) -> Str
         );
     }
     for r in &results {
-        if r.violations.is_empty() && r.error.is_none() && r.notes.is_empty() {
+        if r.violations.is_empty() && r.error.is_none() && r.notes.is_empty() && r.ops.is_empty() {
             continue;
         }
         let _ = writeln!(out, "\n{} ({}):", r.name, r.backend);
@@ -169,6 +179,14 @@ fn details(out: &mut String, r: &ScenarioResult) {
     }
     for note in &r.notes {
         let _ = writeln!(out, "  note: {note}");
+    }
+    if !r.ops.is_empty() {
+        let ops: Vec<String> = r
+            .ops
+            .iter()
+            .map(|((op, outcome), n)| format!("{op} {outcome} {n}"))
+            .collect();
+        let _ = writeln!(out, "  mix: {}", ops.join("; "));
     }
     if let Some(error) = &r.error {
         let _ = writeln!(out, "  error: {error}");

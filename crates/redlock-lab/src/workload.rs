@@ -54,6 +54,7 @@ pub(crate) fn record_acquisition(
         acquired,
         valid_until: history.at(guard.valid_until()),
         fencing,
+        owner: lock.owner().map(str::to_owned),
     });
     token
 }
@@ -64,7 +65,7 @@ pub async fn release(history: &History, client: &str, token: &str, guard: LockGu
 }
 
 /// [`release`], returning the release round's report when the round ran.
-async fn release_round(
+pub(crate) async fn release_round(
     history: &History,
     client: &str,
     token: &str,
@@ -124,7 +125,7 @@ impl Tally {
         self.release_rounds.extend_from_slice(&other.release_rounds);
     }
 
-    fn record_round(&mut self, report: &RoundReport) {
+    pub(crate) fn record_round(&mut self, report: &RoundReport) {
         for (node, answer) in report.nodes.iter().enumerate() {
             *self
                 .outcomes
@@ -229,7 +230,7 @@ pub async fn contend_each(
 }
 
 /// How many rounds a `lock()` call that gave up ran.
-fn rounds_run(error: &Error) -> u32 {
+pub(crate) fn rounds_run(error: &Error) -> u32 {
     match error {
         Error::NotAcquired { attempts, .. } | Error::DeadlinePassed { attempts, .. } => *attempts,
         _ => 1,

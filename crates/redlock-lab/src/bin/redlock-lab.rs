@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use redlock_lab::{
-    init_tracing, repeat_summary, run_repeated, scenarios, summary, BackendKind, Expect,
+    init_tracing, repeat_summary, run_repeated_with, scenarios, soak, soak_summary, summary,
+    BackendKind, Expect, Mix, RunOptions, Workload,
 };
 use redlock_testkit::DockerSet;
 
@@ -27,6 +28,22 @@ struct Args {
     /// demonstration fires every time). Fails if any run did not.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     repeat: u32,
+    /// Soak: run each selected must-pass scenario again and again (its fault schedule
+    /// with it, fresh nodes each run) until it has at least this many acquisitions, with a
+    /// progress line per run; the table then sums the runs. Demonstrations are left out.
+    #[arg(long, value_name = "N")]
+    min_acquisitions: Option<usize>,
+    /// The must-pass scenarios' workload: the operations' weights as `name=weight,...`
+    /// (plain, reentrant, reentrant_concurrent, extend_longer, extend_shorter, renewed, many, dropped,
+    /// cancelled, fair; those not named get 0). Defaults to the default mix.
+    #[arg(long, value_name = "WEIGHTS", conflicts_with = "plain")]
+    mix: Option<String>,
+    /// The mix's seed (each client draws its operations from it).
+    #[arg(long, default_value_t = 17)]
+    seed: u64,
+    /// Plain lock/release cycles instead of the mix.
+    #[arg(long)]
+    plain: bool,
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -39,8 +56,16 @@ enum Backend {
     All,
 }
 
+fn main() -> ExitCode {
+    // Started again as the holder process of the client crash and pause scenarios.
+    if let Some(code) = redlock_lab::serve_holder() {
+        return code;
+    }
+    run()
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> ExitCode {
+async fn run() -> ExitCode {
     init_tracing();
     let args = Args::parse();
     let mut all = scenarios();
@@ -71,10 +96,41 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    let workload = if args.plain {
+        Workload::Plain
+    } else {
+        match args.mix.as_deref().map(|spec| Mix::parse(spec, args.seed)) {
+            None => Workload::Mix(Mix {
+                seed: args.seed,
+                ..Mix::default()
+            }),
+            Some(Ok(mix)) => Workload::Mix(mix),
+            Some(Err(e)) => {
+                eprintln!("--mix {e}");
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let options = RunOptions {
+        workload,
+        ..RunOptions::default()
+    };
+    if let Some(min) = args.min_acquisitions {
+        let mut results = Vec::new();
+        for backend in backends {
+            results.extend(soak(*backend, &all, min, &options).await);
+        }
+        println!("{}", soak_summary(&results));
+        return if results.iter().all(|r| r.total.passed()) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
     let times = args.repeat as usize;
     let mut results = Vec::new();
     for backend in backends {
-        results.extend(run_repeated(*backend, &all, times).await);
+        results.extend(run_repeated_with(*backend, &all, times, &options).await);
     }
     if times > 1 {
         println!("{}", repeat_summary(&results));

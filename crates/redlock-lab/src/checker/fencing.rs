@@ -2,7 +2,10 @@
 //!
 //! The order is the one a resource can rely on: if acquisition A had completed (its token
 //! handed out) before acquisition B began, B's token must be higher. Acquisitions that
-//! overlap in time may get their tokens in either order; they must still differ. The
+//! overlap in time may get their tokens in either order; they must still differ, but for
+//! two holds of one reentrant lock's owner whose acquisitions overlap: they are one
+//! owner's lease on the key, won together, and may share a token (the README's promise;
+//! nested holds, one taken while the other is held, must still differ). The
 //! history's times make this sound: an acquisition's recorded start is never later than
 //! its winning round's start and its recorded end never earlier than the hand-out, so a
 //! pair that the record orders was ordered in fact.
@@ -26,6 +29,19 @@ pub struct Fenced {
     pub started: At,
     /// When its token was handed out (an upper bound).
     pub acquired: At,
+    /// The owner, for a hold of a reentrant lock.
+    pub owner: Option<String>,
+}
+
+impl Fenced {
+    /// Two holds of one owner whose acquisitions overlapped in time: one lease, won
+    /// together, that may share a token.
+    fn shares_lease_with(&self, other: &Fenced) -> bool {
+        self.owner.is_some()
+            && self.owner == other.owner
+            && self.started <= other.acquired
+            && other.started <= self.acquired
+    }
 }
 
 impl fmt::Display for Fenced {
@@ -53,6 +69,7 @@ pub fn fenced(events: &[Event]) -> Vec<Fenced> {
                 started,
                 acquired,
                 fencing: Some(fencing),
+                owner,
                 ..
             } => Some(Fenced {
                 client: client.clone(),
@@ -60,6 +77,7 @@ pub fn fenced(events: &[Event]) -> Vec<Fenced> {
                 fencing: *fencing,
                 started: *started,
                 acquired: *acquired,
+                owner: owner.clone(),
             }),
             _ => None,
         })
@@ -67,7 +85,9 @@ pub fn fenced(events: &[Event]) -> Vec<Fenced> {
 }
 
 /// Fencing tokens handed out twice, and tokens lower than one handed out before their
-/// acquisition began. A pair that is ordered and equal is reported once, as reused.
+/// acquisition began. A pair that is ordered and equal is reported once, as reused. Holds
+/// of one reentrant owner whose acquisitions overlapped in time (one lease, won together)
+/// may share a token.
 pub fn fencing_violations(events: &[Event]) -> Vec<Violation> {
     let mut all = fenced(events);
     all.sort_by_key(|f| f.acquired);
@@ -77,11 +97,13 @@ pub fn fencing_violations(events: &[Event]) -> Vec<Violation> {
         by_token.entry(f.fencing).or_default().push(f);
     }
     for list in by_token.values() {
-        for second in &list[1..] {
-            found.push(Violation::FencingReused {
-                first: list[0].clone(),
-                second: (*second).clone(),
-            });
+        for (i, second) in list.iter().enumerate().skip(1) {
+            if let Some(first) = list[..i].iter().find(|f| !f.shares_lease_with(second)) {
+                found.push(Violation::FencingReused {
+                    first: (*first).clone(),
+                    second: (*second).clone(),
+                });
+            }
         }
     }
     // highest[i]: the index of the highest token among the first i + 1 completed
@@ -188,6 +210,27 @@ mod tests {
         ];
         assert_eq!(
             categories(&check(&ordered, &[], &[])),
+            ["fencing token reused"]
+        );
+    }
+
+    #[test]
+    fn concurrent_holds_of_one_owner_may_share_a_token_nested_ones_may_not() {
+        let hold = |client: &str, token: &str, started, acquired, owner: &str| {
+            with_owner(fenced_between(client, token, started, acquired, 3), owner)
+        };
+        // Acquired at the same time by one owner: one lease.
+        let concurrent = vec![hold("a", "h1", 0, 20, "o"), hold("a", "h2", 5, 25, "o")];
+        assert_eq!(check(&concurrent, &[], &[]), vec![]);
+        // The controls: one after the other (nested), or two owners at once.
+        let nested = vec![hold("a", "h1", 0, 10, "o"), hold("a", "h2", 20, 30, "o")];
+        assert_eq!(
+            categories(&check(&nested, &[], &[])),
+            ["fencing token reused"]
+        );
+        let owners = vec![hold("a", "h1", 0, 20, "o"), hold("b", "h2", 5, 25, "p")];
+        assert_eq!(
+            categories(&check(&owners, &[], &[])),
             ["fencing token reused"]
         );
     }

@@ -18,6 +18,34 @@ pub(super) fn acquired(client: &str, token: &str, from: u64, until: u64) -> Even
         acquired: t(from),
         valid_until: t(until),
         fencing: None,
+        owner: None,
+    }
+}
+
+/// A hold of the reentrant lock of `owner`.
+pub(super) fn held_by(client: &str, token: &str, owner: &str, from: u64, until: u64) -> Event {
+    let Event::Acquired {
+        client,
+        token,
+        key,
+        started,
+        acquired,
+        valid_until,
+        fencing,
+        ..
+    } = acquired(client, token, from, until)
+    else {
+        unreachable!()
+    };
+    Event::Acquired {
+        client,
+        token,
+        key,
+        started,
+        acquired,
+        valid_until,
+        fencing,
+        owner: Some(owner.into()),
     }
 }
 
@@ -38,7 +66,16 @@ pub(super) fn fenced_between(
         acquired: t(acquired),
         valid_until: t(acquired + 1),
         fencing: Some(fencing),
+        owner: None,
     }
+}
+
+/// `event` (an acquisition) as a hold of a reentrant lock's `owner`.
+pub(super) fn with_owner(mut event: Event, owner: &str) -> Event {
+    if let Event::Acquired { owner: o, .. } = &mut event {
+        *o = Some(owner.into());
+    }
+    event
 }
 
 pub(super) fn released(client: &str, token: &str, at: u64) -> Event {
@@ -68,6 +105,7 @@ pub(super) fn obs(node: usize, sent: u64, token: Option<&str>, pttl: i64) -> Obs
         received: t(sent + 1),
         token: token.map(str::to_owned),
         pttl,
+        holds: Vec::new(),
     }
 }
 

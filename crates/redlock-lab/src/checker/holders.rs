@@ -21,6 +21,16 @@ pub struct Holder {
     /// When it stopped claiming the lock: the end of its validity, or the start of its
     /// release if that came first.
     pub until: At,
+    /// The owner, for a hold of a reentrant lock.
+    pub owner: Option<String>,
+}
+
+impl Holder {
+    /// Whether `self` and `other` may claim the key at once: two holds of one reentrant
+    /// lock's owner share it (the owner is one party, its holds counted on the nodes).
+    pub fn shares_with(&self, other: &Holder) -> bool {
+        self.owner.is_some() && self.owner == other.owner
+    }
 }
 
 impl fmt::Display for Holder {
@@ -33,7 +43,11 @@ impl fmt::Display for Holder {
             self.key,
             ms(self.from),
             ms(self.until)
-        )
+        )?;
+        match &self.owner {
+            Some(owner) => write!(f, " (a hold of owner {})", short(owner)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -48,6 +62,7 @@ pub fn holders(events: &[Event]) -> Vec<Holder> {
             key,
             acquired,
             valid_until,
+            owner,
             ..
         } = event
         {
@@ -58,6 +73,7 @@ pub fn holders(events: &[Event]) -> Vec<Holder> {
                 key: key.clone(),
                 from: *acquired,
                 until: *valid_until,
+                owner: owner.clone(),
             });
         }
     }

@@ -5,13 +5,17 @@
 //! history that contains exactly one violation (the negative controls of the checker itself).
 //! One file per family of rules: [`overlaps`] (claims that intersect), [`write_violations`]
 //! (lost updates and stale writes), [`token_violations`] (tokens removed or extended by a
-//! non-owner), [`fencing_violations`] (fencing tokens reused, or lower than one handed out
-//! before their acquisition began); keys left behind are reported as found.
+//! non-owner, a reentrant lock's holds included), [`fencing_violations`] (fencing tokens
+//! reused, or lower than one handed out before their acquisition began),
+//! [`validity_violations`] (a guard reporting validity that no quorum of nodes still held,
+//! after an extension or a renewal); keys left behind are reported as found. Holds of one
+//! reentrant lock's owner share the key: [`overlaps`] leaves them alone.
 
 mod fencing;
 mod holders;
 mod overlap;
 mod tokens;
+mod validity;
 mod violation;
 mod writes;
 
@@ -20,12 +24,13 @@ mod fixtures;
 
 use std::time::Duration;
 
-use crate::history::{At, Event};
+use crate::history::{At, Event, FaultKind};
 
 pub use fencing::{fenced, fencing_violations, Fenced};
 pub use holders::{holders, Holder};
 pub use overlap::overlaps;
 pub use tokens::token_violations;
+pub use validity::validity_violations;
 pub use violation::Violation;
 pub use writes::write_violations;
 
@@ -44,11 +49,39 @@ pub struct Observation {
     pub sent: At,
     /// When its reply arrived.
     pub received: At,
-    /// The value (token) the key held, if any.
+    /// The value (token) the key held, if any; for a reentrant lock's hash,
+    /// `reentrant:{owner}` (never a token: its holds are in `holds`).
     pub token: Option<String>,
     /// `PTTL` in the node's milliseconds (`-2` when missing).
     pub pttl: i64,
+    /// The tokens of a reentrant lock's holds (empty for a plain key).
+    pub holds: Vec<String>,
 }
+
+impl Observation {
+    /// Whether the node held `token`: as the key's value, or as one of a reentrant lock's
+    /// holds.
+    pub fn has(&self, token: &str) -> bool {
+        self.token.as_deref() == Some(token) || self.holds.iter().any(|h| h == token)
+    }
+
+    /// Every token the sample shows held: the plain value, or each hold.
+    pub fn tokens(&self) -> impl Iterator<Item = &str> {
+        let plain = self.holds.is_empty().then_some(self.token.as_deref());
+        plain
+            .flatten()
+            .into_iter()
+            .chain(self.holds.iter().map(String::as_str))
+    }
+
+    /// The owner of a reentrant lock's hash.
+    pub fn owner(&self) -> Option<&str> {
+        self.token.as_deref()?.strip_prefix(REENTRANT)
+    }
+}
+
+/// How the observer names a reentrant lock's hash in [`Observation::token`].
+pub const REENTRANT: &str = "reentrant:";
 
 /// A key found on a node after the scenario ended, clients shut down and faults healed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +94,23 @@ pub struct Leftover {
     pub value: Option<String>,
     /// Its `PTTL`.
     pub pttl: i64,
+}
+
+/// Each injected key loss (node restarted empty, keys evicted, a clock step): the node
+/// and when, for the rules that must not blame the library for keys a fault took.
+fn key_losses(events: &[Event]) -> Vec<(usize, At)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Fault {
+                at,
+                node: Some(n),
+                kind: FaultKind::KeyLoss,
+                ..
+            } => Some((*n, *at)),
+            _ => None,
+        })
+        .collect()
 }
 
 fn ms(d: Duration) -> String {
@@ -83,6 +133,7 @@ pub fn check(
     found.extend(leftovers.iter().cloned().map(Violation::LeftBehind));
     found.extend(token_violations(events, observations, &holders));
     found.extend(fencing_violations(events));
+    found.extend(validity_violations(events));
     found
 }
 

@@ -1,10 +1,12 @@
-//! Overlapping claims: two holders of one key at the same time.
+//! Overlapping claims: two holders of one key at the same time (but two holds of one
+//! reentrant lock's owner, which share it).
 
 use std::collections::BTreeMap;
 
 use super::{Holder, Violation};
 
-/// Different holders of one key whose claim windows intersect.
+/// Different holders of one key whose claim windows intersect, unless both are holds of
+/// the same reentrant owner ([`Holder::shares_with`]).
 pub fn overlaps(holders: &[Holder]) -> Vec<Violation> {
     let mut by_key: BTreeMap<&str, Vec<&Holder>> = BTreeMap::new();
     for h in holders {
@@ -20,7 +22,7 @@ pub fn overlaps(holders: &[Holder]) -> Vec<Violation> {
                     // long claim may still reach them, so keep scanning only while useful.
                     continue;
                 }
-                if a.token != b.token && b.until > b.from {
+                if a.token != b.token && b.until > b.from && !a.shares_with(b) {
                     let both_for = a.until.min(b.until) - b.from;
                     found.push(Violation::Overlap {
                         first: (*a).clone(),
@@ -49,5 +51,25 @@ mod tests {
             unreachable!()
         };
         assert_eq!(*both_for, t(500));
+    }
+
+    #[test]
+    fn holds_of_one_owner_share_the_key_and_of_two_owners_overlap() {
+        // Legal: two holds of owner o1 inside each other's validity, released in either
+        // order.
+        let shared = vec![
+            held_by("a", "t1", "o1", 0, 1000),
+            held_by("a", "t2", "o1", 100, 1100),
+            released("a", "t1", 300),
+            released("a", "t2", 400),
+        ];
+        assert_eq!(check(&shared, &[], &[]), vec![]);
+        // The negative control: the same windows, the second hold another owner's.
+        let mut foreign = shared.clone();
+        foreign[1] = held_by("b", "t2", "o2", 100, 1100);
+        assert_eq!(categories(&check(&foreign, &[], &[])), ["overlap"]);
+        // A reentrant hold and a plain lock exclude each other too.
+        foreign[1] = acquired("b", "t2", 100, 1100);
+        assert_eq!(categories(&check(&foreign, &[], &[])), ["overlap"]);
     }
 }

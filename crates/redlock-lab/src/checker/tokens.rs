@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::{Holder, Observation, Violation, EVENT_SLACK};
-use crate::history::{At, Event, FaultKind};
+use super::{key_losses, Holder, Observation, Violation, EVENT_SLACK};
+use crate::history::{At, Event};
 
 /// Slack for comparing server-side expiry estimates (PTTL is whole milliseconds, the sampling
 /// round trip is a few; 20 ms also absorbs a 1 % clock-rate difference over a 1 s TTL).
@@ -18,18 +18,11 @@ pub fn token_violations(
     holders: &[Holder],
 ) -> Vec<Violation> {
     let by_token: HashMap<&str, &Holder> = holders.iter().map(|h| (h.token.as_str(), h)).collect();
-    let key_loss: Vec<(usize, At)> = events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Fault {
-                at,
-                node: Some(n),
-                kind: FaultKind::KeyLoss,
-                ..
-            } => Some((*n, *at)),
-            _ => None,
-        })
-        .collect();
+    let key_loss = key_losses(events);
+    // An extension call's window runs from its start until it returned or, if later, until
+    // its holder's claim ended: a node that the call gave up on (timed out) may still apply
+    // its PEXPIRE after the call returned, and only the holder's own release orders it
+    // (PEXPIRE never recreates a deleted key, and checks the token).
     let extends: Vec<(&str, At, At)> = events
         .iter()
         .filter_map(|e| match e {
@@ -38,10 +31,31 @@ pub fn token_violations(
                 started,
                 ended,
                 ..
-            } => Some((token.as_str(), *started, *ended)),
+            } => {
+                let claim = by_token.get(token.as_str()).map_or(*ended, |h| h.until);
+                Some((token.as_str(), *started, (*ended).max(claim)))
+            }
             _ => None,
         })
         .collect();
+    // What moves a reentrant lock's expiry: any call of its owner (a new hold raises the
+    // key's TTL, in rounds that lose too) and any extension of one of its holds.
+    let mut owner_active: Vec<(&str, At, At)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Op {
+                owner: Some(owner),
+                started,
+                ended,
+                ..
+            } => Some((owner.as_str(), *started, *ended)),
+            _ => None,
+        })
+        .collect();
+    owner_active.extend(extends.iter().filter_map(|&(token, started, ended)| {
+        let owner = by_token.get(token)?.owner.as_deref()?;
+        Some((owner, started, ended))
+    }));
     let mut series: BTreeMap<(usize, &str), Vec<&Observation>> = BTreeMap::new();
     for o in observations {
         series.entry((o.node, &o.key)).or_default().push(o);
@@ -51,12 +65,6 @@ pub fn token_violations(
         list.sort_by_key(|o| o.sent);
         for pair in list.windows(2) {
             let (a, b) = (pair[0], pair[1]);
-            let Some(token) = a.token.as_deref() else {
-                continue;
-            };
-            let Some(holder) = by_token.get(token) else {
-                continue;
-            };
             // Key loss on this node that began before the token was seen gone and lasted
             // (or happened again) until after it was seen present. Faults that take time
             // (a container restart) are recorded as a start and an end event.
@@ -67,8 +75,27 @@ pub fn token_violations(
                         m == node && ended >= began && ended + EVENT_SLACK >= a.sent
                     })
             });
-            if b.token.as_deref() != Some(token) {
-                if b.received + EVENT_SLACK < holder.until && !lost_between {
+            // Expired on its own: the node's own PTTL in `a` ran out by `b` (within 1 %,
+            // a node clock a little slower than ours). A key that an extension or a renewal
+            // did not reach keeps its old expiry there while its holder claims on, backed by
+            // the other nodes: that is no removal (what the guard may claim against what a
+            // quorum holds is the validity rule's). A clock that runs fast still shows: its
+            // key vanishes before the PTTL it reported had run out in real time.
+            let expired = u64::try_from(a.pttl).is_ok_and(|p| {
+                let due = Duration::from_millis(p);
+                a.sent + due <= b.received + EVENT_SLACK + due / 100
+            });
+            // Each token seen (a plain lock's, or each hold of a reentrant lock) that is
+            // gone in the next sample while its holder still claims the lock.
+            for token in a.tokens() {
+                let Some(holder) = by_token.get(token) else {
+                    continue;
+                };
+                if !b.has(token)
+                    && b.received + EVENT_SLACK < holder.until
+                    && !lost_between
+                    && !expired
+                {
                     found.push(Violation::RemovedEarly {
                         node,
                         key: key.to_owned(),
@@ -77,24 +104,38 @@ pub fn token_violations(
                         gone_by: b.received,
                     });
                 }
-                continue;
             }
+            // The expiry of one key value (a token, or a reentrant lock's owner) moving later.
+            let (Some(value), true) = (a.token.as_deref(), a.token == b.token) else {
+                continue;
+            };
+            let known = match a.owner() {
+                Some(owner) => {
+                    owner_active.iter().any(|&(o, ..)| o == owner)
+                        || holders.iter().any(|h| h.owner.as_deref() == Some(owner))
+                }
+                None => by_token.contains_key(value),
+            };
             let (Ok(p1), Ok(p2)) = (u64::try_from(a.pttl), u64::try_from(b.pttl)) else {
                 continue;
             };
             let latest_first = a.received + Duration::from_millis(p1);
             let earliest_second = b.sent + Duration::from_millis(p2);
-            if earliest_second <= latest_first + EXPIRY_SLACK || lost_between {
+            if !known || earliest_second <= latest_first + EXPIRY_SLACK || lost_between {
                 continue;
             }
-            let owner_extending = extends.iter().any(|&(t, started, ended)| {
-                t == token && started <= b.received && ended + EVENT_SLACK >= a.sent
-            });
+            let during = |&(_, started, ended): &(&str, At, At)| {
+                started <= b.received && ended + EVENT_SLACK >= a.sent
+            };
+            let owner_extending = match a.owner() {
+                Some(owner) => owner_active.iter().any(|w| w.0 == owner && during(w)),
+                None => extends.iter().any(|w| w.0 == value && during(w)),
+            };
             if !owner_extending {
                 found.push(Violation::ForeignExtend {
                     node,
                     key: key.to_owned(),
-                    token: token.to_owned(),
+                    token: value.to_owned(),
                     between: (a.sent, b.received),
                     moved_by: earliest_second - latest_first,
                 });
@@ -109,6 +150,7 @@ mod tests {
     use super::super::check;
     use super::super::fixtures::*;
     use super::*;
+    use crate::history::FaultKind;
 
     #[test]
     fn a_token_deleted_while_held_is_reported() {
@@ -116,6 +158,28 @@ mod tests {
         let events = vec![acquired("a", "ta", 0, 1000)];
         assert_eq!(
             categories(&check(&events, &observations, &[])),
+            ["token removed early"]
+        );
+    }
+
+    #[test]
+    fn a_key_that_expires_on_its_node_while_extended_elsewhere_is_not_removed() {
+        // Extended at 700 to 1700 on the other nodes; node 1 missed it and expires the key
+        // at 1000, as its PTTL said.
+        let mut events = vec![acquired("a", "ta", 0, 1000)];
+        events.push(Event::Extend {
+            client: "a".into(),
+            token: "ta".into(),
+            started: t(700),
+            ended: t(705),
+            valid_until: Some(t(1700)),
+        });
+        let on_time = [obs(1, 990, Some("ta"), 10), obs(1, 1002, None, -2)];
+        assert_eq!(check(&events, &on_time, &[]), vec![]);
+        // The negative control: gone at 1002 while its PTTL said 300 more.
+        let early = [obs(1, 990, Some("ta"), 300), obs(1, 1002, None, -2)];
+        assert_eq!(
+            categories(&check(&events, &early, &[])),
             ["token removed early"]
         );
     }
@@ -188,9 +252,92 @@ mod tests {
     }
 
     #[test]
+    fn an_extension_landing_late_on_a_node_is_the_owners() {
+        // The call returned at 152 (that node timed out); its PEXPIRE landed there at
+        // about 180, while the holder still claimed (until 1100).
+        let observations = [obs(0, 170, Some("ta"), 830), obs(0, 190, Some("ta"), 1010)];
+        let events = vec![
+            acquired("a", "ta", 0, 1000),
+            Event::Extend {
+                client: "a".into(),
+                token: "ta".into(),
+                started: t(150),
+                ended: t(152),
+                valid_until: Some(t(1100)),
+            },
+        ];
+        assert_eq!(check(&events, &observations, &[]), vec![]);
+        // Before the owner's call started, the same move is foreign.
+        let before = [obs(0, 100, Some("ta"), 900), obs(0, 120, Some("ta"), 1010)];
+        assert_eq!(
+            categories(&check(&events, &before, &[])),
+            ["foreign extend"]
+        );
+    }
+
+    #[test]
     fn normal_countdown_is_not_an_extension() {
         let observations = [obs(0, 100, Some("ta"), 900), obs(0, 300, Some("ta"), 701)];
         let events = vec![acquired("a", "ta", 0, 1000)];
         assert_eq!(check(&events, &observations, &[]), vec![]);
+    }
+
+    fn hash(node: usize, sent: u64, owner: &str, holds: &[&str], pttl: i64) -> Observation {
+        Observation {
+            token: Some(format!("{}{owner}", super::super::REENTRANT)),
+            holds: holds.iter().map(|h| (*h).to_owned()).collect(),
+            ..obs(node, sent, None, pttl)
+        }
+    }
+
+    #[test]
+    fn a_hold_removed_while_its_holder_claims_is_reported() {
+        let events = vec![
+            held_by("a", "t1", "o1", 0, 1000),
+            held_by("a", "t2", "o1", 50, 1050),
+            released("a", "t1", 120),
+        ];
+        // Legal: t1's release drops its hold, t2's stays.
+        let legal = [
+            hash(0, 100, "o1", &["t1", "t2"], 900),
+            hash(0, 130, "o1", &["t2"], 870),
+        ];
+        assert_eq!(check(&events, &legal, &[]), vec![]);
+        // The negative control: t2's hold gone while t2 still claims.
+        let removed = [
+            hash(0, 100, "o1", &["t1", "t2"], 900),
+            hash(0, 130, "o1", &["t1"], 870),
+        ];
+        assert_eq!(
+            categories(&check(&events, &removed, &[])),
+            ["token removed early"]
+        );
+    }
+
+    #[test]
+    fn a_reentrant_expiry_moves_only_while_its_owner_acts() {
+        let events = vec![held_by("a", "t1", "o1", 0, 1000)];
+        let moved = [
+            hash(0, 100, "o1", &["t1"], 900),
+            hash(0, 200, "o1", &["t1"], 1000),
+        ];
+        assert_eq!(categories(&check(&events, &moved, &[])), ["foreign extend"]);
+        // A call of the same owner (a new hold raises the key's TTL) explains it.
+        let mut acting = events.clone();
+        acting.push(Event::Op {
+            client: "a".into(),
+            op: "reentrant",
+            owner: Some("o1".into()),
+            started: t(150),
+            ended: t(160),
+            outcome: "ok".into(),
+        });
+        assert_eq!(check(&acting, &moved, &[]), vec![]);
+        // Another owner's call does not.
+        let Event::Op { owner, .. } = &mut acting[1] else {
+            unreachable!()
+        };
+        *owner = Some("o2".into());
+        assert_eq!(categories(&check(&acting, &moved, &[])), ["foreign extend"]);
     }
 }

@@ -89,6 +89,20 @@ pub enum Violation {
         /// Another one handed the same token.
         second: Fenced,
     },
+    /// A guard reported validity (after an extension or a renewal) beyond what more than
+    /// `nodes - quorum` of the nodes still held for it: no quorum held the lock that long.
+    ValidityOverstated {
+        /// The client.
+        client: String,
+        /// The guard's token.
+        token: String,
+        /// When the guard was asked.
+        at: At,
+        /// The end of validity it reported.
+        valid_until: At,
+        /// The nodes that held the lock for less, each with the latest it could hold it.
+        short_of: Vec<(usize, At)>,
+    },
     /// A rule of one scenario was broken (e.g. a lock won while a majority was down).
     Rule(String),
 }
@@ -105,6 +119,7 @@ impl Violation {
             Violation::ForeignExtend { .. } => "foreign extend",
             Violation::FencingBackwards { .. } => "fencing token backwards",
             Violation::FencingReused { .. } => "fencing token reused",
+            Violation::ValidityOverstated { .. } => "validity overstated",
             Violation::Rule(_) => "scenario rule",
         }
     }
@@ -202,6 +217,21 @@ impl fmt::Display for Violation {
             Violation::FencingReused { first, second } => {
                 write!(f, "fencing token reused: {first}, and {second}")
             }
+            Violation::ValidityOverstated {
+                client,
+                token,
+                at,
+                valid_until,
+                short_of,
+            } => write!(
+                f,
+                "validity overstated: at {} {client} (token {}) reported validity until {}, \
+                 but {} held it for less: no quorum held it that long",
+                ms(*at),
+                short(token),
+                ms(*valid_until),
+                super::validity::describe(short_of)
+            ),
             Violation::Rule(rule) => f.write_str(rule),
         }
     }

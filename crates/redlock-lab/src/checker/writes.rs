@@ -38,7 +38,7 @@ pub fn write_violations(events: &[Event], holders: &[Holder]) -> Vec<Violation> 
         }
         current = wrote;
         let claim_ended = by_token.get(token.as_str()).map(|h| h.until);
-        if claim_ended.map_or(true, |end| at > end) {
+        if claim_ended.is_none_or(|end| at > end) {
             found.push(Violation::StaleWrite {
                 client: client.clone(),
                 token: token.clone(),

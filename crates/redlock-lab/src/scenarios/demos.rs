@@ -42,6 +42,7 @@ fn demo(
         clients: 2,
         fencing: Fencing::Off,
         timing: Timing::default(),
+        soak: None,
         run,
     }
 }

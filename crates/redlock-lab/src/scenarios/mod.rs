@@ -3,6 +3,7 @@
 
 mod demos;
 mod issuer;
+mod lost_keys;
 mod naive_fencing;
 mod safe;
 mod steal;
@@ -18,14 +19,16 @@ use crate::checker::{Observation, EVENT_SLACK};
 use crate::error::LabError;
 use crate::history::At;
 use crate::lab::Lab;
+use crate::mix::{contend_mixed, Workload};
 use crate::resource::Resource;
 use crate::scenario::{Outcome, Scenario, KEY};
-use crate::workload::contend;
+use crate::workload::{contend, Tally};
 
 /// Every scenario, must-pass ones first.
 pub fn all() -> Vec<Scenario> {
     let mut all = safe::scenarios();
     all.extend(demos::scenarios());
+    all.extend(lost_keys::scenarios());
     all
 }
 
@@ -39,12 +42,10 @@ where
     let clients = &clients[..];
     let resource = Arc::new(Resource::default());
     let until = Instant::now() + lab.timing.run_for;
-    let (tally, faults) = tokio::join!(
-        contend(&lab.history, &resource, clients, KEY, until),
-        faults
-    );
+    let (tally, faults) = tokio::join!(contend_lab(lab, &resource, clients, until), faults);
     shutdown(clients).await;
     faults?;
+    let tally = tally?;
     Ok(Outcome {
         notes: vec![format!(
             "{} won, {} gave up, {} writes skipped for lack of validity",
@@ -52,6 +53,19 @@ where
         )],
         violations: Vec::new(),
     })
+}
+
+/// The lab's workload ([`Lab::workload`]): plain cycles, or the mix, until `until`.
+async fn contend_lab(
+    lab: &Lab,
+    resource: &Arc<Resource>,
+    clients: &[Redlock],
+    until: Instant,
+) -> Result<Tally, LabError> {
+    match &lab.workload {
+        Workload::Plain => Ok(contend(&lab.history, resource, clients, KEY, until).await),
+        Workload::Mix(mix) => contend_mixed(lab, resource, clients, until, mix).await,
+    }
 }
 
 async fn shutdown(clients: &[Redlock]) {

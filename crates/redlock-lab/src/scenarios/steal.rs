@@ -29,6 +29,11 @@ pub(super) enum Break {
     FastClocks,
     /// The holder stalls past its validity before writing.
     StallHolder,
+    /// Nodes 0 and 1 (fake clocks) step forward by two TTLs: wait until their keys are gone.
+    JumpClocks,
+    /// Client 0 cannot reach node 2; node 1 crashes within the second after the lock's
+    /// write, losing its AOF's unsynced tail (`appendfsync everysec`), and restarts.
+    CrashLosingAofTail,
 }
 
 /// Client 0 takes the lock and reads the value; the fault happens; client 1 takes the lock,
@@ -54,7 +59,10 @@ pub(super) async fn hold_then_steal(
     let second = lab.client(1).await?;
     let mut notes = Vec::new();
     let (mut stolen, mut stolen_while_valid) = (0, 0);
-    if matches!(fault, Break::RestartNode1 | Break::EvictNode1) {
+    if matches!(
+        fault,
+        Break::RestartNode1 | Break::EvictNode1 | Break::CrashLosingAofTail
+    ) {
         // For every round, healed only after the last (by the lab, once the clients are shut
         // down). A blackhole on the open connection, not refused connections: a command that
         // the client queues while it reconnects is sent once the link lets it through, so a
@@ -62,7 +70,11 @@ pub(super) async fn hold_then_steal(
         // after the round, as a key left behind that has nothing to do with the break.
         lab.link(0, 2, LinkFault::Blackhole);
     }
-    for round in 0..ROUNDS {
+    // In a soak, as many rounds as fit in the run time (every round stands alone).
+    let until = Instant::now() + lab.timing.run_for;
+    let mut round = 0;
+    while round < ROUNDS || (lab.soak && Instant::now() < until) {
+        round += 1;
         // Each round starts with the key absent on every node.
         seen_empty(lab).await?;
         let held = first.lock(KEY).await?;
@@ -70,6 +82,15 @@ pub(super) async fn hold_then_steal(
         let read = resource.read(&lab.history).await?;
         match fault {
             Break::RestartNode1 => lab.restart(1).await?,
+            Break::CrashLosingAofTail => {
+                super::lost_keys::crash_losing_aof_tail(lab, 1, &token).await?
+            }
+            Break::JumpClocks => {
+                let by_ms = i64::try_from(lab.timing.ttl.as_millis() * 2).unwrap_or(i64::MAX);
+                lab.clock_jump(0, by_ms).await?;
+                lab.clock_jump(1, by_ms).await?;
+                seen_without(lab, &token, &[0, 1], 2, lab.history.now()).await?;
+            }
             Break::EvictNode1 => {
                 lab.evict(1).await?;
             }
@@ -84,6 +105,7 @@ pub(super) async fn hold_then_steal(
                 seen_without(lab, &token, &nodes, nodes.len(), lab.history.now()).await?;
             }
         }
+        let mut second_wrote = false;
         match second.lock(KEY).await {
             Ok(guard) => {
                 stolen += 1;
@@ -91,18 +113,35 @@ pub(super) async fn hold_then_steal(
                     stolen_while_valid += 1;
                 }
                 let stolen_token = record_acquired(&lab.history, "client-1", &guard);
-                let fencing = guard.fencing_token();
-                resource
-                    .update(&lab.history, "client-1", &stolen_token, fencing)
-                    .await?;
+                // A well-behaved new holder too (H4): with a soak's 100 ms TTL on loaded
+                // cores, an unconditional write once landed a few ms after its validity.
+                let margin = WRITE_MARGIN.min(lab.timing.ttl / 2);
+                if guard.remaining().is_some_and(|left| left >= margin) {
+                    let fencing = guard.fencing_token();
+                    resource
+                        .update(&lab.history, "client-1", &stolen_token, fencing)
+                        .await?;
+                    second_wrote = true;
+                } else {
+                    notes.push(format!(
+                        "round {round}: client-1 skipped its write, too little validity left"
+                    ));
+                }
                 release(&lab.history, "client-1", &stolen_token, guard).await;
             }
             Err(error) => notes.push(format!("round {round}: client-1 did not win: {error}")),
         }
         // Client 0 finishes its critical section as if nothing happened: a well-behaved
         // holder (writing only with validity left), except where writing late is the break.
+        // The stalled holder's late write is the round's point only after client 1 wrote:
+        // otherwise a fenced resource has no newer token to reject it by, and the round is
+        // void (with a soak's short TTL client 1 can win with too little validity to write).
         let stalled = matches!(fault, Break::StallHolder);
-        if stalled || held.remaining().is_some_and(|left| left >= WRITE_MARGIN) {
+        if stalled && !second_wrote {
+            notes.push(format!(
+                "round {round}: client-0 skipped its late write, client-1 wrote nothing"
+            ));
+        } else if stalled || held.remaining().is_some_and(|left| left >= WRITE_MARGIN) {
             let fencing = held.fencing_token();
             let written = resource
                 .write(&lab.history, "client-0", &token, fencing, read)
@@ -121,7 +160,7 @@ pub(super) async fn hold_then_steal(
         release(&lab.history, "client-0", &token, held).await;
     }
     notes.push(format!(
-        "client-1 won in {stolen} of {ROUNDS} rounds, {stolen_while_valid} of them while \
+        "client-1 won in {stolen} of {round} rounds, {stolen_while_valid} of them while \
          client-0's validity still ran"
     ));
     first.shutdown().await;

@@ -16,6 +16,12 @@ mod late_release;
 mod network;
 mod process;
 mod restart;
+// The nemeses of issue 17: client processes, links for the whole run, clocks, many clients.
+mod clients;
+mod clocks;
+mod holder;
+mod links;
+mod nemeses;
 
 use std::time::Duration;
 
@@ -42,6 +48,16 @@ const FIVE: Setup = Setup {
     fake_clock: false,
 };
 
+/// The soak timing of the scenarios whose rounds wait a TTL out: a 100 ms TTL (a 20 ms node
+/// timeout keeps `ttl > node_timeout + drift`, with room on loopback and a Docker bridge)
+/// and 20 s runs, so a soak reaches its acquisitions in minutes rather than hours, with
+/// fewer node restarts.
+const WAITS_A_TTL: Timing = Timing {
+    ttl: Duration::from_millis(100),
+    node_timeout: Duration::from_millis(20),
+    run_for: Duration::from_secs(20),
+};
+
 /// A must-pass scenario: five nodes, three clients, the first and the third with fenced
 /// locks (the token rule judges their tokens; the second keeps plain locks exercised).
 fn safe(name: &'static str, shows: &'static str, run: super::super::scenario::Driver) -> Scenario {
@@ -53,12 +69,13 @@ fn safe(name: &'static str, shows: &'static str, run: super::super::scenario::Dr
         clients: 3,
         fencing: Fencing::EvenClients,
         timing: Timing::default(),
+        soak: None,
         run,
     }
 }
 
 pub(super) fn scenarios() -> Vec<Scenario> {
-    vec![
+    let mut all = vec![
         safe(
             "minority_killed",
             "two of five nodes are killed (SIGKILL / docker kill) and stay down: locks are still won on the other three, never twice",
@@ -106,6 +123,7 @@ pub(super) fn scenarios() -> Vec<Scenario> {
                 ttl: Duration::from_millis(500),
                 ..Timing::default()
             },
+            soak: Some(WAITS_A_TTL),
             ..safe(
                 "late_release_by_expired_holder",
                 "a holder stalls past its validity, another client takes the lock, then the stale holder extends and releases: neither touches the new holder's key",
@@ -168,6 +186,7 @@ pub(super) fn scenarios() -> Vec<Scenario> {
                 ttl: Duration::from_millis(300),
                 ..Timing::default()
             },
+            soak: Some(WAITS_A_TTL),
             ..safe(
                 "paused_holder_writes_fenced",
                 "paused_holder_writes with fenced locks and the value behind fenced_set: the stalled holder's late write carries a lower token than the newer holder's and is rejected, so no update is lost",
@@ -179,7 +198,9 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             "three clients whose links to the five nodes have staggered latencies (0, 15, 30 ms, a different pattern per client) contend for one key",
             staggered_links_three_clients,
         ),
-    ]
+    ];
+    all.extend(nemeses::scenarios());
+    all
 }
 
 async fn sleep_to(start: Instant, offset: Duration) {

@@ -7,20 +7,20 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::time::{sleep, Instant};
 
-use super::super::{at, contend_under, shutdown};
+use super::super::{at, contend_lab, contend_under, shutdown};
 use super::sleep_to;
 use crate::checker::Violation;
 use crate::error::LabError;
 use crate::history::Event;
 use crate::lab::Lab;
 use crate::resource::Resource;
-use crate::scenario::{Outcome, KEY};
-use crate::workload::contend;
+use crate::scenario::Outcome;
 
 pub(super) fn restart_after_ttl(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
     Box::pin(contend_under(lab, 3, async {
         let start = Instant::now();
-        let down = lab.timing.ttl.mul_f64(1.3);
+        // Longer than any lock's TTL (H2), extended ones included.
+        let down = lab.max_ttl().mul_f64(1.3);
         sleep_to(start, at(lab, 0.15)).await;
         let first = lab.restart_after(0, down);
         let second = async {
@@ -49,7 +49,8 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
     Box::pin(async move {
         let clients = lab.clients(3).await?;
         let resource = Arc::new(Resource::default());
-        let down = lab.timing.ttl.mul_f64(1.5);
+        // Longer than any lock's TTL (H2), extended ones included.
+        let down = lab.max_ttl().mul_f64(1.5);
         let faults = async {
             let start = Instant::now();
             sleep_to(start, at(lab, 0.2)).await;
@@ -65,22 +66,19 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
             Ok::<_, LabError>((down_from, back_from, lab.history.now()))
         };
         let until = Instant::now() + lab.timing.run_for;
-        let (first, faults) = tokio::join!(
-            contend(&lab.history, &resource, &clients, KEY, until),
-            faults
-        );
+        let (first, faults) = tokio::join!(contend_lab(lab, &resource, &clients, until), faults);
         // Keep contending for two TTLs after the majority is back, however long the
         // restarts took, to see the recovery.
-        let then = contend(
-            &lab.history,
+        let then = contend_lab(
+            lab,
             &resource,
             &clients,
-            KEY,
             Instant::now() + lab.timing.ttl * 2,
         )
         .await;
         shutdown(&clients).await;
         let (down_from, back_from, back) = faults?;
+        let (first, then) = (first?, then?);
         let mut outcome = Outcome {
             notes: vec![format!(
                 "{} won, {} gave up",

@@ -1,0 +1,79 @@
+//! Many clients on one key: 32 separate `Redlock` instances, each with its own links,
+//! contending while a minority of nodes is paused and resumed.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tokio::time::Instant;
+
+use super::super::{at, shutdown};
+use super::sleep_to;
+use crate::error::LabError;
+use crate::lab::Lab;
+use crate::resource::Resource;
+use crate::scenario::{Outcome, KEY};
+use crate::workload::contend_each;
+
+/// How many clients contend in [`many_clients_minority_paused`].
+pub(super) const MANY: usize = 32;
+
+/// [`MANY`] clients contend for the run; nodes 3 and 4 are paused from a quarter to 70 % of
+/// it. The checker judges overlap, lost updates, tokens and keys left as everywhere; the
+/// notes report fairness: the critical sections each client got (min, max, how many got
+/// none). Fairness is reported, not required: plain locks promise none.
+pub(super) fn many_clients_minority_paused(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    many_clients(lab, false)
+}
+
+/// [`many_clients_minority_paused`] with every client's locks in the fair queue: the same
+/// checks, and the notes show the queue's share per client. Fairness is still reported,
+/// not required: a waiter whose links to a quorum are down or slow loses its place.
+pub(super) fn many_clients_fair_minority_paused(
+    lab: &Lab,
+) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    many_clients(lab, true)
+}
+
+fn many_clients(lab: &Lab, fair: bool) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(async move {
+        let mut clients = Vec::with_capacity(MANY);
+        for c in 0..MANY {
+            clients.push(lab.client_with(c, |b| b.fair(fair)).await?);
+        }
+        let resource = Arc::new(Resource::default());
+        let start = Instant::now();
+        let faults = async {
+            sleep_to(start, at(lab, 0.25)).await;
+            lab.pause(3).await?;
+            lab.pause(4).await?;
+            sleep_to(start, at(lab, 0.7)).await;
+            lab.resume(3).await?;
+            lab.resume(4).await
+        };
+        let until = start + lab.timing.run_for;
+        let (tallies, faults) = tokio::join!(
+            contend_each(&lab.history, &resource, &clients, KEY, until),
+            faults
+        );
+        shutdown(&clients).await;
+        faults?;
+        let sections: Vec<u64> = tallies.iter().map(|t| t.writes()).collect();
+        let won: u64 = tallies.iter().map(|t| t.acquired).sum();
+        let failed: u64 = tallies.iter().map(|t| t.failed).sum();
+        let (min, max) = (
+            sections.iter().copied().min().unwrap_or(0),
+            sections.iter().copied().max().unwrap_or(0),
+        );
+        let none = sections.iter().filter(|&&s| s == 0).count();
+        Ok(Outcome {
+            notes: vec![
+                format!("{MANY} clients: {won} won, {failed} gave up"),
+                format!(
+                    "fairness: critical sections per client min {min}, max {max}, {none} of \
+                     {MANY} clients got none; per client {sections:?}"
+                ),
+            ],
+            violations: Vec::new(),
+        })
+    })
+}

@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::io;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config as FredConfig, ServerConfig};
@@ -14,8 +12,6 @@ use fred::types::CustomCommand;
 use redlock_core::{Config, ConfigError, Coordinator, Error, NodeOutcome, RoundReport};
 use redlock_testkit::{Node, NodeSet};
 use tracing_subscriber::filter::LevelFilter;
-use tracing_subscriber::fmt::MakeWriter;
-use tracing_subscriber::util::SubscriberInitExt;
 
 const TTL: Duration = Duration::from_secs(10);
 /// The password the server requires.
@@ -48,44 +44,6 @@ async fn require_password(node: &Node, password: &str) {
         .await
         .unwrap();
     client.quit().await.unwrap();
-}
-
-/// WARN and ERROR events of the current thread (connect runs there), as text.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
-/// The guard stops the capture when dropped.
-fn capture_logs() -> (Logs, impl Sized) {
-    let logs = Logs::default();
-    let guard = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_max_level(LevelFilter::WARN)
-        .with_ansi(false)
-        .set_default();
-    (logs, guard)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,7 +109,7 @@ async fn nodes_down_at_connect_are_named_as_unchecked() {
     let alias = format!("redis://localhost:{}", set.node(0).port());
     let mut nodes = set.urls();
     nodes.push(alias.clone());
-    let (logs, guard) = capture_logs();
+    let (logs, guard) = common::logs::capture(LevelFilter::WARN);
     let c = Coordinator::connect(config(nodes)).await.unwrap();
     drop(guard);
     assert_eq!(c.nodes().len(), 4);
@@ -184,7 +142,7 @@ async fn a_refused_node_says_why(set: &NodeSet, bad_url: &str, expected: &[&str]
 
     let mut nodes = set.urls();
     nodes[0] = bad_url.to_string();
-    let (logs, guard) = capture_logs();
+    let (logs, guard) = common::logs::capture(LevelFilter::WARN);
     // A minority of misconfigured nodes does not stop the coordinator.
     let c = Coordinator::connect(config(nodes)).await.unwrap();
     drop(guard);
@@ -242,7 +200,11 @@ async fn a_wrong_password_is_reported_as_an_authentication_failure() {
     a_refused_node_says_why(
         &set,
         &bad,
-        &["authentication failed", "WRONGPASS", "check the password"],
+        &[
+            "authentication failed",
+            "WRONGPASS",
+            "check the user name and password",
+        ],
         WRONG_PASSWORD,
     )
     .await;
@@ -255,7 +217,11 @@ async fn a_missing_password_is_reported_as_an_authentication_failure() {
     a_refused_node_says_why(
         &set,
         &set.node(0).url(),
-        &["authentication failed", "NOAUTH", "check the password"],
+        &[
+            "authentication failed",
+            "NOAUTH",
+            "check the user name and password",
+        ],
         SERVER_PASSWORD,
     )
     .await;

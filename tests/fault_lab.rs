@@ -23,6 +23,10 @@ const REPEAT: usize = 20;
 const REPEAT_ENV: &str = "REDLOCK_LAB_REPEAT";
 
 fn main() -> ExitCode {
+    // Started again as the holder process of the client crash and pause scenarios.
+    if let Some(code) = redlock_lab::serve_holder() {
+        return code;
+    }
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))

@@ -39,7 +39,7 @@ async fn tokens_strictly_increase_across_acquisitions_clients_and_kinds() {
     let mut check = |token: Option<FencingToken>| {
         let token = token.expect("a fenced lock has a token");
         assert!(
-            last.map_or(true, |last| token > last),
+            last.is_none_or(|last| token > last),
             "{token} after {last:?}"
         );
         last = Some(token);
@@ -308,4 +308,62 @@ async fn a_quorum_that_lost_its_counters_gets_no_token_instead_of_starting_again
     c.coordinator().quiesce().await;
     assert!(set.nodes_holding("redlock:k").await.is_empty());
     assert_eq!(counters(&set).await, [None, None, Some(3)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_acquisition_dropped_during_the_write_back_leaves_no_key() {
+    use redlock_testkit::LinkFault;
+
+    let set = NodeSet::start(3).await.unwrap();
+    let links = linked(&set).await;
+    let core = redlock_core::Coordinator::connect(redlock_core::Config {
+        nodes: links.urls(0),
+        node_timeout: Duration::from_secs(5),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // The acquisition's SETs reach the nodes; their replies are held back.
+    links.set_client(0, LinkFault::HoldReplies);
+    let acquiring = tokio::spawn({
+        let core = core.clone();
+        async move {
+            let keys = ["dropped-while-fenced"];
+            core.acquire_with(Acquisition {
+                fenced: true,
+                ..Acquisition::new(&keys, Duration::from_secs(30))
+            })
+            .await
+        }
+    });
+    let set_everywhere = common::eventually(Duration::from_secs(5), || async {
+        set.nodes_holding("dropped-while-fenced").await.len() == 3
+    })
+    .await;
+    assert!(
+        set_everywhere,
+        "the acquisition's SETs did not reach the nodes"
+    );
+    // The held replies arrive now and win the round; the token's write-back that follows
+    // gets its replies two seconds late. The acquisition is dropped in between.
+    links.set_client(
+        0,
+        LinkFault::Latency {
+            to_server: Duration::ZERO,
+            to_client: Duration::from_secs(2),
+        },
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    acquiring.abort();
+    assert!(
+        acquiring.await.unwrap_err().is_cancelled(),
+        "the acquisition ended before it was dropped"
+    );
+    // The won lock is released in the background, long before its 30 s TTL.
+    let gone = common::eventually(Duration::from_secs(5), || async {
+        set.nodes_holding("dropped-while-fenced").await.is_empty()
+    })
+    .await;
+    links.heal_all();
+    assert!(gone, "a dropped fenced acquisition left its key behind");
 }

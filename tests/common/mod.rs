@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod logs;
+
 use std::time::Duration;
 
 use redlock_client::{LockConfigBuilder, Redlock};
@@ -24,25 +26,8 @@ pub async fn client(
         .expect("client connects")
 }
 
-/// Polls `check` every 20 ms until it holds, for at most `within`. Returns whether it held.
-/// For conditions that only the mechanism under test can make true: the bound is a guard
-/// against hanging, not a performance assertion.
-pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = tokio::time::Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= until {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+/// Polls a condition until it holds or `within` passes (shared with the other test crates).
+pub use redlock_testkit::eventually;
 
 /// A core coordinator for `set` with the given per-node timeout (default settings otherwise).
 pub async fn coordinator(set: &NodeSet, node_timeout: Duration) -> Coordinator {

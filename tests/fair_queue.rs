@@ -1,0 +1,329 @@
+//! Fair hand-off across clients: the waiter queue per key on every node (`fair`).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{client, eventually, raw};
+use fred::prelude::ClientLike;
+use fred::types::{CustomCommand, Value};
+use redlock_client::{Error, InvalidConfig, LockOptions, Redlock, RetryPolicy};
+use redlock_core::{Acquisition, ConfigError, FairPlace, Token};
+use redlock_testkit::NodeSet;
+
+const QUEUE: &str = "redlock:fair-queue:redlock:job";
+
+/// A fair client: notifications on, a short backoff, patience 2 × 50 ms + 4 × 200 ms.
+async fn fair_client(set: &NodeSet) -> Redlock {
+    client(set, |b| b.fair(true)).await
+}
+
+/// How many waiters the queue of `redlock:job` holds on each node.
+async fn queue_lengths(set: &NodeSet) -> Vec<i64> {
+    queue_lengths_on(set, set.len()).await
+}
+
+/// [`queue_lengths`] on the first `up` nodes only (the others are down).
+async fn queue_lengths_on(set: &NodeSet, up: usize) -> Vec<i64> {
+    let mut lengths = Vec::new();
+    for node in set.iter().take(up) {
+        let r = raw(&node.url()).await;
+        let reply: Value = r
+            .custom(
+                CustomCommand::new_static("ZCARD", None, false),
+                vec![QUEUE.to_string()],
+            )
+            .await
+            .unwrap();
+        r.quit().await.unwrap();
+        lengths.push(reply.as_i64().unwrap_or(-1));
+    }
+    lengths
+}
+
+/// Waits until `n` waiters are queued on every node.
+async fn queued_everywhere(set: &NodeSet, n: i64) {
+    queued_on(set, set.len(), n).await;
+}
+
+/// Waits until `n` waiters are queued on each of the first `up` nodes.
+async fn queued_on(set: &NodeSet, up: usize, n: i64) {
+    let ok = eventually(Duration::from_secs(10), || async {
+        queue_lengths_on(set, up).await.iter().all(|&len| len == n)
+    })
+    .await;
+    assert!(ok, "expected {n} queued waiters on each live node");
+}
+
+/// A holder takes `redlock:job`; `waiters` separate clients start waiting one after the
+/// other (each once the one before it is queued on the first `up` nodes, so their tickets
+/// are in this order); the holder releases. Returns the order in which they got the lock.
+async fn arrival_order(set: &NodeSet, up: usize, waiters: usize) -> Vec<usize> {
+    let holder = fair_client(set).await;
+    let guard = holder.lock("job").await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..waiters {
+        let c = fair_client(set).await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = c.lock("job").await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.release().await.unwrap();
+            c.shutdown().await;
+        }));
+        queued_on(set, up, i as i64 + 1).await;
+        // Tickets are wall-clock milliseconds: keep the next one strictly later.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    guard.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    holder.shutdown().await;
+    let order = order.lock().unwrap().clone();
+    order
+}
+
+/// Asserts that no key under the default prefix is left on any node, naming those that are.
+async fn no_keys_left(set: &NodeSet) {
+    let left = keys_left(set).await;
+    assert!(left.is_empty(), "keys left behind: {left:?}");
+}
+
+/// Every key under the default prefix on every node: locks and queues.
+async fn keys_left(set: &NodeSet) -> Vec<String> {
+    let mut keys = Vec::new();
+    for node in set.iter() {
+        keys.extend(node.redis().keys("redlock:*").await.unwrap());
+    }
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_separate_clients_get_the_lock_in_arrival_order() {
+    let set = NodeSet::start(3).await.unwrap();
+    assert_eq!(arrival_order(&set, 3, 4).await, [0, 1, 2, 3]);
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_releasing_holder_cannot_take_the_lock_back_while_another_waits() {
+    // The waiter sleeps a long backoff and hears no release (notifications off), so only
+    // the queue stands between the releasing holder and the lock.
+    for fair in [true, false] {
+        let set = NodeSet::start(3).await.unwrap();
+        let slow = |b: redlock_client::LockConfigBuilder| {
+            b.fair(fair)
+                .notify(false)
+                .backoff(Duration::from_secs(2), Duration::from_secs(2))
+        };
+        let holder = client(&set, slow).await;
+        let waiter = client(&set, slow).await;
+        let guard = holder.lock("job").await.unwrap();
+        let waiting = tokio::spawn(async move { waiter.lock("job").await.map(|g| g.attempts()) });
+        if fair {
+            queued_everywhere(&set, 1).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        guard.release().await.unwrap();
+        let again = holder.try_lock("job").await;
+        if fair {
+            let err = again.expect_err("the queue keeps the holder out");
+            assert!(
+                matches!(err, Error::NotAcquired { attempts: 1, .. }),
+                "{err}"
+            );
+            assert_eq!(waiting.await.unwrap().unwrap(), 2);
+        } else {
+            // The negative control: without the queue the holder takes the lock straight
+            // back, and the waiter gets it only after that hold.
+            let g = again.expect("without a queue the holder barges in");
+            g.release().await.unwrap();
+            assert!(waiting.await.unwrap().is_ok());
+        }
+        holder.shutdown().await;
+        no_keys_left(&set).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_waiter_holds_up_the_queue_only_for_its_patience() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = fair_client(&set).await;
+    let guard = holder.lock("job").await.unwrap();
+    // A waiter that queues with the oldest ticket and then never comes back: the core does
+    // not leave the queue by itself, as a crashed process would not.
+    let core = common::coordinator(&set, Duration::from_millis(200)).await;
+    let keys = ["redlock:job"];
+    let crashed = Acquisition {
+        fair: Some(FairPlace {
+            waiter: "crashed",
+            ticket: 1,
+            patience: Duration::from_millis(800),
+        }),
+        ..Acquisition::new(&keys, Duration::from_secs(2))
+    };
+    assert!(core.acquire_with(crashed).await.is_err());
+    queued_everywhere(&set, 1).await;
+    guard.release().await.unwrap();
+    // The next waiter is not the head until the crashed one's entry expires, then wins.
+    let next = fair_client(&set).await;
+    let g = next.lock("job").await.unwrap();
+    assert!(
+        g.attempts() > 1,
+        "won at once past a live head: {}",
+        g.attempts()
+    );
+    g.release().await.unwrap();
+    next.shutdown().await;
+    holder.shutdown().await;
+    core.close().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_give_up_or_are_cancelled_leave_the_queue() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = fair_client(&set).await;
+    let guard = c.lock("job").await.unwrap();
+    let short = LockOptions {
+        retry: Some(RetryPolicy {
+            max_wait: Some(Duration::from_millis(150)),
+            ..RetryPolicy::default()
+        }),
+        ..Default::default()
+    };
+    let other = fair_client(&set).await;
+    assert!(other.lock_with("job", &short).await.is_err());
+    other.coordinator().quiesce().await;
+    assert_eq!(queue_lengths(&set).await, [0, 0, 0], "gave up");
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), other.lock("job")).await;
+    assert!(cancelled.is_err());
+    other.coordinator().quiesce().await;
+    assert_eq!(queue_lengths(&set).await, [0, 0, 0], "cancelled");
+    // A try_lock is one attempt: it leaves too.
+    assert!(other.try_lock("job").await.is_err());
+    other.coordinator().quiesce().await;
+    assert_eq!(queue_lengths(&set).await, [0, 0, 0], "try_lock");
+    guard.release().await.unwrap();
+    other.shutdown().await;
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_order_holds_with_a_node_down() {
+    let set = NodeSet::start(3).await.unwrap();
+    set.node(2).kill().unwrap();
+    assert_eq!(arrival_order(&set, 2, 3).await, [0, 1, 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_takes_only_plain_locks_of_one_key_and_reserves_its_keys() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = fair_client(&set).await;
+    let fair = LockOptions {
+        fair: Some(true),
+        ..Default::default()
+    };
+    let err = c.lock_many(&["a", "b"], &fair).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidConfig(InvalidConfig::Core(ConfigError::FairShape { .. }))
+        ),
+        "{err}"
+    );
+    let fenced = LockOptions {
+        fenced: Some(true),
+        ..fair.clone()
+    };
+    let err = c.lock_with("job", &fenced).await.unwrap_err();
+    assert!(err.to_string().contains("fenced"), "{err}");
+    // The client's `fair` does not apply to other shapes: they work as before.
+    c.lock_many(&["a", "b"], &LockOptions::default())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let err = c.lock("fair-queue:x").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidConfig(InvalidConfig::Core(ConfigError::ReservedKey { .. }))
+        ),
+        "{err}"
+    );
+    let core = common::coordinator(&set, Duration::from_millis(200)).await;
+    let keys = ["redlock:job"];
+    let empty = Acquisition {
+        token: Token::random(),
+        fair: Some(FairPlace {
+            waiter: "",
+            ticket: 1,
+            patience: Duration::from_secs(1),
+        }),
+        ..Acquisition::new(&keys, Duration::from_secs(2))
+    };
+    assert!(matches!(
+        core.acquire_with(empty).await,
+        Err(redlock_core::Error::Config(ConfigError::FairPlace))
+    ));
+    c.shutdown().await;
+    core.close().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_only_the_client_of_the_next_waiter() {
+    let set = NodeSet::start(3).await.unwrap();
+    // Waiters sleep 2 s between attempts unless woken: within that time only a wake-up
+    // makes them try again.
+    let slow = |b: redlock_client::LockConfigBuilder| {
+        b.fair(true)
+            .backoff(Duration::from_secs(2), Duration::from_secs(2))
+    };
+    let holder = client(&set, slow).await;
+    let guard = holder.lock("job").await.unwrap();
+    let mut clients = Vec::new();
+    let mut waiting = Vec::new();
+    for i in 0..4 {
+        let c = client(&set, slow).await;
+        let waiter = c.clone();
+        waiting.push(tokio::spawn(
+            async move { waiter.lock("job").await.unwrap() },
+        ));
+        clients.push(c);
+        queued_everywhere(&set, i + 1).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    common::subscribed(&set, 5).await;
+    let before = set.node(0).command_calls("evalsha").await.unwrap();
+    guard.release().await.unwrap();
+    let first = waiting.remove(0);
+    let g = first.await.unwrap();
+    let calls = set.node(0).command_calls("evalsha").await.unwrap() - before;
+    // The head's attempt was the only round the release set off: the release itself, the
+    // head's acquisition, and the head leaving the queue on the nodes that had not answered
+    // when it won (the round is decided at the quorum). Waking every client would add an
+    // attempt per other waiter. (Attempts before the release are not counted: a wake-up
+    // subscriber that connects late wakes its client's waiters once, which is allowed.)
+    assert!(
+        calls <= 3,
+        "the other waiters ran rounds too: {calls} scripts"
+    );
+    g.release().await.unwrap();
+    // The others get their turns (within their 2 s backoff only through wake-ups).
+    for w in waiting {
+        w.await.unwrap().release().await.unwrap();
+    }
+    for c in clients {
+        c.shutdown().await;
+    }
+    holder.shutdown().await;
+}

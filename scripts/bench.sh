@@ -2,7 +2,7 @@
 # The benchmark: this workspace's client beside the raw-command floor and the rslock crate,
 # on redis-server nodes the harness starts itself (release build; not part of the tests).
 #
-#   ./scripts/bench.sh            full run (about five minutes), outputs to bench-results/
+#   ./scripts/bench.sh            full run (about ten minutes), outputs to bench-results/
 #   ./scripts/bench.sh --quick    a few seconds per scenario, outputs to target/bench-quick/
 #   ./scripts/bench.sh --help     every flag
 set -euo pipefail

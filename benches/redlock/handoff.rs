@@ -1,7 +1,8 @@
-//! P4: contended hand-off. Eight workers, each with its own client (as separate services
-//! would have), take turns on one key and hold it for a 1 ms critical section. Ours also
-//! runs with one client shared by the eight workers (tasks of one service), where a release
-//! wakes only the oldest waiter.
+//! P4: contended hand-off. Eight workers, then fifty, each with its own client (as separate
+//! services would have), take turns on one key and hold it for a 1 ms critical section.
+//! Ours also runs with one client shared by the eight workers (tasks of one service), where
+//! a release wakes only the oldest waiter, and with the fair queue (`fair`), where the lock
+//! goes to the workers in the order they began waiting.
 //!
 //! Each acquisition and release is logged; afterwards the hand-off of acquisition `k` is
 //! the time from the start of release `k - 1` (the holder is done with the resource) to the
@@ -22,7 +23,8 @@ use crate::progress;
 use crate::stats::{Recorder, Summary};
 use crate::subjects::{Kind, Subject, TTL};
 
-pub const WORKERS: usize = 8;
+/// The worker counts: each contender runs once with each.
+pub const WORKERS: [usize; 2] = [8, 50];
 pub const CRITICAL_SECTION: Duration = Duration::from_millis(1);
 /// A worker whose `lock` has not returned after this long is counted as failed.
 const LOCK_DEADLINE: Duration = Duration::from_secs(30);
@@ -34,7 +36,7 @@ const RT_ROUNDS: usize = 300;
 pub struct Handoff {
     /// The median raw fan-out round (`SET NX` on every node at once, all replies), µs.
     pub round_trip_us: f64,
-    pub workers: usize,
+    pub workers: Vec<usize>,
     pub critical_section_ms: f64,
     pub cases: Vec<HandoffCase>,
 }
@@ -44,6 +46,7 @@ pub struct Handoff {
 pub struct HandoffCase {
     pub subject: &'static str,
     pub label: &'static str,
+    pub workers: usize,
     pub seconds: f64,
     pub critical_sections: u64,
     pub per_second: f64,
@@ -56,6 +59,10 @@ pub struct HandoffCase {
     pub handoff_to_other: Summary,
     /// `handoff.median_us / round_trip_us` of [`Handoff`].
     pub median_round_trips: f64,
+    /// Critical sections of the worker that ran the fewest and of the one that ran the
+    /// most, inside the measured window.
+    pub sections_per_worker_min: u64,
+    pub sections_per_worker_max: u64,
     /// `lock` calls that gave up (the library's own deadline passed).
     pub gave_up: u64,
     /// Two holders inside the critical section at once: must be 0.
@@ -97,31 +104,37 @@ pub async fn run(
     let floor = Floor::connect(urls, TTL, Wait::All).await?;
     let mut round_trips = Recorder::default();
     let mut cases = Vec::new();
-    for &kind in kinds {
-        round_trips.merge(&round_trip(&floor).await);
-        cases.push(contend(urls, kind, Clients::PerWorker, warmup, time).await?);
-        if kind == Kind::Ours {
+    for workers in WORKERS {
+        for &kind in kinds {
             round_trips.merge(&round_trip(&floor).await);
-            cases.push(contend(urls, kind, Clients::Shared, warmup, time).await?);
+            cases.push(contend(urls, kind, Clients::PerWorker, workers, warmup, time).await?);
+            if kind == Kind::Ours && workers == WORKERS[0] {
+                round_trips.merge(&round_trip(&floor).await);
+                cases.push(contend(urls, kind, Clients::Shared, workers, warmup, time).await?);
+            }
         }
     }
     let round_trip_us = round_trips.summary().median_us;
     for case in &mut cases {
         case.median_round_trips = case.handoff.median_us / round_trip_us;
         progress!(
-            "P4 {:<13} {:>6.0} sections/s, hand-off median {:.0} µs ({:.1} round trips of {round_trip_us:.0} µs), p99 {:.0} µs, {} gave up, {} overlaps",
+            "P4 {:<13} x{:<2} {:>6.0} sections/s, hand-off median {:.0} µs ({:.1} round trips of {round_trip_us:.0} µs), p99 {:.0} µs, to another worker {:.0} %, sections per worker {}-{}, {} gave up, {} overlaps",
             case.subject,
+            case.workers,
             case.per_second,
             case.handoff.median_us,
             case.median_round_trips,
             case.handoff.p99_us,
+            case.handoff_to_other.samples as f64 * 100.0 / case.handoff.samples.max(1) as f64,
+            case.sections_per_worker_min,
+            case.sections_per_worker_max,
             case.gave_up,
             case.overlaps
         );
     }
     Ok(Handoff {
         round_trip_us,
-        workers: WORKERS,
+        workers: WORKERS.to_vec(),
         critical_section_ms: CRITICAL_SECTION.as_secs_f64() * 1000.0,
         cases,
     })
@@ -151,16 +164,17 @@ async fn contend(
     urls: &[String],
     kind: Kind,
     clients: Clients,
+    workers: usize,
     warmup: Duration,
     time: Duration,
 ) -> Result<HandoffCase, BenchError> {
     let (subject, label) = match clients {
         Clients::PerWorker => (kind.name(), kind.label()),
-        Clients::Shared => ("ours-shared", "ours, one client shared by the 8 workers"),
+        Clients::Shared => ("ours-shared", "ours, one client shared by the workers"),
     };
-    let key = format!("bench:P4:{subject}");
-    let mut subjects = Vec::with_capacity(WORKERS);
-    for _ in 0..WORKERS {
+    let key = format!("bench:P4:{subject}:{workers}");
+    let mut subjects = Vec::with_capacity(workers);
+    for _ in 0..workers {
         let next = match (clients, subjects.first()) {
             (Clients::Shared, Some(first)) => Subject::clone(first),
             _ => Subject::connect(kind, urls).await?,
@@ -197,7 +211,7 @@ async fn contend(
         subject.close().await;
     }
     let log = std::mem::take(&mut *shared.log());
-    let mut case = summarize(kind, &log, from, stop, &shared);
+    let mut case = summarize(kind, &log, from, stop, &shared, workers);
     (case.subject, case.label) = (subject, label);
     Ok(case)
 }
@@ -242,7 +256,15 @@ async fn worker(id: usize, subject: Subject, key: String, shared: Arc<Shared>, s
     }
 }
 
-fn summarize(kind: Kind, log: &Log, from: Instant, stop: Instant, shared: &Shared) -> HandoffCase {
+fn summarize(
+    kind: Kind,
+    log: &Log,
+    from: Instant,
+    stop: Instant,
+    shared: &Shared,
+    workers: usize,
+) -> HandoffCase {
+    let mut per_worker = vec![0u64; workers];
     let mut handoff = Recorder::default();
     let mut after_return = Recorder::default();
     let mut to_other = Recorder::default();
@@ -253,6 +275,7 @@ fn summarize(kind: Kind, log: &Log, from: Instant, stop: Instant, shared: &Share
             continue;
         }
         sections += 1;
+        per_worker[worker] += 1;
         let Some(p) = k.checked_sub(1) else { continue };
         if let Some((start, end)) = log.released.get(p).copied().flatten() {
             handoff.record(at.saturating_duration_since(start));
@@ -267,6 +290,7 @@ fn summarize(kind: Kind, log: &Log, from: Instant, stop: Instant, shared: &Share
     HandoffCase {
         subject: kind.name(),
         label: kind.label(),
+        workers,
         seconds,
         critical_sections: sections,
         per_second: sections as f64 / seconds,
@@ -274,6 +298,8 @@ fn summarize(kind: Kind, log: &Log, from: Instant, stop: Instant, shared: &Share
         handoff,
         handoff_after_release_returned: after_return.summary(),
         handoff_to_other: to_other.summary(),
+        sections_per_worker_min: per_worker.iter().copied().min().unwrap_or(0),
+        sections_per_worker_max: per_worker.iter().copied().max().unwrap_or(0),
         gave_up: log.gave_up,
         overlaps: shared.overlaps.load(Ordering::SeqCst),
     }

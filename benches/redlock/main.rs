@@ -143,6 +143,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         Kind::FloorQuorum,
         Kind::Ours,
         Kind::OursFenced,
+        Kind::OursFair,
         Kind::OursPolling,
         Kind::OursDefaults,
         Kind::Rslock,
@@ -172,7 +173,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         }
     }
     if args.runs("P4") {
-        let kinds = [Kind::Ours, Kind::OursPolling, Kind::Rslock];
+        let kinds = [Kind::Ours, Kind::OursFair, Kind::OursPolling, Kind::Rslock];
         handoff =
             Some(handoff::run(&urls, &kinds, plan.contention_warmup, plan.contention_time).await?);
         flush(&set).await?;
@@ -194,10 +195,10 @@ async fn run(args: &Args) -> Result<String, BenchError> {
     }
 
     if args.runs("P6") {
-        for &(locks, node_timeout) in &plan.renewal_cases {
+        for &(locks, node_timeout, arenas) in &plan.renewal_cases {
             // One failed case should not cost the rest of the run: it is reported and
             // left out of the outputs.
-            match renewal::run(&set, locks, plan.renewal_hold, node_timeout).await {
+            match renewal::run(&set, locks, plan.renewal_hold, node_timeout, arenas).await {
                 Ok(case) => renewal.push(case),
                 Err(e) => progress!("P6: case left out: {e}"),
             }

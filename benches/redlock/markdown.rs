@@ -106,21 +106,26 @@ impl Results {
             md,
             "### P4: contended hand-off\n\n\
              {} workers, each with its own client (one row of ours: one client shared by \
-             all of them), on one key; critical section {} ms (a tokio sleep, so 1-2 ms). Hand-off: from the start of the holder's release to \
+             the 8 workers), on one key; critical section {} ms (a tokio sleep, so 1-2 ms). Hand-off: from the start of the holder's release to \
              the return of the next `lock` (by any worker: each worker calls `lock` again right \
              after its release, so it competes too); one round trip = one raw `SET NX` \
              fan-out to every node = {}.\n\n\
-             | Contender | Critical sections/s | Hand-off median | p99 | Median in round trips | After release returned (median) | To another worker: share, median | Gave up | Overlaps |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|",
-            h.workers,
+             | Contender | Workers | Critical sections/s | Hand-off median | p99 | Median in round trips | After release returned (median) | To another worker: share, median | Sections per worker (min-max) | Gave up | Overlaps |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            h.workers
+                .iter()
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>()
+                .join(" and "),
             h.critical_section_ms,
             fmt_us(h.round_trip_us)
         );
         for c in &h.cases {
             let _ = writeln!(
                 md,
-                "| {} | {:.0} | {} | {} | {:.1} | {} | {:.0} %, {} | {} | {} |",
+                "| {} | {} | {:.0} | {} | {} | {:.1} | {} | {:.0} %, {} | {}-{} | {} | {} |",
                 c.label,
+                c.workers,
                 c.per_second,
                 cell(c.handoff.samples, c.handoff.median_us),
                 cell(c.handoff.samples, c.handoff.p99_us),
@@ -131,6 +136,8 @@ impl Results {
                 ),
                 c.handoff_to_other.samples as f64 * 100.0 / c.handoff.samples.max(1) as f64,
                 cell(c.handoff_to_other.samples, c.handoff_to_other.median_us),
+                c.sections_per_worker_min,
+                c.sections_per_worker_max,
                 c.gave_up,
                 c.overlaps
             );
@@ -187,9 +194,11 @@ impl Results {
              period, as a share of one core, and per lock renewal (one per lock per renewal \
              interval); memory is \
              VmRSS, and the cost per lock is its growth over the second half of the \
-             acquisitions (the first half also pays for the acquisition burst).\n\n\
-             | Locks | Node timeout | Held for | Renewal script calls per node | Not acquired | Lost | CPU (client) | CPU per lock renewal | CPU (all servers) | RSS before | RSS with all locks | RSS at the end | RSS per lock |\n\
-             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+             acquisitions (the first half also pays for the acquisition burst). Malloc \
+             arenas: glibc's `MALLOC_ARENA_MAX` in the case's process (default: up to eight \
+             per core, one per thread that allocates).\n\n\
+             | Locks | Node timeout | Malloc arenas | Held for | Renewal script calls per node | Not acquired | Lost | CPU (client) | CPU per lock renewal | CPU (all servers) | RSS before | RSS with all locks | RSS at the end | RSS per lock |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             first.ttl_ms,
             first.renew_every_ms,
             redlock_core::EXTEND_BATCH_LOCKS,
@@ -198,9 +207,11 @@ impl Results {
         for r in &self.renewal {
             let _ = writeln!(
                 md,
-                "| {} | {} ms | {:.0} s | {} | {} | {} | {:.2} % | {:.2} µs | {:.2} % | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.0} B |",
+                "| {} | {} ms | {} | {:.0} s | {} | {} | {} | {:.2} % | {:.2} µs | {:.2} % | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.0} B |",
                 r.locks,
                 r.node_timeout_ms,
+                r.malloc_arena_max
+                    .map_or_else(|| "default".to_string(), |n| n.to_string()),
                 r.hold_seconds,
                 r.renewal_calls,
                 r.not_acquired,

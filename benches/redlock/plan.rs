@@ -10,7 +10,9 @@ use crate::latency::Budget;
 /// the full run.
 pub struct Plan {
     /// P6 cases: how many locks, under which node timeout.
-    pub renewal_cases: Vec<(usize, Duration)>,
+    /// Locks, node timeout, and glibc's `MALLOC_ARENA_MAX` for the case's process (`None`:
+    /// glibc's default, up to eight arenas per core).
+    pub renewal_cases: Vec<(usize, Duration, Option<u32>)>,
     pub renewal_hold: Duration,
     pub p1: Budget,
     pub p2: Budget,
@@ -31,7 +33,7 @@ impl Plan {
         };
         if quick {
             Plan {
-                renewal_cases: vec![(1_000, DEFAULT_NODE_TIMEOUT)],
+                renewal_cases: vec![(1_000, DEFAULT_NODE_TIMEOUT, None)],
                 renewal_hold: Duration::from_secs(5),
                 p1: budget(50, 2_000, 0.6),
                 p2: budget(20, 1_000, 0.6),
@@ -44,11 +46,14 @@ impl Plan {
             }
         } else {
             Plan {
-                // The 10,000 under the defaults, and again with a node timeout
-                // long enough for one batched renewal of all of them.
+                // The 10,000 under the defaults, again with a node timeout long
+                // enough for one batched renewal of all of them, and again with one malloc
+                // arena: the RSS that glibc's per-thread arenas add while holding, as
+                // against what the client keeps.
                 renewal_cases: vec![
-                    (10_000, DEFAULT_NODE_TIMEOUT),
-                    (10_000, Duration::from_secs(1)),
+                    (10_000, DEFAULT_NODE_TIMEOUT, None),
+                    (10_000, Duration::from_secs(1), None),
+                    (10_000, DEFAULT_NODE_TIMEOUT, Some(1)),
                 ],
                 renewal_hold: Duration::from_secs(60),
                 p1: budget(300, 20_000, 3.5),

@@ -33,6 +33,7 @@ fn color(subject: &str) -> RGBColor {
         "ours-polling" => RGBColor(44, 160, 44),
         "ours-defaults" => RGBColor(148, 103, 189),
         "ours-control" => RGBColor(158, 202, 225),
+        "ours-fair" => RGBColor(140, 86, 75),
         "rslock" => RGBColor(214, 39, 40),
         _ => RGBColor(255, 127, 14),
     }
@@ -83,10 +84,11 @@ fn panels(results: &Results) -> Vec<Panel> {
     }
     if let Some(h) = &results.handoff {
         panels.push(Panel {
-            title: format!("P4 hand-off, {} workers on one key", h.workers),
+            title: format!("P4 hand-off, {} workers on one key", h.workers[0]),
             series: h
                 .cases
                 .iter()
+                .filter(|c| c.workers == h.workers[0])
                 .filter_map(|c| curve(c.subject, c.label, &c.handoff))
                 .collect(),
         });

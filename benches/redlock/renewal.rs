@@ -61,6 +61,9 @@ pub struct Renewal {
     pub rss_bytes_per_lock: f64,
     /// Locks that lost their validity while held: must be 0.
     pub lost: usize,
+    /// glibc's `MALLOC_ARENA_MAX` in the case's process (`None`: the default).
+    #[serde(default)]
+    pub malloc_arena_max: Option<u32>,
     pub acquire_seconds: f64,
 }
 
@@ -83,6 +86,7 @@ pub async fn run(
     locks: usize,
     hold: Duration,
     node_timeout: Duration,
+    arenas: Option<u32>,
 ) -> Result<Renewal, BenchError> {
     let spec = Spec {
         urls: set.urls(),
@@ -98,7 +102,11 @@ pub async fn run(
     let exe =
         std::env::current_exe().during(&step, "the bench binary must be able to find itself")?;
     let out = tokio::task::spawn_blocking(move || {
-        Command::new(exe)
+        let mut child = Command::new(exe);
+        if let Some(arenas) = arenas {
+            child.env("MALLOC_ARENA_MAX", arenas.to_string());
+        }
+        child
             .args([CHILD_FLAG, &spec])
             .stdin(Stdio::null())
             .stderr(Stdio::inherit())
@@ -114,7 +122,10 @@ pub async fn run(
             "see its error message above",
         ));
     }
-    serde_json::from_slice(&out.stdout).during(step, "see the child's messages above")
+    let mut renewal: Renewal =
+        serde_json::from_slice(&out.stdout).during(step, "see the child's messages above")?;
+    renewal.malloc_arena_max = arenas;
+    Ok(renewal)
 }
 
 /// The child's side: runs the case described by `spec` and returns its figures as JSON.
@@ -228,6 +239,7 @@ async fn measure(spec: &Spec) -> Result<Renewal, BenchError> {
             / (locks - first).max(1) as f64,
         lost,
         acquire_seconds,
+        malloc_arena_max: None,
     };
     progress!(
         "P6: CPU {:.2} % of a core (servers {:.2} %), RSS {:.1} MiB -> {:.1} MiB ({:.0} B per lock), {} renewal script calls per node, {} lost",

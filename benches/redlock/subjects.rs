@@ -32,6 +32,9 @@ pub enum Kind {
     /// Ours like `Ours`, with a fencing token for every lock (one more round trip: the
     /// token's write-back).
     OursFenced,
+    /// Ours like `Ours`, with the fair queue (`fair`): waiters take the lock in the order
+    /// they began waiting, across clients.
+    OursFair,
     /// The `rslock` crate.
     Rslock,
 }
@@ -45,6 +48,7 @@ impl Kind {
             Kind::OursPolling => "ours-polling",
             Kind::OursDefaults => "ours-defaults",
             Kind::OursFenced => "ours-fenced",
+            Kind::OursFair => "ours-fair",
             Kind::Rslock => "rslock",
         }
     }
@@ -58,6 +62,7 @@ impl Kind {
             Kind::OursPolling => "ours, polling only (notify off)",
             Kind::OursDefaults => "ours, all defaults (renewal on)",
             Kind::OursFenced => "ours, fenced (notify on, no renewal)",
+            Kind::OursFair => "ours, fair queue (notify on, no renewal)",
             Kind::Rslock => "rslock 0.10",
         }
     }
@@ -66,7 +71,11 @@ impl Kind {
     pub fn node_timeout(self, ours: Duration) -> String {
         match self {
             Kind::Floor | Kind::FloorQuorum => "none".into(),
-            Kind::Ours | Kind::OursPolling | Kind::OursDefaults | Kind::OursFenced => {
+            Kind::Ours
+            | Kind::OursPolling
+            | Kind::OursDefaults
+            | Kind::OursFenced
+            | Kind::OursFair => {
                 format!("{} ms (setting, default)", ours.as_millis())
             }
             Kind::Rslock => "500 ms (fixed)".into(),
@@ -97,7 +106,11 @@ impl Subject {
             Kind::FloorQuorum => Ok(Subject::Floor(
                 Floor::connect(urls, TTL, Wait::Quorum).await?,
             )),
-            Kind::Ours | Kind::OursPolling | Kind::OursDefaults | Kind::OursFenced => {
+            Kind::Ours
+            | Kind::OursPolling
+            | Kind::OursDefaults
+            | Kind::OursFenced
+            | Kind::OursFair => {
                 // A prefix per configuration: it names the release channel too, so clients
                 // of different configurations do not hear each other's releases.
                 let mut builder = LockConfig::builder()
@@ -112,6 +125,9 @@ impl Subject {
                 }
                 if kind == Kind::OursFenced {
                     builder = builder.fencing(true);
+                }
+                if kind == Kind::OursFair {
+                    builder = builder.fair(true);
                 }
                 let config = builder
                     .build()

@@ -9,9 +9,9 @@ need_cargo
 need_redis
 need_postgres
 cargo test --workspace "$@"
-# The runnable examples (fencing at the resource), unless a subset of tests was asked for.
+# The runnable examples (the tutorials, then fencing at the resource), unless a subset of tests was asked for.
 if [ $# -eq 0 ]; then
-    for example in fenced_redis fenced_sql; do
+    for example in lock_release with_lock fenced_redis fenced_sql metrics; do
         echo "== example $example"
         cargo run -q --example "$example"
     done

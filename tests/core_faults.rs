@@ -1,12 +1,13 @@
-//! Rounds under process faults: nodes killed (SIGKILL) and paused (SIGSTOP).
+//! Rounds under process faults (nodes killed with SIGKILL, paused with SIGSTOP) and a link
+//! that loses requests.
 
 mod common;
 
 use std::time::Duration;
 
 use common::coordinator;
-use redlock_core::{CleanupOutcome, Error, NodeOutcome, Token};
-use redlock_testkit::NodeSet;
+use redlock_core::{CleanupOutcome, Config, Coordinator, Error, NodeOutcome, Token};
+use redlock_testkit::{LinkFault, NodeSet};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -197,5 +198,44 @@ async fn a_dropped_round_leaves_no_key_behind() {
     assert!(
         set.nodes_holding("dropped").await.is_empty(),
         "a cancelled round left keys behind"
+    );
+}
+
+/// A release that a node missed (the request was lost on the way, the node itself stayed
+/// up) is sent again in the background once the call has returned, so the key does not
+/// stay there until its TTL. Before the fix a release was sent once: node 0 kept the key
+/// for the whole 30 s TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_a_node_missed_is_sent_again() {
+    let set = NodeSet::start(5).await.unwrap();
+    let links = common::linked(&set).await;
+    let node_timeout = Duration::from_millis(500);
+    let c = Coordinator::connect(Config {
+        nodes: links.urls(0),
+        node_timeout,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let lock = c.acquire("release-missed", TTL).await.unwrap();
+    lock.report().settled().await;
+    assert_eq!(set.nodes_holding("release-missed").await.len(), 5);
+
+    // Node 0's link drops everything: its release is lost on the way.
+    links.link(0, 0).set(LinkFault::Blackhole);
+    let report = c.release(&lock).await.expect("four of five nodes release");
+    // Back once the first send has timed out (well within the key's TTL).
+    tokio::time::sleep(node_timeout + Duration::from_millis(100)).await;
+    links.heal_all();
+
+    let settled = report.settled().await;
+    assert!(
+        set.nodes_holding("release-missed").await.is_empty(),
+        "the key was left on a node: {settled}"
+    );
+    assert_eq!(
+        settled.nodes[0].cleanup,
+        Some(CleanupOutcome::Removed),
+        "{settled}"
     );
 }

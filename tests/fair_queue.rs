@@ -304,9 +304,16 @@ async fn a_release_wakes_only_the_client_of_the_next_waiter() {
     }
     common::subscribed(&set, 5).await;
     let before = set.node(0).command_calls("evalsha").await.unwrap();
-    guard.release().await.unwrap();
+    let release = guard.release().await.unwrap();
     let first = waiting.remove(0);
     let g = first.await.unwrap();
+    // On a loaded machine node 0 may not answer the release within the node timeout; it is
+    // then sent again (up to three tries), which is not a wake-up.
+    let resent = if release.settled().await.nodes[0].cleanup.is_some() {
+        3
+    } else {
+        0
+    };
     let calls = set.node(0).command_calls("evalsha").await.unwrap() - before;
     // The head's attempt was the only round the release set off: the release itself, the
     // head's acquisition, and the head leaving the queue on the nodes that had not answered
@@ -314,7 +321,7 @@ async fn a_release_wakes_only_the_client_of_the_next_waiter() {
     // attempt per other waiter. (Attempts before the release are not counted: a wake-up
     // subscriber that connects late wakes its client's waiters once, which is allowed.)
     assert!(
-        calls <= 3,
+        calls <= 3 + resent,
         "the other waiters ran rounds too: {calls} scripts"
     );
     g.release().await.unwrap();

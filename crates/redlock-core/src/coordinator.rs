@@ -267,6 +267,7 @@ impl Coordinator {
                 name: spec.name.clone(),
                 ttl: Some(*ttl),
                 undo: None,
+                redo: false,
             });
         }
         let round = Round {
@@ -284,7 +285,9 @@ impl Coordinator {
 
     /// Releases a lock: compare-and-delete on every node (for a reentrant lock: drops this
     /// hold, and the key with the last one). Returns once a quorum of nodes no longer hold
-    /// it; the remaining nodes finish in the background. It only ever deletes a key that
+    /// it; the remaining nodes finish in the background, where a node that did not answer
+    /// (timed out, or its connection failed) gets the release again, up to three tries like
+    /// a rollback (see [`quiesce`](Self::quiesce)). It only ever deletes a key that
     /// still holds this lock's token, so a late release never touches a newer holder.
     pub async fn release(&self, lock: &Lock) -> Result<RoundReport, Error> {
         self.release_spec(LockSpec::of(lock)).await
@@ -359,7 +362,8 @@ impl Coordinator {
     }
 
     /// A round of one request that asks for no TTL and undoes nothing (a release, a read,
-    /// a fencing write-back, leaving a fair queue), reported under `name`.
+    /// a fencing write-back, leaving a fair queue), reported under `name`. A release and a
+    /// leave are sent again on the nodes that did not answer ([`Request::redo`]).
     pub(crate) fn untimed_round(&self, kind: RoundKind, command: Command, name: Arc<str>) -> Round {
         Round {
             kind,
@@ -368,6 +372,7 @@ impl Coordinator {
                 name,
                 ttl: None,
                 undo: None,
+                redo: matches!(kind, RoundKind::Release | RoundKind::Leave),
             }],
             drift_factor: self.inner.config.drift_factor,
         }
@@ -402,6 +407,7 @@ impl Coordinator {
                 name: key.into(),
                 ttl: None,
                 undo: None,
+                redo: false,
             }],
             drift_factor: self.inner.config.drift_factor,
         };
@@ -469,7 +475,8 @@ impl Coordinator {
     /// [`release_in_background`](Self::release_in_background)).
     ///
     /// The wait is bounded whatever the nodes do: a command in flight gives up after one
-    /// node timeout, and a rollback is tried at most three times, each try bounded by the
+    /// node timeout, and a rollback (or a release a node did not answer) is tried at most
+    /// three times, each try bounded by the
     /// node timeout, 10 ms and 20 ms apart. So it returns at most `4 × node_timeout + 30 ms`
     /// after the decision of the last round started (a background release first needs its
     /// own round: add one node timeout). A key that could not be rolled back on a node

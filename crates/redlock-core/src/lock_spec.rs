@@ -143,6 +143,7 @@ impl LockSpec {
                 keys: self.fred_keys(),
                 args,
             }),
+            redo: false,
         }
     }
 

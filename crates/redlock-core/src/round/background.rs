@@ -13,10 +13,13 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::command::Answer;
-use super::plan::{Round, Undo};
+use fred::types::{Key, Value};
+
+use super::command::{Answer, Command};
+use super::plan::Round;
 use crate::connection::Connection;
 use crate::report::{CleanupOutcome, NodeOutcome, Settling};
+use crate::scripts::Script;
 
 /// How many times a rollback is tried on one node. Each try is bounded by the node timeout;
 /// a node that failed this often is down or hung, and our key there expires with its TTL.
@@ -102,7 +105,9 @@ impl InFlight {
                     let report = &mut settling.requests[j][i];
                     report.latency = Some(latency);
                     report.outcome = answer.outcome.clone();
-                    if roll_back[j] {
+                    if round.requests[j].redo && needs_redo(&answer.outcome) {
+                        undo_here = true;
+                    } else if roll_back[j] {
                         if needs_undo(&answer.outcome) {
                             undo_here = true;
                         } else {
@@ -161,6 +166,15 @@ fn needs_undo(outcome: &NodeOutcome) -> bool {
     !matches!(outcome, NodeOutcome::HeldByOther)
 }
 
+/// Whether a command that removes what is ours ([`Request::redo`](super::Request)) must be
+/// sent again on a node: it did not answer, so it may not have run there.
+fn needs_redo(outcome: &NodeOutcome) -> bool {
+    matches!(
+        outcome,
+        NodeOutcome::TimedOut | NodeOutcome::ConnectionError(_)
+    )
+}
+
 /// What outlives the decision.
 struct Background {
     connections: Arc<[Connection]>,
@@ -203,18 +217,30 @@ impl Background {
     }
 
     /// Rolls node `i` back for every request that is not kept and whose answer may have
-    /// set its key there, then closes the node in the settling.
+    /// set its key there, sends a release (or leave) again where the node did not answer
+    /// it, then closes the node in the settling.
     async fn finish(&self, i: usize, answers: &[Answer]) {
         let connection = &self.connections[i];
         let mut cleanups = Vec::new();
         for (j, (request, answer)) in self.round.requests.iter().zip(answers).enumerate() {
+            if request.redo && needs_redo(&answer.outcome) {
+                cleanups.push((j, self.redo(connection, &answer.outcome).await));
+                continue;
+            }
             let (Some(undo), true) = (&request.undo, self.roll_back[j]) else {
                 continue;
             };
             let cleanup = if needs_undo(&answer.outcome) {
                 // Past the TTL our key is gone by itself, wherever it was set.
                 let deadline = self.t0 + request.ttl.unwrap_or_default();
-                let cleanup = roll_back(connection, undo, deadline).await;
+                let cleanup = try_on(
+                    connection,
+                    undo.script,
+                    &undo.keys,
+                    &undo.args,
+                    Some(deadline),
+                )
+                .await;
                 connection.metrics.rolled_back(&cleanup);
                 if answer.outcome.is_answer() || matches!(cleanup, CleanupOutcome::Removed) {
                     tracing::debug!(node = %connection.name, outcome = %answer.outcome, %cleanup, "rolled back");
@@ -236,21 +262,45 @@ impl Background {
     }
 }
 
-/// Compare-and-delete on one node, tried up to [`ROLLBACK_ATTEMPTS`] times and never past
-/// `deadline` (the key's TTL: after it our key is gone by itself). A command that timed out
-/// is usually still queued on the connection behind the command it undoes, so it will run
-/// in order.
-async fn roll_back(connection: &Connection, undo: &Undo, deadline: Instant) -> CleanupOutcome {
+impl Background {
+    /// Sends the round's command (a release or a leave) again on node `connection`, which
+    /// answered `outcome` (no answer): up to [`ROLLBACK_ATTEMPTS`] times, like a rollback.
+    /// The release's own TTL is not known here; the tries are bounded by their number.
+    async fn redo(&self, connection: &Connection, outcome: &NodeOutcome) -> CleanupOutcome {
+        let Command::Script { script, keys, args } = &self.round.command else {
+            return CleanupOutcome::NotPresent;
+        };
+        let cleanup = try_on(connection, script, keys, args, None).await;
+        // Debug, not warn: with a node down, every release would warn; the node's health
+        // and metrics say that already.
+        tracing::debug!(node = %connection.name, %outcome, %cleanup, kind = %self.round.kind, "sent again");
+        cleanup
+    }
+}
+
+/// A compare-and-delete (`script` on `keys` and `args`, answering 1 when it deleted, 0
+/// when there was nothing of ours) on one node, tried up to [`ROLLBACK_ATTEMPTS`] times,
+/// no try started at or past `deadline` if there is one (for a rollback, the key's TTL: after
+/// it our key is gone by itself). A command that timed out is usually still queued on the connection
+/// behind the command it undoes, so it will run in order.
+async fn try_on(
+    connection: &Connection,
+    script: &Script,
+    keys: &[Key],
+    args: &[Value],
+    deadline: Option<Instant>,
+) -> CleanupOutcome {
     let mut pause = ROLLBACK_PAUSE;
     let mut attempt = 1;
     loop {
-        let failure = match connection.eval(undo.script, &undo.keys, &undo.args).await {
-            Ok(fred::types::Value::Integer(n)) if n > 0 => return CleanupOutcome::Removed,
-            Ok(fred::types::Value::Integer(_)) => return CleanupOutcome::NotPresent,
+        let failure = match connection.eval(script, keys, args).await {
+            Ok(Value::Integer(n)) if n > 0 => return CleanupOutcome::Removed,
+            Ok(Value::Integer(_)) => return CleanupOutcome::NotPresent,
             Ok(other) => format!("unexpected reply to the rollback script: {other:?}"),
             Err(failure) => failure.to_string(),
         };
-        if attempt >= ROLLBACK_ATTEMPTS || Instant::now() + pause >= deadline {
+        let past = deadline.is_some_and(|deadline| Instant::now() + pause >= deadline);
+        if attempt >= ROLLBACK_ATTEMPTS || past {
             return CleanupOutcome::Failed(failure);
         }
         tokio::time::sleep(pause).await;

@@ -19,6 +19,12 @@ pub(crate) struct Request {
     pub(crate) ttl: Option<Duration>,
     /// What undoes the command on a node, for requests that must roll back when not won.
     pub(crate) undo: Option<Undo>,
+    /// Whether the round's command is sent again, in the background, on each node that did
+    /// not answer (timed out, or its connection failed), up to the rollback's number of
+    /// tries: for commands that only remove what is ours and can run twice (a release, a
+    /// fair waiter leaving its queue). A node that was slow or cut off for a moment would
+    /// otherwise keep the key until its TTL.
+    pub(crate) redo: bool,
 }
 
 /// A compare-and-delete that undoes what a request may have set on a node.

@@ -323,7 +323,10 @@ impl RoundReport {
         }
         let mut text = advice.join("; ");
         if self.kind == RoundKind::Release && n > 0 {
-            text.push_str("; keys not deleted expire by themselves at the end of their TTL");
+            text.push_str(
+                "; nodes that did not answer get the release again in the background (up to three \
+                 tries), and keys not deleted expire by themselves at the end of their TTL",
+            );
         }
         text
     }

@@ -1,8 +1,10 @@
-//! Command-line flags: `[--quick] [--out DIR] [--only P1,P4]`.
+//! Command-line flags: `[--quick] [--out DIR] [--only P1,P4] [--subjects ours,floor]`.
 
 use std::path::PathBuf;
 
 use clap::Parser;
+
+use crate::subjects::Kind;
 
 /// The scenario families, in the order they run.
 pub const FAMILIES: [&str; 6] = ["P1", "P2", "P3", "P4", "P5", "P6"];
@@ -21,6 +23,11 @@ pub struct Args {
     /// Run only these scenario families (P1..P6), comma-separated.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = family)]
     only: Vec<String>,
+    /// Run only these contenders (floor, floor-quorum, ours, ours-polling, ours-defaults,
+    /// ours-fenced, ours-fair, rslock), comma-separated: to profile one of them, say
+    /// `--only P5 --subjects ours`. Tables and targets then lack the others' figures.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = subject)]
+    subjects: Vec<Kind>,
     /// Added by `cargo bench` itself; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -42,6 +49,26 @@ impl Args {
     pub fn runs(&self, family: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|f| f == family)
     }
+
+    /// `kinds` without the contenders that `--subjects` leaves out.
+    pub fn subjects(&self, kinds: &[Kind]) -> Vec<Kind> {
+        kinds
+            .iter()
+            .copied()
+            .filter(|k| self.subjects.is_empty() || self.subjects.contains(k))
+            .collect()
+    }
+}
+
+fn subject(item: &str) -> Result<Kind, String> {
+    let name = item.trim();
+    Kind::ALL
+        .into_iter()
+        .find(|k| k.name() == name)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+            format!("unknown contender {item:?}: use {}", names.join(", "))
+        })
 }
 
 fn family(item: &str) -> Result<String, String> {

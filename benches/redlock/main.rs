@@ -138,7 +138,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
     let mut handoff = None;
     let mut throughput = None;
     let mut renewal = Vec::new();
-    let p1_kinds = [
+    let p1_kinds = args.subjects(&[
         Kind::Floor,
         Kind::FloorQuorum,
         Kind::Ours,
@@ -147,8 +147,8 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         Kind::OursPolling,
         Kind::OursDefaults,
         Kind::Rslock,
-    ];
-    let fault_kinds = [Kind::Ours, Kind::Rslock];
+    ]);
+    let fault_kinds = args.subjects(&[Kind::Ours, Kind::Rslock]);
 
     if args.runs("P1") {
         latency.extend(latency::healthy(&set, &p1_kinds, plan.p1).await?);
@@ -173,13 +173,13 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         }
     }
     if args.runs("P4") {
-        let kinds = [Kind::Ours, Kind::OursFair, Kind::OursPolling, Kind::Rslock];
+        let kinds = args.subjects(&[Kind::Ours, Kind::OursFair, Kind::OursPolling, Kind::Rslock]);
         handoff =
             Some(handoff::run(&urls, &kinds, plan.contention_warmup, plan.contention_time).await?);
         flush(&set).await?;
     }
     if args.runs("P5") {
-        let kinds = [Kind::Floor, Kind::Ours, Kind::OursPolling, Kind::Rslock];
+        let kinds = args.subjects(&[Kind::Floor, Kind::Ours, Kind::OursPolling, Kind::Rslock]);
         let cases =
             throughput::run(&urls, &kinds, plan.throughput_warmup, plan.throughput_time).await?;
         flush(&set).await?;

@@ -40,6 +40,18 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every contender, in the order the tables list them.
+    pub const ALL: [Kind; 8] = [
+        Kind::Floor,
+        Kind::FloorQuorum,
+        Kind::Ours,
+        Kind::OursPolling,
+        Kind::OursDefaults,
+        Kind::OursFenced,
+        Kind::OursFair,
+        Kind::Rslock,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Kind::Floor => "floor",

@@ -305,23 +305,29 @@ pub fn evaluate(
         0.5,
         true,
         || {
-            let share = |s: &str| rate(s).map_or(0.0, |(o, l)| o / l * 100.0);
+            let share = |s: &str| {
+                rate(s).map_or_else(
+                    || "(not run)".into(),
+                    |(o, l)| format!("{:.0}", o / l * 100.0),
+                )
+            };
             let failed = throughput
                 .and_then(|t| t.cases.iter().find(|c| c.subject == "ours"))
                 .filter(|c| c.failures > 0)
                 .map_or(String::new(), |c| {
                     format!(
                         " {} of ours' cycles failed: at this load some replies took longer \
-                         than the 100 ms node timeout, and a release that timed out leaves its \
-                         key until the TTL, so the next try_lock of that key is refused.",
+                         than the 100 ms node timeout, and a key whose release a node did not \
+                         answer stays there until the release sent again lands (or its TTL), \
+                         so the next try_lock of that key can be refused.",
                         c.failures
                     )
                 });
             format!(
                 "The client's CPU, not the servers, is the limit: on two cores shared with five \
-                 servers the raw fred floor reaches {:.0} % and rslock {:.0} % of what \
+                 servers the raw fred floor reaches {} % and rslock {} % of what \
                  redis-benchmark (C, pipelined) gets from the servers, so no client on fred \
-                 reaches 50 % on this machine. Ours reaches {:.0} % with notifications off; \
+                 reaches 50 % on this machine. Ours reaches {} % with notifications off; \
                  the rest of its gap to the floor is the work per round (reports, rollback \
                  bookkeeping, the notification messages). Closing it: a machine where the \
                  client does not share its cores with the servers, and a cheaper connection \

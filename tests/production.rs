@@ -415,6 +415,14 @@ async fn the_minimal_acl_user_runs_every_path_and_a_missing_permission_is_named(
     let client = connect(builder(set.urls_as("elsewhere", SECRET))).await;
     let error = client.lock_with("k", &no_retry()).await.unwrap_err();
     refused_by_every_node(&error, ServerErrorKind::Permission, "SET").await;
+    // With the default retry policy too, one attempt: no wait can grant a permission.
+    // (Before, `lock` retried until its 10 s `max_wait` and then reported the deadline.)
+    let error = client.lock("k").await.unwrap_err();
+    let Error::NotAcquired { attempts, .. } = &error else {
+        panic!("expected NotAcquired, got {error}");
+    };
+    assert_eq!(*attempts, 1, "{error}");
+    refused_by_every_node(&error, ServerErrorKind::Permission, "SET").await;
     client.shutdown().await;
 }
 

@@ -174,6 +174,11 @@ impl Redlock {
     /// timeout, so a plain lock returns by `deadline + node_timeout`; a fenced one (see
     /// `LockConfig::fencing`) runs up to four rounds per attempt, so by
     /// `deadline + 4 × node_timeout`.
+    ///
+    /// It does not retry when so many nodes refused the attempt for a reason that only a
+    /// change of settings clears (credentials, ACL permissions, a read-only replica; see
+    /// `ServerErrorKind::needs_a_change`) that no quorum can form: it returns
+    /// [`Error::NotAcquired`] at once, each node's error and advice in the report.
     pub async fn lock(&self, key: &str) -> Result<LockGuard, Error> {
         self.lock_with(key, &LockOptions::default()).await
     }
@@ -465,7 +470,11 @@ impl Redlock {
                             .expect("a round error carries its report"),
                     ),
                 };
-                let exhausted = retry.max_attempts.is_some_and(|max| attempts >= max);
+                // Refused by so many nodes for a reason that only a change of settings
+                // clears (credentials, ACL, a replica) that no quorum can form: waiting out
+                // `max_wait` would only delay the error.
+                let exhausted = retry.max_attempts.is_some_and(|max| attempts >= max)
+                    || refused_until_changed(&report);
                 let past_deadline = deadline.is_some_and(|d| Instant::now() >= d);
                 if let (Some(lock), Some(validity)) = (short_lock, short) {
                     if exhausted || past_deadline {
@@ -642,4 +651,17 @@ fn give_up(key: &str, attempts: u32, report: Box<RoundReport>, waited: Option<Du
             report,
         }
     }
+}
+
+/// Whether more nodes than a quorum can spare refused the round with an error that
+/// retrying cannot clear ([`ServerErrorKind::needs_a_change`]).
+///
+/// [`ServerErrorKind::needs_a_change`]: redlock_core::ServerErrorKind::needs_a_change
+fn refused_until_changed(report: &RoundReport) -> bool {
+    let refused = report
+        .nodes
+        .iter()
+        .filter(|n| matches!(&n.outcome, NodeOutcome::ServerError(e) if e.kind.needs_a_change()))
+        .count();
+    refused > report.nodes.len().saturating_sub(report.quorum)
 }

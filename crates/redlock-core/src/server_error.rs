@@ -76,6 +76,21 @@ impl ServerErrorKind {
             .unwrap_or(ServerErrorKind::Unknown)
     }
 
+    /// Whether retrying cannot clear an error of this kind: it takes a change to the node,
+    /// its URL, its ACL or the key (credentials, permissions, a replica, a key of another
+    /// type, a database index). `NotReady`, `OutOfMemory`, `Persistence` and `Unknown` may
+    /// pass by themselves.
+    pub fn needs_a_change(self) -> bool {
+        matches!(
+            self,
+            ServerErrorKind::Auth
+                | ServerErrorKind::Permission
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::WrongType
+                | ServerErrorKind::Database
+        )
+    }
+
     /// What to do about an error of this kind, in one sentence.
     pub fn advice(self) -> &'static str {
         match self {

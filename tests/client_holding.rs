@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{client, eventually};
 use redlock_client::{Error, LockOptions, LostReason};
+use redlock_core::RoundKind;
 use redlock_testkit::NodeSet;
 
 const TTL: Duration = Duration::from_millis(900);
@@ -37,6 +38,33 @@ async fn renewal_keeps_a_lock_for_several_ttls() {
     assert!(!plain.is_valid());
     assert_eq!(plain.lost().await, LostReason::Expired);
     guard.release().await.unwrap();
+}
+
+/// Renewal moves the lock's validity on but keeps the report of its acquisition (a held lock
+/// keeps no report per renewal tick); a manual `extend` replaces it. Before, every renewal
+/// replaced the lock and its report, so ten thousand held locks re-allocated their reports
+/// on every tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_moves_the_validity_on_and_keeps_the_acquisitions_report() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.ttl(TTL)).await;
+    let guard = c.lock("renewed-report").await.unwrap();
+    let acquired = guard.lock();
+    assert_eq!(acquired.report().kind, RoundKind::Acquire);
+    let renewed = eventually(TTL * 3, || async {
+        guard.lock().valid_until() > acquired.valid_until()
+    })
+    .await;
+    assert!(renewed, "not renewed within three TTLs");
+    let lock = guard.lock();
+    assert_eq!(lock.report().kind, RoundKind::Acquire, "{}", lock.report());
+    assert_eq!(lock.token(), acquired.token());
+    assert!(guard.valid_until() >= lock.valid_until());
+
+    guard.extend(None).await.unwrap();
+    assert_eq!(guard.lock().report().kind, RoundKind::Extend);
+    guard.release().await.unwrap();
+    c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

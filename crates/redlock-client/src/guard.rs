@@ -86,6 +86,14 @@ impl HoldState {
         self.lock.lock().expect("lock state").clone()
     }
 
+    /// Records a successful renewal: the validity moves on (never back, as in
+    /// [`extended`](Self::extended)); the lock keeps its report, so that a renewal tick
+    /// leaves no allocation behind per held lock.
+    pub(crate) fn renewed(&self, renewal: &Lock) {
+        self.lock.lock().expect("lock state").renew_from(renewal);
+        self.record_validity(renewal.valid_until());
+    }
+
     /// Records a successful extension. Extensions never shorten a key on the nodes, so
     /// the validity only moves forward: a renewal with the configured TTL that finishes
     /// after a longer manual extension does not take the longer validity back.
@@ -97,6 +105,12 @@ impl HoldState {
                 *current = lock;
             }
         }
+        self.record_validity(valid_until);
+    }
+
+    /// The status after a successful extension or renewal: valid until at least
+    /// `valid_until`, no longer failing.
+    fn record_validity(&self, valid_until: Instant) {
         self.status.send_modify(|s| {
             if s.lost.is_none() {
                 s.valid_until = s.valid_until.max(valid_until);
@@ -364,7 +378,10 @@ impl LockGuard {
         self.handle().fencing_token()
     }
 
-    /// The lock as the core sees it: token, TTL, the report of its last round.
+    /// The lock as the core sees it: token, TTL, validity, and the report of its
+    /// acquisition or of its last [`extend`](Self::extend). Automatic renewal moves the
+    /// validity on and keeps the report (a guard keeps no report per renewal tick: failing
+    /// renewals show in [`health`](Self::health), the logs and the metrics).
     pub fn lock(&self) -> Lock {
         self.shared.current()
     }

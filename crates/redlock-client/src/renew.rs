@@ -134,7 +134,7 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
             Ok(lock) => {
                 renewed += 1;
                 metrics::renewal(Renewal::Renewed);
-                entry.shared.extended(lock);
+                entry.shared.renewed(&lock);
                 entry.due = after + entry.plan.every;
             }
             Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {

@@ -209,7 +209,7 @@ impl Coordinator {
         let token = match token {
             Ok(token) => token,
             Err(shortfall) => {
-                let report = lock.report.clone();
+                let report = RoundReport::clone(&lock.report);
                 return Err(won.unfence(report, shortfall.to_string()).await);
             }
         };

@@ -521,7 +521,7 @@ impl Coordinator {
                 fair: spec.fair,
                 ttl,
                 valid_until: held_until.map_or(valid_until, |held| held.max(valid_until)),
-                report: *report,
+                report: Arc::from(report),
                 fencing_token: None,
             });
         }

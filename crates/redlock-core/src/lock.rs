@@ -27,7 +27,8 @@ pub struct Lock {
     pub(crate) fair: bool,
     pub(crate) ttl: Duration,
     pub(crate) valid_until: Instant,
-    pub(crate) report: RoundReport,
+    /// Shared: a held lock is copied for every renewal tick and every `lock()` call.
+    pub(crate) report: Arc<RoundReport>,
     /// For a fenced acquisition: its token, handed out only after a quorum recorded it.
     pub(crate) fencing_token: Option<FencingToken>,
 }
@@ -63,6 +64,20 @@ impl Lock {
     /// command was sent.
     pub fn valid_until(&self) -> Instant {
         self.valid_until
+    }
+
+    /// Takes on the validity (and TTL) of `extended`, an extension of this same lock (the
+    /// same keys and token) that ends later, and keeps this lock's report and everything
+    /// else: what a holder that renews many locks keeps instead of every renewal's report.
+    /// Does nothing when `extended` is another lock or ends no later.
+    pub fn renew_from(&mut self, extended: &Lock) {
+        if extended.token == self.token
+            && extended.keys == self.keys
+            && extended.valid_until > self.valid_until
+        {
+            self.valid_until = extended.valid_until;
+            self.ttl = extended.ttl;
+        }
     }
 
     /// The validity left now, or `None` once it has run out.

@@ -151,10 +151,15 @@ async fn bad_keys_tokens_and_ttls_are_typed_errors_and_send_nothing() {
         c.extend_token("fencing-counter", &Token::from_string("7"), SECOND)
             .await
             .unwrap_err(),
+        // The fair queues' keys too (sorted sets: a release would only meet WRONGTYPE).
+        c.release_token("fair-queue:job", &token).await.unwrap_err(),
+        c.extend_token("fair-expiry:job", &token, SECOND)
+            .await
+            .unwrap_err(),
     ] {
         assert!(
             matches!(core(err), ConfigError::ReservedKey { .. }),
-            "the fencing counter is reserved"
+            "the fencing counter and the fair queues are reserved"
         );
     }
     c.coordinator().quiesce().await;

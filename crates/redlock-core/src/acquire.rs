@@ -166,11 +166,7 @@ impl Coordinator {
         }
         let mut spec = LockSpec::new(what.keys, what.token, what.owner.map(Arc::from))?;
         spec.fair = what.fair.is_some();
-        if let Some(key) = what
-            .keys
-            .iter()
-            .find(|k| **k == config.fence_key || k.starts_with(&config.fair_prefix))
-        {
+        if let Some(key) = what.keys.iter().find(|k| config.is_reserved(k)) {
             return Err(ConfigError::ReservedKey {
                 key: key.to_string(),
             }

@@ -152,6 +152,12 @@ pub(crate) struct Endpoint {
 }
 
 impl Config {
+    /// Whether `key` is the fencing counter's or starts with the fair queues' prefix: no
+    /// lock may be taken, released or extended under it.
+    pub(crate) fn is_reserved(&self, key: &str) -> bool {
+        key == self.fence_key || key.starts_with(&self.fair_prefix)
+    }
+
     /// Checks every value without connecting anywhere.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.endpoints().map(|_| ())

@@ -305,8 +305,8 @@ impl Coordinator {
     ///
     /// Only for a lock of one key taken with a token (not a reentrant hold, whose release
     /// also needs its owner). Fails with [`Error::Config`] for an empty or invalid key or
-    /// token, or the fencing counter's key, and with [`Error::NoQuorum`] when fewer than a
-    /// quorum of nodes answered.
+    /// token, or a reserved key (the fencing counter's, or one under the fair queues'
+    /// prefix), and with [`Error::NoQuorum`] when fewer than a quorum of nodes answered.
     pub async fn release_token(&self, key: &str, token: &Token) -> Result<RoundReport, Error> {
         let spec = self.token_spec(key, token)?;
         self.release_spec(spec).await
@@ -344,7 +344,7 @@ impl Coordinator {
     /// number as token would match).
     fn token_spec(&self, key: &str, token: &Token) -> Result<LockSpec, ConfigError> {
         let spec = LockSpec::new(&[key], token.clone(), None)?;
-        if key == self.inner.config.fence_key {
+        if self.inner.config.is_reserved(key) {
             return Err(ConfigError::ReservedKey {
                 key: key.to_string(),
             });

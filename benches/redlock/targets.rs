@@ -364,14 +364,14 @@ pub fn evaluate(
             false,
             || {
                 "The growth is glibc's per-thread malloc arenas, not what the client keeps (see \
-                 the one-arena case). Likely, each renewal tick builds the renewed locks' \
-                 reports on whichever worker thread runs the renewal task and frees the \
-                 previous tick's, so every arena grows to the size of a tick and is not \
-                 given back. The case \
-                 with one arena (MALLOC_ARENA_MAX=1) grows by about a tenth instead of \
-                 doubling. Closing it in the library: \
-                 keep a renewed lock's report in place instead of building a new one per \
-                 tick; for a service today, MALLOC_ARENA_MAX=2 or another allocator \
+                 the one-arena case, which grows by about a tenth). A held lock keeps its \
+                 acquisition's report (renewal only moves its validity on), but each renewal \
+                 tick still builds, for every renewed lock, the round's per-node report and \
+                 settling record, and frees them once the tick has settled; built on \
+                 whichever worker thread runs the tick or its late answers, they grow every \
+                 arena to the size of a tick, which glibc does not give back. Closing it in \
+                 the library: renewal rounds that build per-node reports only for the locks \
+                 that failed; for a service today, MALLOC_ARENA_MAX=2 or another allocator \
                  (jemalloc, mimalloc)."
                     .into()
             },
@@ -391,10 +391,10 @@ pub fn evaluate(
             || {
                 format!(
                     "Each held lock costs about {:.0} B once acquired: its guard and status \
-                     channel, its renewal entry, and its last round's report (a line per \
-                     node, and the round's settling record shared with the locks of its \
-                     batch). Closing it: a compact report for held locks (the per-node lines \
-                     only while an error or `settled()` needs them).",
+                     channel, its renewal entry, and its acquisition's report (a line per \
+                     node, and that round's settling record). Closing it: a compact report \
+                     for held locks (the per-node lines only while an error or `settled()` \
+                     needs them), and the tick's transient reports above.",
                     r.rss_bytes_per_lock
                 )
             },

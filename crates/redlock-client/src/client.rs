@@ -404,6 +404,10 @@ impl Redlock {
                 .as_ref()
                 .map(|n| n.watch(&keys, waiter.as_deref()));
             let mut attempts = 0u32;
+            // Attempts after a wake-up that lost, in this call: each doubles the window the
+            // next woken attempt's pause is drawn from (see below).
+            let mut woken_losses = 0u32;
+            let mut woken = false;
             // Leaves the fair queue when this call ends, however it ends (won, given up,
             // failed, or its future dropped), unless the winning round already took the
             // waiter out on every node.
@@ -473,6 +477,9 @@ impl Redlock {
                 // Refused by so many nodes for a reason that only a change of settings
                 // clears (credentials, ACL, a replica) that no quorum can form: waiting out
                 // `max_wait` would only delay the error.
+                if woken {
+                    woken_losses = woken_losses.saturating_add(1);
+                }
                 let exhausted = retry.max_attempts.is_some_and(|max| attempts >= max)
                     || refused_until_changed(&report);
                 let past_deadline = deadline.is_some_and(|d| Instant::now() >= d);
@@ -507,7 +514,7 @@ impl Redlock {
                 );
                 match &watch {
                     Some(watch) => {
-                        let woken = tokio::select! {
+                        woken = tokio::select! {
                             _ = watch.released() => true,
                             _ = tokio::time::sleep(delay) => false,
                         };
@@ -517,10 +524,16 @@ impl Redlock {
                             // One waiter per client is woken, but the waiters of other
                             // clients hear the same release at the same instant; sent all
                             // at once, their rounds split the vote and all lose. A random
-                            // pause of up to one round's duration spreads them out, so the
-                            // first one through wins and the rest see the key held. Drawn
-                            // from the backoff's generator: a seeded policy fixes it too.
-                            let mut spread = backoff.spread(report.elapsed);
+                            // pause spreads them out, so the first one through wins and the
+                            // rest see the key held. Its window is one round's duration,
+                            // doubled for each woken attempt of this call that lost (up to
+                            // 64 rounds): many clients on one key need a window of about
+                            // one round per client, which this reaches without knowing
+                            // their number (binary exponential backoff, as on a shared
+                            // Ethernet). Drawn from the backoff's generator: a seeded
+                            // policy fixes it too.
+                            let mut spread =
+                                backoff.spread(wake_window(report.elapsed, woken_losses));
                             if let Some(d) = deadline {
                                 spread = spread.min(d.saturating_duration_since(Instant::now()));
                             }
@@ -664,4 +677,27 @@ fn refused_until_changed(report: &RoundReport) -> bool {
         .filter(|n| matches!(&n.outcome, NodeOutcome::ServerError(e) if e.kind.needs_a_change()))
         .count();
     refused > report.nodes.len().saturating_sub(report.quorum)
+}
+
+/// The window a woken waiter's pause is drawn from: its last round's duration, doubled for
+/// each of its call's woken attempts that lost, at most 64 rounds.
+fn wake_window(round: Duration, woken_losses: u32) -> Duration {
+    round.saturating_mul(1 << woken_losses.min(6))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wake_window_doubles_with_each_woken_loss_up_to_64_rounds() {
+        let round = Duration::from_micros(250);
+        assert_eq!(wake_window(round, 0), round);
+        assert_eq!(wake_window(round, 1), round * 2);
+        assert_eq!(wake_window(round, 5), round * 32);
+        assert_eq!(wake_window(round, 6), round * 64);
+        assert_eq!(wake_window(round, u32::MAX), round * 64);
+        assert_eq!(wake_window(Duration::MAX, 6), Duration::MAX);
+        assert_eq!(wake_window(Duration::ZERO, 3), Duration::ZERO);
+    }
 }

@@ -38,14 +38,42 @@ async fn contend_under<F>(lab: &Lab, clients: usize, faults: F) -> Result<Outcom
 where
     F: Future<Output = Result<(), LabError>>,
 {
+    contend_under_then(lab, clients, faults, Duration::ZERO).await
+}
+
+/// [`contend_under`], and the clients go on contending until `tail` has passed since the
+/// faults ended, however long they took (a container restart can outlast the run).
+async fn contend_under_then<F>(
+    lab: &Lab,
+    clients: usize,
+    faults: F,
+    tail: Duration,
+) -> Result<Outcome, LabError>
+where
+    F: Future<Output = Result<(), LabError>>,
+{
     let clients = lab.clients(clients).await?;
     let clients = &clients[..];
     let resource = Arc::new(Resource::default());
     let until = Instant::now() + lab.timing.run_for;
-    let (tally, faults) = tokio::join!(contend_lab(lab, &resource, clients, until), faults);
+    let faults = async { (faults.await, Instant::now()) };
+    let (tally, (faults, ended)) =
+        tokio::join!(contend_lab(lab, &resource, clients, until), faults);
+    let then = match (&tally, &faults) {
+        (Ok(_), Ok(())) if ended + tail > Instant::now() => {
+            Some(contend_lab(lab, &resource, clients, ended + tail).await)
+        }
+        _ => None,
+    };
     shutdown(clients).await;
     faults?;
-    let tally = tally?;
+    let mut tally = tally?;
+    if let Some(then) = then {
+        let then = then?;
+        tally.acquired += then.acquired;
+        tally.failed += then.failed;
+        tally.skipped_writes += then.skipped_writes;
+    }
     Ok(Outcome {
         notes: vec![format!(
             "{} won, {} gave up, {} writes skipped for lack of validity",

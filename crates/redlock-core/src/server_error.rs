@@ -159,8 +159,8 @@ impl fmt::Display for ServerErrorKind {
 pub struct ServerError {
     /// What kind of error it is.
     pub kind: ServerErrorKind,
-    /// The command the node refused (`SET`, `EVALSHA`, `AUTH` for the connection's
-    /// handshake, ...).
+    /// The command the node refused (`SET`, `EVALSHA`, ...), or `connect` when it refused
+    /// the connection's handshake (a wrong or missing password, a database out of range).
     pub command: Cow<'static, str>,
     /// The node's message.
     pub message: String,

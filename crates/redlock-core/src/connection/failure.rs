@@ -23,15 +23,32 @@ pub(crate) enum ConnectFailure {
     /// The TLS handshake failed: an untrusted or expired certificate, a name mismatch, or a
     /// server that wants a client certificate.
     Tls(String),
+    /// The server requires a client certificate (mutual TLS) and got none it accepts: it
+    /// said so with a `certificate required` alert. With TLS 1.3 the client sees the alert
+    /// only after its side of the handshake, on the first read.
+    ClientCertRequired(String),
+    /// A TLS connection without a client certificate was closed or reset by the server:
+    /// what a server that requires client certificates does when the alert is lost (the
+    /// client wrote before reading it, and the server answered with a reset).
+    TlsClosed(String),
     /// Anything else: refused, reset, unreachable, protocol errors.
     Other(String),
 }
 
+/// What the wording of a node's connection failures depends on besides fred's error.
+#[derive(Clone, Default)]
+pub(crate) struct FailureContext {
+    /// The node's password, masked should fred's text ever contain it.
+    pub(crate) password: Option<String>,
+    /// The node is reached over TLS and the TLS settings give no client certificate: a
+    /// connection the server closes may be a refusal of mutual TLS.
+    pub(crate) tls_without_client_cert: bool,
+}
+
 impl ConnectFailure {
-    /// `password` is masked should fred's text ever contain it.
-    fn from_fred(e: &FredError, password: Option<&str>) -> ConnectFailure {
+    fn from_fred(e: &FredError, context: &FailureContext) -> ConnectFailure {
         let mut details = e.details().trim().to_string();
-        if let Some(password) = password.filter(|p| !p.is_empty()) {
+        if let Some(password) = context.password.as_deref().filter(|p| !p.is_empty()) {
             details = details.replace(password, "***");
         }
         let upper = details.to_ascii_uppercase();
@@ -43,12 +60,21 @@ impl ConnectFailure {
             ConnectFailure::Auth(details)
         } else if upper.contains("DB INDEX") || upper.contains("SELECT IS NOT ALLOWED") {
             ConnectFailure::Database(details)
+        } else if upper.contains("CERTIFICATEREQUIRED") || upper.contains("CERTIFICATE REQUIRED") {
+            // rustls: `AlertReceived(CertificateRequired)`; OpenSSL: `certificate required`.
+            ConnectFailure::ClientCertRequired(details)
         } else if is_tls_kind(e)
             || upper.contains("CERTIFICATE")
             || upper.contains("HANDSHAKE")
             || upper.contains("TLS")
         {
             ConnectFailure::Tls(details)
+        } else if context.tls_without_client_cert
+            && ["CLOSED", "RESET", "BROKEN PIPE", "EOF", "END OF FILE"]
+                .iter()
+                .any(|word| upper.contains(word))
+        {
+            ConnectFailure::TlsClosed(format!("{:?}: {details}", e.kind()))
         } else {
             ConnectFailure::Other(format!("{:?}: {details}", e.kind()))
         }
@@ -70,9 +96,10 @@ impl ConnectFailure {
                 "connect",
                 reason.clone(),
             )),
-            ConnectFailure::Tls(_) | ConnectFailure::Other(_) => {
-                NodeOutcome::ConnectionError(self.to_string())
-            }
+            ConnectFailure::Tls(_)
+            | ConnectFailure::ClientCertRequired(_)
+            | ConnectFailure::TlsClosed(_)
+            | ConnectFailure::Other(_) => NodeOutcome::ConnectionError(self.to_string()),
         }
     }
 }
@@ -98,6 +125,19 @@ impl std::fmt::Display for ConnectFailure {
                  requires client certificates, that `tls.client_cert_file` and \
                  `tls.client_key_file` are set"
             ),
+            ConnectFailure::ClientCertRequired(reason) => write!(
+                f,
+                "the node requires a client certificate (mutual TLS) and got none it accepts \
+                 ({reason}): set `tls.client_cert_file` and `tls.client_key_file` (or \
+                 `tls.client_cert_pem` and `tls.client_key_pem`) to a certificate signed by a \
+                 CA the node trusts"
+            ),
+            ConnectFailure::TlsClosed(reason) => write!(
+                f,
+                "not connected: the node closed the TLS connection ({reason}); if the node \
+                 requires a client certificate (mutual TLS), set `tls.client_cert_file` and \
+                 `tls.client_key_file` (the TLS settings give none)"
+            ),
             ConnectFailure::Other(reason) => {
                 write!(f, "not connected (last connection error: {reason})")
             }
@@ -120,7 +160,7 @@ fn is_tls_kind(_: &FredError) -> bool {
 pub(crate) fn watch_connection(
     client: &Client,
     last: Arc<Mutex<Option<ConnectFailure>>>,
-    password: Option<String>,
+    context: FailureContext,
 ) {
     let mut errors = client.error_rx();
     let mut reconnects = client.reconnect_rx();
@@ -135,7 +175,7 @@ pub(crate) fn watch_connection(
                 biased;
                 error = errors.recv() => match error {
                     Ok((error, _)) => {
-                        set(Some(ConnectFailure::from_fred(&error, password.as_deref())));
+                        set(Some(ConnectFailure::from_fred(&error, &context)));
                     }
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => break,
@@ -171,7 +211,11 @@ mod tests {
     use super::*;
 
     fn classify(kind: ErrorKind, details: &str, password: Option<&str>) -> ConnectFailure {
-        ConnectFailure::from_fred(&FredError::new(kind, details.to_string()), password)
+        let context = FailureContext {
+            password: password.map(str::to_string),
+            tls_without_client_cert: false,
+        };
+        ConnectFailure::from_fred(&FredError::new(kind, details.to_string()), &context)
     }
 
     #[test]
@@ -215,5 +259,48 @@ mod tests {
         let failure = classify(ErrorKind::Auth, "WRONGPASS for hunter2", Some("hunter2"));
         assert!(!failure.to_string().contains("hunter2"), "{failure}");
         assert!(!format!("{failure:?}").contains("hunter2"), "{failure:?}");
+    }
+
+    #[test]
+    fn a_refused_client_certificate_says_which_settings_to_set() {
+        let alert = "Custom { kind: InvalidData, error: AlertReceived(CertificateRequired) }";
+        for details in [alert, "tlsv13 alert certificate required"] {
+            let failure = classify(ErrorKind::IO, details, None);
+            assert!(
+                matches!(failure, ConnectFailure::ClientCertRequired(_)),
+                "{failure:?}"
+            );
+            let text = failure.to_string();
+            assert!(text.contains("requires a client certificate"), "{text}");
+            assert!(text.contains("`tls.client_cert_file`"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_tls_connection_closed_without_a_client_certificate_points_at_the_setting() {
+        let without = FailureContext {
+            password: None,
+            tls_without_client_cert: true,
+        };
+        for details in [
+            "Connection reset by peer (os error 104)",
+            "Connection closed.",
+            "unexpected end of file",
+        ] {
+            let error = FredError::new(ErrorKind::IO, details.to_string());
+            let failure = ConnectFailure::from_fred(&error, &without);
+            let NodeOutcome::ConnectionError(text) = failure.outcome() else {
+                panic!("{failure:?}");
+            };
+            assert!(text.contains(details), "{text}");
+            assert!(text.contains("`tls.client_cert_file`"), "{text}");
+            // Plain TCP, or a client certificate given: no such advice.
+            let plain = ConnectFailure::from_fred(&error, &FailureContext::default());
+            assert!(!plain.to_string().contains("tls."), "{plain}");
+        }
+        // A node that is down is not a certificate question.
+        let refused = FredError::new(ErrorKind::IO, "Connection refused (os error 111)");
+        let failure = ConnectFailure::from_fred(&refused, &without);
+        assert!(matches!(failure, ConnectFailure::Other(_)), "{failure:?}");
     }
 }

@@ -20,7 +20,7 @@ use crate::report::{NodeName, NodeOutcome};
 use crate::scripts::Script;
 use crate::server_error::{ServerError, ServerErrorKind};
 
-use failure::{watch_connection, ConnectFailure};
+use failure::{watch_connection, ConnectFailure, FailureContext};
 
 /// A subscriber for release notifications from the node at `endpoint`, with the same
 /// settings as the node's round connection.
@@ -65,7 +65,15 @@ impl Connection {
         let last_error = Arc::new(Mutex::new(None));
         // Subscribed before the first connection attempt, so that none of its errors is
         // missed. The password only lives in the task, to be masked should an error echo it.
-        watch_connection(&client, last_error.clone(), endpoint.fred.password.clone());
+        let client_cert = config
+            .tls
+            .as_ref()
+            .is_some_and(|tls| tls.client_cert_file.is_some() || tls.client_cert_pem.is_some());
+        let context = FailureContext {
+            password: endpoint.fred.password.clone(),
+            tls_without_client_cert: endpoint.fred.uses_tls() && !client_cert,
+        };
+        watch_connection(&client, last_error.clone(), context);
         Ok(Connection {
             metrics: crate::metrics::NodeMetrics::new(&endpoint.name),
             name: endpoint.name,

@@ -461,6 +461,50 @@ async fn unix_socket_nodes_mix_with_tcp_nodes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_unix_socket_node_works_and_a_wrong_password_is_a_typed_auth_error() {
+    let set = NodeSet::start_with(
+        3,
+        NodeOptions {
+            unix_socket: true,
+            password: Some(SECRET.into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let unix = set.unix_urls().unwrap();
+    assert!(
+        unix[0].starts_with(&format!("redis+unix://:{SECRET}@localhost/")),
+        "{}",
+        unix[0]
+    );
+    let client = connect(builder(unix.clone())).await;
+    every_path(&client, &set).await;
+    let guard = client.lock("all").await.unwrap();
+    assert_eq!(set.nodes_holding("redlock:all").await, vec![0, 1, 2]);
+    guard.release().await.unwrap();
+    client.shutdown().await;
+
+    // A wrong password on every socket: the handshake is refused, typed, node by node.
+    let wrong: Vec<String> = unix
+        .iter()
+        .map(|url| url.replacen(SECRET, &format!("wrong-{SECRET}"), 1))
+        .collect();
+    let client = connect(builder(wrong)).await;
+    let error = client.lock_with("k", &no_retry()).await.unwrap_err();
+    refused_by_every_node(&error, ServerErrorKind::Auth, "connect").await;
+    let text = error.to_string();
+    for node in set.iter() {
+        let socket = node.unix_socket().unwrap().display().to_string();
+        let named = format!("redis+unix://:***@localhost{socket}");
+        assert!(text.contains(&named), "{named} not named in: {text}");
+    }
+    assert!(text.contains("check the user name and password"), "{text}");
+    assert_no_secret(&format!("{error} {error:?} {client:?}"));
+    client.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_memory_and_read_only_replicas_are_typed_with_what_to_do() {
     let set = NodeSet::start(3).await.unwrap();
     let client = connect(builder(set.urls())).await;

@@ -63,8 +63,9 @@ pub(crate) struct Inner {
     closed: AtomicBool,
 }
 
-/// The health check at connect: logs each connected node's settings, warns about each
-/// problem, and with [`HealthPolicy::Strict`] refuses the first node that has one.
+/// The health check at connect: logs each connected node's settings (`node checked`, also
+/// for a node with problems), warns about each node's problems, and with
+/// [`HealthPolicy::Strict`] refuses the first node that has one.
 async fn check_health(
     connections: &[Connection],
     connected: &[Result<(), String>],
@@ -82,6 +83,8 @@ async fn check_health(
         match &health.reachable {
             Ok(_) if health.problems.is_empty() => tracing::info!(%health, "node checked"),
             Ok(_) => {
+                // The settings read, as for a healthy node; then what is wrong with them.
+                tracing::info!(%health, "node checked");
                 let problems = health
                     .problems
                     .iter()

@@ -3,12 +3,13 @@
 dependency graph in Cargo.lock: fails when a dependency of a published crate declares a
 newer `rust-version` than the workspace does.
 
-Only one toolchain is installed where this runs, so the MSRV is not built with; it is the
-honest lower bound the dependencies' own `rust-version` fields give. It walks the normal and
-build dependencies of every published workspace crate (all features, every target
-platform: a Windows-only dependency counts too) and prints the highest requirement and the
-path to it. Dev-dependencies (tests, benchmarks, examples) are reported, not enforced: the
-MSRV promises that the crates build, not that the test suite does.
+This is the lower bound the dependencies' own `rust-version` fields give; CI also builds the
+published crates with that toolchain (`cargo +1.89 check`, see .ci/run), which catches what
+this cannot (our own code, a dependency that declares no `rust-version`). It walks the
+normal and build dependencies of every published workspace crate (all features, every
+target platform: a Windows-only dependency counts too) and prints the highest requirement
+and the path to it. Dev-dependencies (tests, benchmarks, examples) are reported, not
+enforced: the MSRV promises that the crates build, not that the test suite does.
 
 Usage: scripts/check-msrv.py   (from anywhere in the workspace; needs cargo and Python 3)
 """

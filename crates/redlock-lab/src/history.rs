@@ -154,8 +154,12 @@ pub struct NodeHold {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultKind {
     /// Keys on the node may vanish here (restart without data, eviction, DEL, FLUSHALL, a
-    /// clock jump): a token disappearing around this time is explained by the fault.
+    /// clock step forward): a token disappearing around this time is explained by the fault.
     KeyLoss,
+    /// The node's wall clock stepped back: its keys live longer than their `PTTL` said, so
+    /// an expiry moving later around this time is explained. Nothing vanishes: a token
+    /// removed early on that node is still a violation.
+    ClockBack,
     /// Anything else (pause, partition, latency, kill, ...).
     Other,
 }

@@ -267,22 +267,29 @@ impl Lab {
     }
 
     /// Steps node `n`'s wall clock by `by_ms` milliseconds at once (negative: back). Recorded
-    /// as key loss from the step until the shim has surely applied it (it re-reads its
-    /// control file about every 10 ms): a step forward expires keys early there, a step
-    /// back moves their expiry later, which the checker would otherwise take for a foreign
-    /// extension.
+    /// from the step until the shim has surely applied it (it re-reads its control file
+    /// about every 10 ms): a step forward as key loss (it expires keys early there), a step
+    /// back as [`FaultKind::ClockBack`] (it moves their expiry later, which the checker
+    /// would otherwise take for a foreign extension, and removes nothing).
     pub async fn clock_jump(&self, n: usize, by_ms: i64) -> Result<(), LabError> {
         let clock = self.clock(n)?;
+        // Forward, keys there may expire early (key loss on that node); back, they only
+        // outlive their PTTL, which excuses an expiry moving later and nothing else.
+        let kind = if by_ms > 0 {
+            FaultKind::KeyLoss
+        } else {
+            FaultKind::ClockBack
+        };
         self.history.fault(
             Some(n),
-            FaultKind::KeyLoss,
+            kind,
             format!("clock of {} steps {by_ms:+} ms", self.name(n)),
         );
         clock.jump(by_ms)?;
         tokio::time::sleep(Duration::from_millis(50)).await;
         self.history.fault(
             Some(n),
-            FaultKind::KeyLoss,
+            kind,
             format!("{}'s clock step applied", self.name(n)),
         );
         Ok(())

@@ -96,18 +96,23 @@ pub struct Leftover {
     pub pttl: i64,
 }
 
-/// Each injected key loss (node restarted empty, keys evicted, a clock step): the node
-/// and when, for the rules that must not blame the library for keys a fault took.
+/// Each injected key loss (node restarted empty, keys evicted, a clock step forward): the
+/// node and when, for the rules that must not blame the library for keys a fault took.
 fn key_losses(events: &[Event]) -> Vec<(usize, At)> {
+    faults_of(events, FaultKind::KeyLoss)
+}
+
+/// Each injected fault of `kind` on one node: the node and when.
+fn faults_of(events: &[Event], kind: FaultKind) -> Vec<(usize, At)> {
     events
         .iter()
         .filter_map(|e| match e {
             Event::Fault {
                 at,
                 node: Some(n),
-                kind: FaultKind::KeyLoss,
+                kind: k,
                 ..
-            } => Some((*n, *at)),
+            } if *k == kind => Some((*n, *at)),
             _ => None,
         })
         .collect()

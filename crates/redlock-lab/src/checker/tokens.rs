@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::{key_losses, Holder, Observation, Violation, EVENT_SLACK};
-use crate::history::{At, Event};
+use super::{faults_of, key_losses, Holder, Observation, Violation, EVENT_SLACK};
+use crate::history::{At, Event, FaultKind};
 
 /// Slack for comparing server-side expiry estimates (PTTL is whole milliseconds, the sampling
 /// round trip is a few; 20 ms also absorbs a 1 % clock-rate difference over a 1 s TTL).
@@ -19,6 +19,7 @@ pub fn token_violations(
 ) -> Vec<Violation> {
     let by_token: HashMap<&str, &Holder> = holders.iter().map(|h| (h.token.as_str(), h)).collect();
     let key_loss = key_losses(events);
+    let clock_back = faults_of(events, FaultKind::ClockBack);
     // An extension call's window runs from its start until it returned or, if later, until
     // its holder's claim ended: a node that the call gave up on (timed out) may still apply
     // its PEXPIRE after the call returned, and only the holder's own release orders it
@@ -68,13 +69,18 @@ pub fn token_violations(
             // Key loss on this node that began before the token was seen gone and lasted
             // (or happened again) until after it was seen present. Faults that take time
             // (a container restart) are recorded as a start and an end event.
-            let lost_between = key_loss.iter().any(|&(n, began)| {
-                n == node
-                    && began <= b.received + EVENT_SLACK
-                    && key_loss.iter().any(|&(m, ended)| {
-                        m == node && ended >= began && ended + EVENT_SLACK >= a.sent
-                    })
-            });
+            let between = |faults: &[(usize, At)]| {
+                faults.iter().any(|&(n, began)| {
+                    n == node
+                        && began <= b.received + EVENT_SLACK
+                        && faults.iter().any(|&(m, ended)| {
+                            m == node && ended >= began && ended + EVENT_SLACK >= a.sent
+                        })
+                })
+            };
+            let lost_between = between(&key_loss);
+            // A clock stepped back explains a later expiry, never a removal.
+            let stepped_back = between(&clock_back);
             // Expired on its own: the node's own PTTL in `a` ran out by `b` (within 1 %,
             // a node clock a little slower than ours). A key that an extension or a renewal
             // did not reach keeps its old expiry there while its holder claims on, backed by
@@ -121,7 +127,11 @@ pub fn token_violations(
             };
             let latest_first = a.received + Duration::from_millis(p1);
             let earliest_second = b.sent + Duration::from_millis(p2);
-            if !known || earliest_second <= latest_first + EXPIRY_SLACK || lost_between {
+            if !known
+                || earliest_second <= latest_first + EXPIRY_SLACK
+                || lost_between
+                || stepped_back
+            {
                 continue;
             }
             let during = |&(_, started, ended): &(&str, At, At)| {
@@ -228,6 +238,33 @@ mod tests {
         let earlier = vec![acquired("a", "ta", 0, 1000), fault(10), fault(20)];
         assert_eq!(
             categories(&check(&earlier, &observations, &[])),
+            ["token removed early"]
+        );
+    }
+
+    #[test]
+    fn a_clock_stepped_back_explains_a_later_expiry_and_no_removal() {
+        let step = |node| Event::Fault {
+            at: t(150),
+            node: Some(node),
+            kind: FaultKind::ClockBack,
+            what: "clock of node-0 steps -1500 ms".into(),
+        };
+        // The key's expiry moves 1.5 s later on node 0 as its clock steps back.
+        let later = [obs(0, 100, Some("ta"), 900), obs(0, 200, Some("ta"), 2300)];
+        let events = vec![acquired("a", "ta", 0, 1000), step(0)];
+        assert_eq!(check(&events, &later, &[]), vec![]);
+        // A step on another node explains nothing.
+        let elsewhere = vec![acquired("a", "ta", 0, 1000), step(1)];
+        assert_eq!(
+            categories(&check(&elsewhere, &later, &[])),
+            ["foreign extend"]
+        );
+        // The negative control: a token gone from the stepped node while its holder claims
+        // is still removed early (a step back removes nothing).
+        let gone = [obs(0, 100, Some("ta"), 900), obs(0, 200, None, -2)];
+        assert_eq!(
+            categories(&check(&events, &gone, &[])),
             ["token removed early"]
         );
     }

@@ -17,7 +17,7 @@ mod reader;
 use rand::rngs::StdRng;
 use rand::Rng;
 
-pub(crate) use ops::contend_mixed;
+pub(crate) use ops::{contend_mixed, contend_mixed_each};
 
 /// The keys the multi-key locks add to the contended key: `{resource, a}` and
 /// `{resource, b}` overlap in the contended key (which the checker judges) and exclude

@@ -38,6 +38,18 @@ pub(crate) async fn contend_mixed(
     until: Instant,
     mix: &Mix,
 ) -> Result<Tally, LabError> {
+    let tallies = contend_mixed_each(lab, resource, clients, until, mix).await?;
+    Ok(tallies.iter().sum())
+}
+
+/// [`contend_mixed`], returning each client's own tally, in the order of `clients`.
+pub(crate) async fn contend_mixed_each(
+    lab: &Lab,
+    resource: &Arc<Resource>,
+    clients: &[Redlock],
+    until: Instant,
+    mix: &Mix,
+) -> Result<Vec<Tally>, LabError> {
     let reader = Reader::connect(lab).await;
     let workers = clients.iter().enumerate().map(|(c, client)| {
         let ctx = Ctx {
@@ -71,8 +83,7 @@ pub(crate) async fn contend_mixed(
     });
     let tallies = futures::future::join_all(workers).await;
     reader.close().await;
-    let tallies = tallies.into_iter().collect::<Result<Vec<_>, _>>()?;
-    Ok(tallies.iter().sum())
+    tallies.into_iter().collect()
 }
 
 impl Ctx<'_> {

@@ -19,10 +19,10 @@ use crate::checker::{Observation, EVENT_SLACK};
 use crate::error::LabError;
 use crate::history::At;
 use crate::lab::Lab;
-use crate::mix::{contend_mixed, Workload};
+use crate::mix::{contend_mixed, contend_mixed_each, Workload};
 use crate::resource::Resource;
 use crate::scenario::{Outcome, Scenario, KEY};
-use crate::workload::{contend, Tally};
+use crate::workload::{contend, contend_each, Tally};
 
 /// Every scenario, must-pass ones first.
 pub fn all() -> Vec<Scenario> {
@@ -93,6 +93,19 @@ async fn contend_lab(
     match &lab.workload {
         Workload::Plain => Ok(contend(&lab.history, resource, clients, KEY, until).await),
         Workload::Mix(mix) => contend_mixed(lab, resource, clients, until, mix).await,
+    }
+}
+
+/// [`contend_lab`], returning each client's own tally, in the order of `clients`.
+async fn contend_lab_each(
+    lab: &Lab,
+    resource: &Arc<Resource>,
+    clients: &[Redlock],
+    until: Instant,
+) -> Result<Vec<Tally>, LabError> {
+    match &lab.workload {
+        Workload::Plain => Ok(contend_each(&lab.history, resource, clients, KEY, until).await),
+        Workload::Mix(mix) => contend_mixed_each(lab, resource, clients, until, mix).await,
     }
 }
 

@@ -6,18 +6,18 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::super::{at, shutdown};
+use super::super::{at, contend_lab_each, shutdown};
 use super::sleep_to;
 use crate::error::LabError;
 use crate::lab::Lab;
 use crate::resource::Resource;
-use crate::scenario::{Outcome, KEY};
-use crate::workload::contend_each;
+use crate::scenario::Outcome;
 
 /// How many clients contend in [`many_clients_minority_paused`].
 pub(super) const MANY: usize = 32;
 
-/// [`MANY`] clients contend for the run; nodes 3 and 4 are paused from a quarter to 70 % of
+/// [`MANY`] clients contend for the run (the lab's workload: the mix by default, where the
+/// fair clients' plain cycles go through the queue too); nodes 3 and 4 are paused from a quarter to 70 % of
 /// it. The checker judges overlap, lost updates, tokens and keys left as everywhere; the
 /// notes report fairness: the critical sections each client got (min, max, how many got
 /// none). Fairness is reported, not required: plain locks promise none.
@@ -51,12 +51,11 @@ fn many_clients(lab: &Lab, fair: bool) -> BoxFuture<'_, Result<Outcome, LabError
             lab.resume(4).await
         };
         let until = start + lab.timing.run_for;
-        let (tallies, faults) = tokio::join!(
-            contend_each(&lab.history, &resource, &clients, KEY, until),
-            faults
-        );
+        let (tallies, faults) =
+            tokio::join!(contend_lab_each(lab, &resource, &clients, until), faults);
         shutdown(&clients).await;
         faults?;
+        let tallies = tallies?;
         let sections: Vec<u64> = tallies.iter().map(|t| t.writes()).collect();
         let won: u64 = tallies.iter().map(|t| t.acquired).sum();
         let failed: u64 = tallies.iter().map(|t| t.failed).sum();

@@ -17,13 +17,12 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::super::{at, shutdown};
+use super::super::{at, contend_lab, shutdown};
 use super::sleep_to;
 use crate::error::LabError;
 use crate::lab::Lab;
 use crate::resource::Resource;
-use crate::scenario::{Outcome, KEY};
-use crate::workload::contend;
+use crate::scenario::Outcome;
 
 /// The clients' drift factor here: 0.3 of the 1 s TTL plus 2 ms, room for the 250 ms
 /// forward steps (the default 0.01 leaves 12 ms). A deployment that expects its servers'
@@ -34,7 +33,7 @@ const FORWARD_MS: i64 = 250;
 /// Backward steps: any size is safe; longer than the TTL, so keys outlive it there.
 const BACKWARD_MS: i64 = -1500;
 
-/// Three clients contend; node 0 steps back 1.5 s, node 1 forward 250 ms, node 0 forward
+/// Three clients contend (the lab's workload: the mix by default); node 0 steps back 1.5 s, node 1 forward 250 ms, node 0 forward
 /// 250 ms, node 1 back 1.5 s, at 15 %, 30 %, 55 % and 80 % of the run.
 pub(super) fn minority_clock_jumps(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
     Box::pin(async move {
@@ -57,12 +56,10 @@ pub(super) fn minority_clock_jumps(lab: &Lab) -> BoxFuture<'_, Result<Outcome, L
             Ok::<(), LabError>(())
         };
         let until = start + lab.timing.run_for;
-        let (tally, steps) = tokio::join!(
-            contend(&lab.history, &resource, &clients, KEY, until),
-            steps
-        );
+        let (tally, steps) = tokio::join!(contend_lab(lab, &resource, &clients, until), steps);
         shutdown(&clients).await;
         steps?;
+        let tally = tally?;
         Ok(Outcome {
             notes: vec![format!(
                 "{} won, {} gave up, {} writes skipped for lack of validity (drift factor \

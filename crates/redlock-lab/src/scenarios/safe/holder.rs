@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
-use super::super::{every_node, seen_empty, seen_without, shutdown};
+use super::super::{contend_lab, every_node, seen_empty, seen_without, shutdown};
 use crate::checker::Violation;
 use crate::error::LabError;
 use crate::history::{At, Event};
@@ -19,7 +19,7 @@ use crate::lab::Lab;
 use crate::raw;
 use crate::resource::Resource;
 use crate::scenario::{Outcome, KEY};
-use crate::workload::{contend, record_acquired, release};
+use crate::workload::{record_acquired, release};
 
 /// Rounds per run: one shows the fault; two show that a round leaves nothing that spoils
 /// the next.
@@ -32,10 +32,10 @@ const EXTENSIONS_BEFORE_KILL: usize = 2;
 const RETRY_MAX_DELAY: Duration = Duration::from_millis(500);
 
 /// Client 2 is a separate process that locks the key and extends it every third of the TTL;
-/// it is SIGKILLed right after its second extension. Clients 0 and 1 contend in-process the
-/// whole time: they must not win before the killed holder's last validity ends (the
-/// checker's overlap rule, its claim counted to that end since it never released), and must
-/// win within one TTL plus a retry delay of the kill.
+/// it is SIGKILLed right after its second extension. Clients 0 and 1 contend in-process (the
+/// lab's workload: the mix by default) the whole time: they must not win before the killed
+/// holder's last validity ends (the checker's overlap rule, its claim counted to that end
+/// since it never released), and must win within one TTL plus a retry delay of the kill.
 pub(super) fn holder_process_killed(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
     Box::pin(async move {
         let clients = lab.clients(2).await?;
@@ -76,12 +76,10 @@ async fn killed_round(
         holder.signal(lab, Signal::SIGKILL)?;
         Ok::<At, LabError>(lab.history.now())
     };
-    let (tally, killed) = tokio::join!(
-        contend(&lab.history, resource, clients, KEY, until),
-        hold_and_kill
-    );
+    let (tally, killed) = tokio::join!(contend_lab(lab, resource, clients, until), hold_and_kill);
     holder.reap(Duration::from_secs(2)).await;
     let killed = killed?;
+    let tally = tally?;
     let recovered = lab.history.events().iter().find_map(|e| match e {
         Event::Acquired {
             client, acquired, ..

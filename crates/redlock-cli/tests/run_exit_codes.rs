@@ -38,33 +38,50 @@ async fn a_lock_held_by_another_is_not_acquired_within_the_wait() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_signal_is_passed_on_and_the_lock_released() {
+async fn each_signal_is_passed_on_and_the_lock_released() {
+    use nix::sys::signal::Signal;
     let set = NodeSet::start(3).await.expect("nodes start");
-    let dir = tempfile::tempdir().unwrap();
-    let ready = dir.path().join("ready");
-    let script = format!(
-        "trap 'exit 7' TERM; echo up > {}; while :; do sleep 0.1; done",
-        ready.display()
-    );
-    let mut cmd = redlock(&set);
-    cmd.args(["run", "signalled", "--", "sh", "-c"])
-        .arg(&script)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().unwrap();
-    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
-    let run = tokio::spawn(async move {
-        tokio::time::timeout(common::PATIENCE, child.wait_with_output())
-            .await
-            .unwrap()
-            .unwrap()
-    });
-    first_line(&ready).await;
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let out = run.await.unwrap();
-    // The command's trap ran (it got the signal) and its code came back.
-    assert_exit(&out, 7);
-    assert!(set.nodes_holding("redlock:signalled").await.is_empty());
+    // Each signal has its own trap and exit code, so the code tells which one arrived.
+    // Outside a terminal's foreground (as here) the command has a process group of its own,
+    // so SIGINT is passed on too (child.rs).
+    for (signal, code) in [
+        (Signal::SIGINT, 10),
+        (Signal::SIGTERM, 11),
+        (Signal::SIGHUP, 12),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("ready");
+        let script = format!(
+            "trap 'exit 10' INT; trap 'exit 11' TERM; trap 'exit 12' HUP; \
+             echo up > {}; while :; do sleep 0.1; done",
+            ready.display()
+        );
+        let key = format!("signalled-{}", signal.as_str());
+        let mut cmd = redlock(&set);
+        cmd.args(["run", &key, "--", "sh", "-c"])
+            .arg(&script)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let child = cmd.spawn().unwrap();
+        let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+        let run = tokio::spawn(async move {
+            tokio::time::timeout(common::PATIENCE, child.wait_with_output())
+                .await
+                .unwrap()
+                .unwrap()
+        });
+        first_line(&ready).await;
+        nix::sys::signal::kill(pid, signal).unwrap();
+        let out = run.await.unwrap();
+        // The command's trap for that signal ran (it got the signal) and its code came back.
+        assert_exit(&out, code);
+        assert!(
+            set.nodes_holding(&format!("redlock:{key}"))
+                .await
+                .is_empty(),
+            "{signal}: the lock was not released"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

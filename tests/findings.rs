@@ -195,6 +195,91 @@ async fn lock_starts_no_round_past_its_deadline_and_cuts_its_sleep_to_it() {
     links.heal_all();
 }
 
+/// The fencing step of a fenced acquisition (the token's write-back) ends by the deadline
+/// the caller gives: past it, the won lock is released and the acquisition fails, instead
+/// of taking another round trip (or three) past the call's bound.
+#[tokio::test]
+async fn a_fenced_acquisition_past_its_deadline_gets_no_token_and_leaves_no_key() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, 200 * MS).await;
+    let keys = ["fenced-deadline"];
+    let late = core
+        .acquire_with(redlock_core::Acquisition {
+            fenced: true,
+            deadline: Some(Instant::now()),
+            ..redlock_core::Acquisition::new(&keys, Duration::from_secs(10))
+        })
+        .await;
+    match &late {
+        Err(redlock_core::Error::NotFenced { reason, .. }) => {
+            assert!(reason.contains("deadline"), "{reason}")
+        }
+        other => panic!("expected NotFenced past the deadline, got {other:?}"),
+    }
+    core.quiesce().await;
+    for node in set.iter() {
+        assert!(
+            !node.exists("fenced-deadline").await.unwrap(),
+            "{}",
+            node.name()
+        );
+    }
+    // The control: with time for the write-back, the same acquisition gets its token.
+    let lock = core
+        .acquire_with(redlock_core::Acquisition {
+            fenced: true,
+            deadline: Some(Instant::now() + Duration::from_secs(5)),
+            ..redlock_core::Acquisition::new(&keys, Duration::from_secs(10))
+        })
+        .await
+        .expect("fenced in time");
+    assert!(lock.fencing_token().is_some());
+    core.release(&lock).await.unwrap();
+}
+
+/// `lock`'s bound, `deadline + node_timeout`, holds for fenced locks too: a round of 400 ms
+/// (slow links) fits in the 600 ms node timeout, but its write-back would end about 800 ms
+/// after the call started; the call fails at the bound instead of returning a lock, and
+/// leaves no key behind.
+#[tokio::test]
+async fn a_fenced_lock_returns_by_its_deadline_plus_one_node_timeout() {
+    let set = NodeSet::start(3).await.unwrap();
+    let links = linked(&set).await;
+    let node_timeout = 600 * MS;
+    let client = Redlock::connect(
+        config(links.urls(0))
+            .node_timeout(node_timeout)
+            .notify(false)
+            .fencing(true)
+            .max_wait(MS)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    links.set_client(
+        0,
+        LinkFault::Latency {
+            to_server: 200 * MS,
+            to_client: 200 * MS,
+        },
+    );
+    let result = client.lock("fenced-bound").await;
+    assert!(
+        matches!(result, Err(Error::DeadlinePassed { .. })),
+        "a fenced lock past its bound: {result:?}"
+    );
+    links.heal_all();
+    client.shutdown().await;
+    for node in set.iter() {
+        assert!(
+            !node.exists("redlock:fenced-bound").await.unwrap(),
+            "{}",
+            node.name()
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Finding 3: a wake-up subscriber that is down is visible, and lock() falls back.
 

@@ -170,10 +170,11 @@ impl Redlock {
     /// With [`RetryPolicy::max_wait`] set, it returns at most one attempt's duration after
     /// the deadline (`start + max_wait`, `start` taken before the first round): no attempt
     /// and no sleep starts at or after the deadline, sleeps are cut to end at it, and only
-    /// the attempt in flight finishes. One attempt is one round, bounded by one node
-    /// timeout, so a plain lock returns by `deadline + node_timeout`; a fenced one (see
-    /// `LockConfig::fencing`) runs up to four rounds per attempt, so by
-    /// `deadline + 4 × node_timeout`.
+    /// the attempt in flight finishes, by `deadline + node_timeout`: one attempt is one
+    /// round, bounded by one node timeout, and a fenced attempt's fencing step (the token's
+    /// write-back, see `LockConfig::fencing`) is cut at that same instant (its lock is then
+    /// released in the background and the call fails). Rollbacks and releases of what the
+    /// call does not keep run in the background, after it returned.
     ///
     /// It does not retry when so many nodes refused the attempt for a reason that only a
     /// change of settings clears (credentials, ACL permissions, a read-only replica; see
@@ -396,6 +397,7 @@ impl Redlock {
             let start = Instant::now();
             // A wait too long to represent (`Duration::MAX`) is no deadline at all.
             let deadline = retry.max_wait.and_then(|wait| start.checked_add(wait));
+            let node_timeout = config.node_timeout;
             let mut backoff = retry.backoff();
             // Registered before the first attempt, so a release during it is not missed.
             let watch = self
@@ -444,7 +446,9 @@ impl Redlock {
                 // The validity of a round won with less than the minimum, released again.
                 let mut short = None;
                 let mut short_lock = None;
-                let report = match self.round(target, ttl, fenced, place).await {
+                // A fenced attempt's write-back ends by the call's bound too.
+                let fence_by = deadline.and_then(|d| d.checked_add(node_timeout));
+                let report = match self.round(target, ttl, fenced, place, fence_by).await {
                     Ok(lock) => match lock.remaining().unwrap_or(Duration::ZERO) {
                         validity if validity >= min_validity => {
                             if lock
@@ -578,6 +582,7 @@ impl Redlock {
         ttl: Duration,
         fenced: bool,
         fair: Option<FairPlace<'_>>,
+        deadline: Option<Instant>,
     ) -> Result<Lock, redlock_core::Error> {
         let (keys, owner): (Vec<&str>, _) = match shape {
             LockShape::One(key) => (vec![key], None),
@@ -588,6 +593,7 @@ impl Redlock {
             owner,
             fenced,
             fair,
+            deadline,
             ..Acquisition::new(&keys, ttl)
         };
         self.inner.core.acquire_with(acquisition).await

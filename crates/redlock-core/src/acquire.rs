@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
+use tokio::time::Instant;
 
 use crate::coordinator::Coordinator;
 use crate::error::{ConfigError, Error};
@@ -46,6 +47,14 @@ pub struct Acquisition<'a> {
     /// For a fair acquisition: the waiter's place in the key's queue ([`FairPlace`]). Only a
     /// plain lock of one key, not fenced, can wait in a queue. Defaults to `None`.
     pub fair: Option<FairPlace<'a>>,
+    /// For a fenced acquisition: when the fencing step (reading the counters when needed,
+    /// and the token's write-back) must be over. Past it, the won lock is released in the
+    /// background and the acquisition fails with [`Error::NotFenced`], so the call returns
+    /// by this instant or one node timeout after it started, whichever is later. `None`
+    /// (the default): the fencing step takes up to two or three node timeouts after the
+    /// acquisition round. Plain acquisitions are one round, bounded by the node timeout,
+    /// and ignore it.
+    pub deadline: Option<Instant>,
 }
 
 impl<'a> Acquisition<'a> {
@@ -58,6 +67,7 @@ impl<'a> Acquisition<'a> {
             ttl,
             fenced: false,
             fair: None,
+            deadline: None,
         }
     }
 }
@@ -195,34 +205,70 @@ impl Coordinator {
             coordinator: self,
             lock: Some(lock.clone()),
         };
-        let mut token = fence::next_token(&counters, self.quorum());
+        let fencing = self.fence(&counters, &lock);
+        let fenced = match what.deadline {
+            None => fencing.await,
+            Some(deadline) => match tokio::time::timeout_at(deadline, fencing).await {
+                Ok(fenced) => fenced,
+                Err(_) => {
+                    // The caller's deadline: the rounds still in flight roll back or
+                    // settle in the background, and so does the release of the won lock.
+                    let report = RoundReport::clone(&lock.report);
+                    let reason = "the call's deadline passed while the fencing token was \
+                                  recorded; the lock is released again"
+                        .to_string();
+                    return Err(Error::NotFenced {
+                        report: Box::new(report),
+                        reason,
+                    });
+                }
+            },
+        };
+        match fenced {
+            Ok(token) => {
+                won.lock = None;
+                Ok(Lock {
+                    fencing_token: Some(token),
+                    ..lock
+                })
+            }
+            // Within a caller's deadline, the release runs in the background (`won` is
+            // dropped with the lock in it).
+            Err((report, reason)) if what.deadline.is_some() => Err(Error::NotFenced {
+                report: Box::new(report),
+                reason,
+            }),
+            Err((report, reason)) => Err(won.unfence(report, reason).await),
+        }
+    }
+
+    /// The fencing step of a won acquisition: the token from the counters the round read
+    /// (or from every node's, when none of those had one), written back to a quorum while
+    /// the lock is still valid. `Err`: why the lock gets no token, with the last report.
+    async fn fence(
+        &self,
+        counters: &[Option<i64>],
+        lock: &Lock,
+    ) -> Result<FencingToken, (RoundReport, String)> {
+        let mut token = fence::next_token(counters, self.quorum());
         if matches!(&token, Err(shortfall) if shortfall.seeded == 0) {
             // No node that answered before the decision has a counter: only every node
             // answering without one makes this a new node set. Ask them all (rare: a new
             // node set's first tokens, or nodes that lost their data).
             token = fence::next_token(&self.read_counters().await, self.quorum());
         }
-        let token = match token {
-            Ok(token) => token,
-            Err(shortfall) => {
-                let report = RoundReport::clone(&lock.report);
-                return Err(won.unfence(report, shortfall.to_string()).await);
-            }
-        };
+        let token =
+            token.map_err(|shortfall| (RoundReport::clone(&lock.report), shortfall.to_string()))?;
         let recorded = self.record(token).await;
         if !recorded.won {
             let reason = "fewer than a quorum of nodes recorded the token".to_string();
-            return Err(won.unfence(recorded.report, reason).await);
+            return Err((recorded.report, reason));
         }
         if !lock.is_valid() {
             let reason = "the lock's validity ran out while the token was recorded".to_string();
-            return Err(won.unfence(recorded.report, reason).await);
+            return Err((recorded.report, reason));
         }
-        won.lock = None;
-        Ok(Lock {
-            fencing_token: Some(token),
-            ..lock
-        })
+        Ok(token)
     }
 
     /// Every node's fencing counter (`Some(-1)`: none; `None`: no answer), waiting for every

@@ -225,7 +225,15 @@ pub async fn run_with(
         workload: options.workload.clone(),
         soak: options.soak,
     };
-    match tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(&lab)).await {
+    let seeded = match (scenario.expect, scenario.fencing) {
+        (Expect::Safe, fencing) if fencing != Fencing::Off => lab.seed_fencing_counters().await,
+        _ => Ok(()),
+    };
+    let ran = match seeded {
+        Ok(()) => tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(&lab)).await,
+        Err(e) => Ok(Err(e)),
+    };
+    match ran {
         Ok(Ok(outcome)) => {
             result.notes = outcome.notes;
             result.violations = outcome.violations;

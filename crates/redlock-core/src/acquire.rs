@@ -183,6 +183,10 @@ impl Coordinator {
             .into());
         }
         let ttl = config.check_ttl(what.ttl)?;
+        if what.keys.len() == 1 && what.owner.is_none() && !what.fenced && what.fair.is_none() {
+            // Concurrent plain acquisitions share their rounds (group commit).
+            return self.acquire_grouped(spec, ttl).await;
+        }
         let fence_key = what.fenced.then_some(config.fence_key.as_str());
         let round = Round {
             kind: RoundKind::Acquire,

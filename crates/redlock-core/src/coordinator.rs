@@ -13,6 +13,7 @@ use crate::config::{check_key, Config, HealthPolicy};
 use crate::connection::{self, Connection};
 use crate::drift::drift;
 use crate::error::{ConfigError, Error};
+use crate::group::Group;
 use crate::health::NodeHealth;
 use crate::inspect::Inspection;
 use crate::lock::Lock;
@@ -59,6 +60,8 @@ pub(crate) struct Inner {
     pub(crate) connections: Arc<[Connection]>,
     pub(crate) config: Config,
     pub(crate) work: BackgroundWork,
+    /// Plain acquisitions waiting for the round in flight (group commit).
+    pub(crate) group: Group,
     /// Set by the first `close`: later ones only wait for background work.
     closed: AtomicBool,
 }
@@ -146,6 +149,7 @@ impl Coordinator {
                 connections: connections.into(),
                 config,
                 work: BackgroundWork::new(),
+                group: Group::default(),
                 closed: AtomicBool::new(false),
             }),
         })

@@ -68,6 +68,7 @@ mod drift;
 mod error;
 mod fair;
 mod fence;
+mod group;
 mod health;
 mod inspect;
 mod lock;

@@ -18,6 +18,7 @@ use crate::scripts::{
 use crate::token::Token;
 
 /// What a lock's scripts are built from.
+#[derive(Clone)]
 pub(crate) struct LockSpec {
     pub(crate) keys: Arc<[Arc<str>]>,
     pub(crate) name: Arc<str>,
@@ -157,6 +158,12 @@ impl LockSpec {
             args.push(Value::from(format!("{fair_prefix}expiry:")));
         }
         self.script(script, args)
+    }
+
+    /// One plain lock's two arguments to the grouped acquisition script: token, TTL.
+    pub(crate) fn batch_args(&self, ttl: Duration, args: &mut Vec<Value>) {
+        args.push(self.token_value());
+        args.push(Value::from(ttl_ms(ttl)));
     }
 
     /// One lock's five arguments to the batch extension script.

@@ -185,6 +185,23 @@ return results"#,
     )
 });
 
+/// Plain acquisitions of distinct locks, coalesced into one call per node (group commit,
+/// see `group`): `SET KEYS[i] ARGV[2i-1] NX PX ARGV[2i]` for each key, each on its own (not
+/// all or nothing). Returns one 1 (set) or 0 (held) per key, in order.
+pub(crate) static ACQUIRE_BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local results = {}
+for i, key in ipairs(KEYS) do
+  if redis.call("SET", key, ARGV[2 * i - 1], "NX", "PX", ARGV[2 * i]) then
+    results[i] = 1
+  else
+    results[i] = 0
+  end
+end
+return results"#,
+    )
+});
+
 /// `SET KEYS[1] ARGV[1] NX PX ARGV[2]` as a script body, for the fenced acquisition of one
 /// key (a plain one sends the command itself).
 const ACQUIRE_ONE_BODY: &str = r#"if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end
@@ -316,9 +333,10 @@ return 1"#,
 });
 
 /// Every script, for preloading.
-pub(crate) fn all() -> [&'static Script; 13] {
+pub(crate) fn all() -> [&'static Script; 14] {
     [
         &ACQUIRE_MANY,
+        &ACQUIRE_BATCH,
         &RELEASE,
         &REENTRANT_ACQUIRE,
         &REENTRANT_RELEASE,

@@ -1,0 +1,123 @@
+//! Group commit: plain acquisitions started while one is in flight share the next round's
+//! command per node, each still decided on its own, against real redis-server nodes.
+
+mod common;
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use redlock_core::{Error, NodeOutcome};
+use redlock_testkit::NodeSet;
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// The script calls every node of `set` has run (`EVALSHA`: no other script runs in these
+/// tests before the count). Commands a script runs count in `INFO commandstats` too, so a
+/// grouped round shows as one `EVALSHA` and its `SET`s.
+async fn script_calls(set: &NodeSet) -> Vec<u64> {
+    let mut counts = Vec::new();
+    for node in set.iter() {
+        counts.push(node.command_calls("evalsha").await.unwrap());
+    }
+    counts
+}
+
+#[tokio::test]
+async fn concurrent_acquisitions_of_distinct_keys_share_one_command_per_node() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_millis(500)).await;
+    let before = script_calls(&set).await;
+    let keys: Vec<String> = (0..64).map(|i| format!("group:{i}")).collect();
+    let locks = join_all(keys.iter().map(|key| core.acquire(key, TTL))).await;
+    let after = script_calls(&set).await;
+
+    for (key, lock) in keys.iter().zip(&locks) {
+        let lock = lock.as_ref().unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert_eq!(&*lock.key(), key.as_str());
+        // Each lock gets its own validity, within what its TTL allows.
+        let left = lock.remaining().expect("valid");
+        assert!(left <= TTL && left > TTL / 2, "{key}: {left:?}");
+        let report = lock.report();
+        assert!(report.accepted >= report.quorum, "{report}");
+        assert!(report
+            .nodes
+            .iter()
+            .all(|n| matches!(n.outcome, NodeOutcome::Acquired | NodeOutcome::Pending)));
+    }
+    // The first acquisition leads with SET NX; the 63 started while it was in flight go
+    // out together: one script call per node (at most 128 locks a call; two if the lead
+    // round was decided before all 63 had started). Without grouping, every node would
+    // have run 64 SETs and no script.
+    for (node, (before, after)) in before.iter().zip(&after).enumerate() {
+        let calls = after - before;
+        assert!(
+            (1..=2).contains(&calls),
+            "node {node} ran {calls} script calls for 63 grouped locks"
+        );
+    }
+    // Every key holds its own token on every node, and each release removes exactly it.
+    for (key, lock) in keys.iter().zip(&locks) {
+        let lock = lock.as_ref().unwrap();
+        for node in set.iter() {
+            let value = node.get(key).await.unwrap();
+            assert_eq!(value.as_deref(), Some(lock.token().as_str()), "{key}");
+        }
+    }
+    for lock in locks.iter().flatten() {
+        core.release(lock).await.unwrap();
+    }
+    core.quiesce().await;
+    for node in set.iter() {
+        assert!(node.keys("group:*").await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn one_key_wanted_by_many_in_one_group_has_one_winner() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_millis(500)).await;
+    let results = join_all((0..20).map(|_| core.acquire("group:contended", TTL))).await;
+    let won: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(won.len(), 1, "{results:?}");
+    for lost in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert!(matches!(lost, Error::NoQuorum { .. }), "{lost}");
+    }
+    core.release(won[0]).await.unwrap();
+    core.quiesce().await;
+    for node in set.iter() {
+        assert!(!node.exists("group:contended").await.unwrap());
+    }
+}
+
+#[tokio::test]
+async fn grouped_acquisitions_whose_callers_give_up_leave_no_key() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_millis(500)).await;
+    let keys: Vec<String> = (0..40).map(|i| format!("group:dropped:{i}")).collect();
+    // Every second caller gives up at once: after its first poll, while it waits for the
+    // group or its grouped round is in flight.
+    let calls = keys.iter().enumerate().map(|(i, key)| {
+        let core = core.clone();
+        async move {
+            let acquire = core.acquire(key, TTL);
+            if i % 2 == 1 {
+                let gave_up = tokio::time::timeout(Duration::ZERO, acquire).await;
+                assert!(gave_up.is_err(), "a call cut at once cannot have finished");
+                None
+            } else {
+                Some(acquire.await.expect("kept calls win"))
+            }
+        }
+    });
+    let kept: Vec<_> = join_all(calls).await.into_iter().flatten().collect();
+    assert_eq!(kept.len(), 20);
+    core.quiesce().await;
+    for (i, key) in keys.iter().enumerate() {
+        for node in set.iter() {
+            assert_eq!(node.exists(key).await.unwrap(), i % 2 == 0, "{key}");
+        }
+    }
+    for lock in &kept {
+        core.release(lock).await.unwrap();
+    }
+}

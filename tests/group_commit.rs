@@ -121,3 +121,56 @@ async fn grouped_acquisitions_whose_callers_give_up_leave_no_key() {
         core.release(lock).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn concurrent_releases_share_script_calls_and_each_deletes_only_its_own_key() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_millis(500)).await;
+    let mut locks = Vec::new();
+    for i in 0..64 {
+        locks.push(
+            core.acquire(&format!("group:release:{i}"), TTL)
+                .await
+                .unwrap(),
+        );
+    }
+    // A key held by someone else, released in the same group with a token that is not its
+    // own: it must stay.
+    for node in set.iter() {
+        node.set("group:release:other", "someone-else", Some(60_000))
+            .await
+            .unwrap();
+    }
+    let before = script_calls(&set).await;
+    let stale = redlock_core::Token::from_string("stale-token".to_string());
+    let (released, other) = futures::join!(
+        join_all(locks.iter().map(|lock| core.release(lock))),
+        core.release_token("group:release:other", &stale)
+    );
+    let after = script_calls(&set).await;
+    for report in released {
+        let report = report.expect("released at a quorum");
+        assert!(report.accepted >= report.quorum, "{report}");
+    }
+    let other = other.expect("a release of a key not ours still decides");
+    assert!(other
+        .nodes
+        .iter()
+        .all(|n| matches!(n.outcome, NodeOutcome::NotHeld | NodeOutcome::Pending)));
+    // The first release leads with its own script call; the other 64 go out together (at
+    // most 128 a call). Without grouping every node would have run 65 script calls.
+    for (node, (before, after)) in before.iter().zip(&after).enumerate() {
+        let calls = after - before;
+        assert!(
+            calls <= 3,
+            "node {node} ran {calls} script calls for 65 releases"
+        );
+    }
+    core.quiesce().await;
+    for node in set.iter() {
+        assert_eq!(
+            node.keys("group:release:*").await.unwrap(),
+            vec!["group:release:other".to_string()]
+        );
+    }
+}

@@ -13,7 +13,7 @@ use crate::config::{check_key, Config, HealthPolicy};
 use crate::connection::{self, Connection};
 use crate::drift::drift;
 use crate::error::{ConfigError, Error};
-use crate::group::Group;
+use crate::group::{Answer, Group, Released};
 use crate::health::NodeHealth;
 use crate::inspect::Inspection;
 use crate::lock::Lock;
@@ -61,7 +61,9 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     pub(crate) work: BackgroundWork,
     /// Plain acquisitions waiting for the round in flight (group commit).
-    pub(crate) group: Group,
+    pub(crate) group: Group<Answer>,
+    /// Plain releases waiting for the release round in flight.
+    pub(crate) release_group: Group<Released>,
     /// Set by the first `close`: later ones only wait for background work.
     closed: AtomicBool,
 }
@@ -150,6 +152,7 @@ impl Coordinator {
                 config,
                 work: BackgroundWork::new(),
                 group: Group::default(),
+                release_group: Group::default(),
                 closed: AtomicBool::new(false),
             }),
         })
@@ -360,6 +363,10 @@ impl Coordinator {
     }
 
     async fn release_spec(&self, spec: LockSpec) -> Result<RoundReport, Error> {
+        if spec.keys.len() == 1 && spec.owner.is_none() && !spec.fair {
+            // Concurrent releases of plain locks share their rounds (group commit).
+            return self.release_grouped(spec).await;
+        }
         let command = spec.release(
             self.inner.config.release_channel.as_deref(),
             &self.inner.config.fair_prefix,

@@ -19,42 +19,62 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use fred::types::Key;
+use fred::types::{Key, Value};
 use tokio::sync::oneshot;
 
 use crate::coordinator::Coordinator;
 use crate::error::Error;
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
-use crate::report::RoundKind;
-use crate::round::{self, Command, Round};
-use crate::scripts::ACQUIRE_BATCH;
+use crate::report::{RoundKind, RoundReport};
+use crate::round::{self, Command, Request, Round};
+use crate::scripts::{ACQUIRE_BATCH, RELEASE_BATCH};
 
 /// The most acquisitions one round carries: a script call of about 10 KB of arguments that
 /// runs on a node in well under a millisecond. More waiting ones go in the next round.
 pub(crate) const GROUP_MAX: usize = 128;
 
-/// The acquisitions waiting for the round in flight, per coordinator.
-#[derive(Debug, Default)]
-pub(crate) struct Group {
-    state: Mutex<State>,
+/// The calls (acquisitions, or releases) waiting for the round in flight, per coordinator;
+/// `A` is what each caller gets back.
+pub(crate) struct Group<A> {
+    state: Mutex<State<A>>,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    /// An acquisition round is in flight, or a group task is running them.
+impl<A> std::fmt::Debug for Group<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state();
+        f.debug_struct("Group")
+            .field("busy", &state.busy)
+            .field("waiting", &state.waiting)
+            .finish()
+    }
+}
+
+impl<A> Default for Group<A> {
+    fn default() -> Self {
+        Group {
+            state: Mutex::new(State {
+                busy: false,
+                waiting: Vec::new(),
+            }),
+        }
+    }
+}
+
+struct State<A> {
+    /// A round of this kind is in flight, or a group task is running them.
     busy: bool,
-    waiting: Vec<Waiting>,
+    waiting: Vec<Waiting<A>>,
 }
 
-/// One acquisition waiting for the next round.
-struct Waiting {
+/// One call waiting for the next round.
+struct Waiting<A> {
     spec: LockSpec,
     ttl: Duration,
-    answer: oneshot::Sender<Answer>,
+    answer: oneshot::Sender<A>,
 }
 
-impl std::fmt::Debug for Waiting {
+impl<A> std::fmt::Debug for Waiting<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Waiting")
             .field("key", &self.spec.name)
@@ -63,19 +83,19 @@ impl std::fmt::Debug for Waiting {
     }
 }
 
-/// What an acquisition does now: send its own round, or wait for the group's.
-enum Turn {
+/// What a call does now: send its own round, or wait for the group's.
+enum Turn<A> {
     Lead,
-    Wait(oneshot::Receiver<Answer>),
+    Wait(oneshot::Receiver<A>),
 }
 
-impl Group {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+impl<A> Group<A> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State<A>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Leads when nothing is in flight; waits for the next round otherwise.
-    fn join(&self, spec: &LockSpec, ttl: Duration) -> Turn {
+    fn join(&self, spec: &LockSpec, ttl: Duration) -> Turn<A> {
         let mut state = self.state();
         if !state.busy {
             state.busy = true;
@@ -92,7 +112,7 @@ impl Group {
 
     /// The next round's acquisitions (up to [`GROUP_MAX`], oldest first); `None`, and no
     /// longer busy, when none waits.
-    fn next(&self) -> Option<Vec<Waiting>> {
+    fn next(&self) -> Option<Vec<Waiting<A>>> {
         let mut state = self.state();
         if state.waiting.is_empty() {
             state.busy = false;
@@ -106,7 +126,7 @@ impl Group {
 
 /// A grouped acquisition's result on its way to its caller. A won lock that nobody takes
 /// (the caller's future was dropped meanwhile) is released in the background.
-struct Answer {
+pub(crate) struct Answer {
     result: Option<Result<Lock, Error>>,
     coordinator: Coordinator,
 }
@@ -125,13 +145,22 @@ impl Drop for Answer {
     }
 }
 
-/// The leader's turn: when its round is decided (or its future dropped), the acquisitions
-/// that waited meanwhile go out in a round of their own.
-struct Lead<'a>(&'a Coordinator);
+/// What a grouped release's caller gets back.
+pub(crate) type Released = Result<RoundReport, Error>;
+
+/// The leader's turn: when its round is decided (or its future dropped), the calls that
+/// waited meanwhile go out in a round of their own.
+struct Lead<'a> {
+    coordinator: &'a Coordinator,
+    release: bool,
+}
 
 impl Drop for Lead<'_> {
     fn drop(&mut self) {
-        self.0.hand_on();
+        match self.release {
+            false => self.coordinator.hand_on_acquisitions(),
+            true => self.coordinator.hand_on_releases(),
+        }
     }
 }
 
@@ -145,7 +174,10 @@ impl Coordinator {
     ) -> Result<Lock, Error> {
         let answer = match self.inner.group.join(&spec, ttl) {
             Turn::Lead => {
-                let lead = Lead(self);
+                let lead = Lead {
+                    coordinator: self,
+                    release: false,
+                };
                 let decided = self.run_one(self.plain_round(&spec, ttl)).await;
                 drop(lead);
                 return self.lock_from(decided, spec, ttl, None);
@@ -165,7 +197,7 @@ impl Coordinator {
 
     /// Sends the acquisitions that waited for the round just decided, if any, from a task
     /// of their own (counted as background work), round after round until none waits.
-    fn hand_on(&self) {
+    fn hand_on_acquisitions(&self) {
         let Some(first) = self.inner.group.next() else {
             return;
         };
@@ -192,7 +224,7 @@ impl Coordinator {
 
     /// One round for `batch`: `SET NX PX` for one, [`ACQUIRE_BATCH`] for several; each
     /// caller gets its own lock or error.
-    async fn acquire_batch(&self, batch: Vec<Waiting>) {
+    async fn acquire_batch(&self, batch: Vec<Waiting<Answer>>) {
         let round = match batch.as_slice() {
             [one] => self.plain_round(&one.spec, one.ttl),
             many => {
@@ -225,6 +257,101 @@ impl Coordinator {
                 coordinator: self.clone(),
             });
         }
+    }
+
+    /// A plain lock's release (one key, not fair): its own round when no release is in
+    /// flight, else a place in the next grouped release round.
+    pub(crate) async fn release_grouped(&self, spec: LockSpec) -> Released {
+        let answer = match self.inner.release_group.join(&spec, Duration::ZERO) {
+            Turn::Lead => {
+                let _lead = Lead {
+                    coordinator: self,
+                    release: true,
+                };
+                return self.run_to_quorum(self.release_round(&spec)).await;
+            }
+            Turn::Wait(answer) => answer.await,
+        };
+        match answer {
+            Ok(released) => released,
+            Err(_) => self.run_to_quorum(self.release_round(&spec)).await,
+        }
+    }
+
+    /// [`hand_on_acquisitions`](Self::hand_on_acquisitions) for releases.
+    fn hand_on_releases(&self) {
+        let Some(first) = self.inner.release_group.next() else {
+            return;
+        };
+        let spawned = self.spawn_background(move |this| async move {
+            let mut batch = first;
+            loop {
+                // A release whose caller gave up is still sent: the key is ours to free.
+                this.release_batch(batch).await;
+                match this.inner.release_group.next() {
+                    Some(next) => batch = next,
+                    None => return,
+                }
+            }
+        });
+        if !spawned {
+            while self.inner.release_group.next().is_some() {}
+        }
+    }
+
+    /// One release round for `batch`: the release script for one, [`RELEASE_BATCH`] for
+    /// several; each caller gets its own report.
+    async fn release_batch(&self, batch: Vec<Waiting<Released>>) {
+        let round = match batch.as_slice() {
+            [one] => self.release_round(&one.spec),
+            many => {
+                let channel = self.inner.config.release_channel.as_deref().unwrap_or("");
+                let mut keys = Vec::with_capacity(many.len());
+                let mut args = Vec::with_capacity(many.len() + 1);
+                args.push(Value::from(channel));
+                let mut requests = Vec::with_capacity(many.len());
+                for waiting in many {
+                    keys.push(Key::from(&*waiting.spec.keys[0]));
+                    args.push(Value::String(waiting.spec.token.as_fred().clone()));
+                    requests.push(Request {
+                        name: waiting.spec.name.clone(),
+                        ttl: None,
+                        undo: None,
+                        redo: true,
+                    });
+                }
+                Round {
+                    kind: RoundKind::Release,
+                    command: Command::Script {
+                        script: &RELEASE_BATCH,
+                        keys,
+                        args,
+                    },
+                    requests,
+                    drift_factor: self.inner.config.drift_factor,
+                }
+            }
+        };
+        let decided = round::run(&self.inner.connections, round, &self.inner.work).await;
+        for (waiting, decided) in batch.into_iter().zip(decided) {
+            let released = if decided.won {
+                Ok(decided.report)
+            } else {
+                Err(Error::NoQuorum {
+                    report: Box::new(decided.report),
+                })
+            };
+            let _ = waiting.answer.send(released);
+        }
+    }
+
+    /// The round of one lock's release: its compare-and-delete script.
+    fn release_round(&self, spec: &LockSpec) -> Round {
+        let command = spec.release(
+            self.inner.config.release_channel.as_deref(),
+            &self.inner.config.fair_prefix,
+        );
+        self.untimed_round(RoundKind::Release, command, spec.name.clone())
     }
 
     /// The round of one plain acquisition: `SET key token NX PX ttl`.

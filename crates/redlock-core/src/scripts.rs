@@ -202,6 +202,27 @@ return results"#,
     )
 });
 
+/// Releases of distinct plain locks, coalesced into one call per node: `ARGV[1]` = channel
+/// or "", then one token per key. Each key that holds its token is deleted, with
+/// `"<token> <key>"` published on the channel as [`RELEASE`] does. Returns one 1 (deleted)
+/// or 0 (not held) per key, in order.
+pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"local results = {}
+for i, key in ipairs(KEYS) do
+  local token = ARGV[i + 1]
+  if redis.pcall("GET", key) == token then
+    redis.call("DEL", key)
+    if ARGV[1] ~= "" then redis.call("PUBLISH", ARGV[1], token .. " " .. key) end
+    results[i] = 1
+  else
+    results[i] = 0
+  end
+end
+return results"#,
+    )
+});
+
 /// `SET KEYS[1] ARGV[1] NX PX ARGV[2]` as a script body, for the fenced acquisition of one
 /// key (a plain one sends the command itself).
 const ACQUIRE_ONE_BODY: &str = r#"if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end
@@ -333,10 +354,11 @@ return 1"#,
 });
 
 /// Every script, for preloading.
-pub(crate) fn all() -> [&'static Script; 14] {
+pub(crate) fn all() -> [&'static Script; 15] {
     [
         &ACQUIRE_MANY,
         &ACQUIRE_BATCH,
+        &RELEASE_BATCH,
         &RELEASE,
         &REENTRANT_ACQUIRE,
         &REENTRANT_RELEASE,

@@ -222,9 +222,17 @@ impl Background {
     async fn finish(&self, i: usize, answers: &[Answer]) {
         let connection = &self.connections[i];
         let mut cleanups = Vec::new();
+        // The command is sent again once for the node, whatever the number of requests
+        // (a grouped release carries many): one answer stands for them all.
+        let mut redone = None;
         for (j, (request, answer)) in self.round.requests.iter().zip(answers).enumerate() {
             if request.redo && needs_redo(&answer.outcome) {
-                cleanups.push((j, self.redo(connection, &answer.outcome).await));
+                let cleanup = match &redone {
+                    Some(cleanup) => CleanupOutcome::clone(cleanup),
+                    None => self.redo(connection, &answer.outcome).await,
+                };
+                redone = Some(cleanup.clone());
+                cleanups.push((j, cleanup));
                 continue;
             }
             let (Some(undo), true) = (&request.undo, self.roll_back[j]) else {
@@ -296,6 +304,17 @@ async fn try_on(
         let failure = match connection.eval(script, keys, args).await {
             Ok(Value::Integer(n)) if n > 0 => return CleanupOutcome::Removed,
             Ok(Value::Integer(_)) => return CleanupOutcome::NotPresent,
+            // A grouped release sent again: one flag per lock.
+            Ok(Value::Array(flags)) => {
+                let removed = flags
+                    .iter()
+                    .any(|f| matches!(f, Value::Integer(n) if *n > 0));
+                return if removed {
+                    CleanupOutcome::Removed
+                } else {
+                    CleanupOutcome::NotPresent
+                };
+            }
             Ok(other) => format!("unexpected reply to the rollback script: {other:?}"),
             Err(failure) => failure.to_string(),
         };

@@ -58,11 +58,17 @@ pub enum Op {
     /// `release`: the queue's scripts and the targeted wake-up, beside clients that take the
     /// same key without the queue.
     Fair,
+    /// Three `lock` calls of one client at once on the contended key, each written under
+    /// and released when won: the client's group commit sends the first call's `SET NX`
+    /// and the two that start while it is in flight together in its next round (one
+    /// script per node, the same key twice: at most one of them wins), and their releases
+    /// likewise.
+    Grouped,
 }
 
 impl Op {
     /// Every operation, in the order of [`Mix::default`]'s weights.
-    pub const ALL: [Op; 10] = [
+    pub const ALL: [Op; 11] = [
         Op::Plain,
         Op::Reentrant,
         Op::ReentrantConcurrent,
@@ -73,6 +79,7 @@ impl Op {
         Op::Dropped,
         Op::Cancelled,
         Op::Fair,
+        Op::Grouped,
     ];
 
     /// Its name in the history, the summary and `--mix`.
@@ -88,6 +95,7 @@ impl Op {
             Op::Dropped => "dropped",
             Op::Cancelled => "cancelled",
             Op::Fair => "fair",
+            Op::Grouped => "grouped",
         }
     }
 }
@@ -117,6 +125,7 @@ impl Default for Mix {
                 (Op::Dropped, 10),
                 (Op::Cancelled, 20),
                 (Op::Fair, 20),
+                (Op::Grouped, 10),
             ],
             seed: 17,
         }

@@ -174,6 +174,26 @@ impl Ctx<'_> {
                     },
                 }
             }
+            Op::Grouped => {
+                let take = || async {
+                    let mut own = Tally::default();
+                    let outcome = match self.won(self.client.lock(KEY).await, &mut own)? {
+                        Some(guard) => self.cycle(guard, &mut own).await,
+                        None => "not acquired".into(),
+                    };
+                    Ok::<_, LabError>((own, outcome))
+                };
+                let (a, b, c) = tokio::join!(take(), take(), take());
+                let mut outcomes = Vec::new();
+                let mut merged = vec![std::mem::take(tally)];
+                for result in [a, b, c] {
+                    let (own, outcome) = result?;
+                    merged.push(own);
+                    outcomes.push(outcome);
+                }
+                *tally = merged.iter().sum();
+                outcomes.join("; ")
+            }
             Op::Reentrant | Op::ReentrantConcurrent => {
                 let owner = owner.expect("a reentrant operation has an owner");
                 self.reentrant(owner, op == Op::ReentrantConcurrent, rng, tally)

@@ -33,7 +33,7 @@ async fn concurrent_acquisitions_of_distinct_keys_share_one_command_per_node() {
 
     for (key, lock) in keys.iter().zip(&locks) {
         let lock = lock.as_ref().unwrap_or_else(|e| panic!("{key}: {e}"));
-        assert_eq!(&*lock.key(), key.as_str());
+        assert_eq!(lock.key(), key.as_str());
         // Each lock gets its own validity, within what its TTL allows.
         let left = lock.remaining().expect("valid");
         assert!(left <= TTL && left > TTL / 2, "{key}: {left:?}");
@@ -173,4 +173,32 @@ async fn concurrent_releases_share_script_calls_and_each_deletes_only_its_own_ke
             vec!["group:release:other".to_string()]
         );
     }
+}
+
+#[tokio::test]
+async fn with_group_commit_off_every_acquisition_is_a_set_of_its_own() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = redlock_core::Coordinator::connect(redlock_core::Config {
+        nodes: set.urls(),
+        node_timeout: Duration::from_millis(500),
+        group_commit: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let before = script_calls(&set).await;
+    let keys: Vec<String> = (0..16).map(|i| format!("group:off:{i}")).collect();
+    let locks = join_all(keys.iter().map(|key| core.acquire(key, TTL))).await;
+    let released = join_all(locks.iter().flatten().map(|lock| core.release(lock))).await;
+    assert_eq!(released.iter().filter(|r| r.is_ok()).count(), 16);
+    let after = script_calls(&set).await;
+    // 16 SETs and 16 release scripts per node, none grouped.
+    assert_eq!(
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a - b)
+            .collect::<Vec<_>>(),
+        vec![16; 3]
+    );
 }

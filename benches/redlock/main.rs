@@ -179,7 +179,13 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         flush(&set).await?;
     }
     if args.runs("P5") {
-        let kinds = args.subjects(&[Kind::Floor, Kind::Ours, Kind::OursPolling, Kind::Rslock]);
+        let kinds = args.subjects(&[
+            Kind::Floor,
+            Kind::Ours,
+            Kind::OursPolling,
+            Kind::OursUngrouped,
+            Kind::Rslock,
+        ]);
         let cases =
             throughput::run(&urls, &kinds, plan.throughput_warmup, plan.throughput_time).await?;
         flush(&set).await?;

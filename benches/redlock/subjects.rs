@@ -35,13 +35,16 @@ pub enum Kind {
     /// Ours like `Ours`, with the fair queue (`fair`): waiters take the lock in the order
     /// they began waiting, across clients.
     OursFair,
+    /// Ours like `Ours`, with group commit off: every acquisition and release is a
+    /// command of its own per node, however many run at once.
+    OursUngrouped,
     /// The `rslock` crate.
     Rslock,
 }
 
 impl Kind {
     /// Every contender, in the order the tables list them.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Floor,
         Kind::FloorQuorum,
         Kind::Ours,
@@ -49,6 +52,7 @@ impl Kind {
         Kind::OursDefaults,
         Kind::OursFenced,
         Kind::OursFair,
+        Kind::OursUngrouped,
         Kind::Rslock,
     ];
 
@@ -61,6 +65,7 @@ impl Kind {
             Kind::OursDefaults => "ours-defaults",
             Kind::OursFenced => "ours-fenced",
             Kind::OursFair => "ours-fair",
+            Kind::OursUngrouped => "ours-ungrouped",
             Kind::Rslock => "rslock",
         }
     }
@@ -75,6 +80,7 @@ impl Kind {
             Kind::OursDefaults => "ours, all defaults (renewal on)",
             Kind::OursFenced => "ours, fenced (notify on, no renewal)",
             Kind::OursFair => "ours, fair queue (notify on, no renewal)",
+            Kind::OursUngrouped => "ours, group commit off (notify on, no renewal)",
             Kind::Rslock => "rslock 0.10",
         }
     }
@@ -87,7 +93,8 @@ impl Kind {
             | Kind::OursPolling
             | Kind::OursDefaults
             | Kind::OursFenced
-            | Kind::OursFair => {
+            | Kind::OursFair
+            | Kind::OursUngrouped => {
                 format!("{} ms (setting, default)", ours.as_millis())
             }
             Kind::Rslock => "500 ms (fixed)".into(),
@@ -122,7 +129,8 @@ impl Subject {
             | Kind::OursPolling
             | Kind::OursDefaults
             | Kind::OursFenced
-            | Kind::OursFair => {
+            | Kind::OursFair
+            | Kind::OursUngrouped => {
                 // A prefix per configuration: it names the release channel too, so clients
                 // of different configurations do not hear each other's releases.
                 let mut builder = LockConfig::builder()
@@ -140,6 +148,9 @@ impl Subject {
                 }
                 if kind == Kind::OursFair {
                     builder = builder.fair(true);
+                }
+                if kind == Kind::OursUngrouped {
+                    builder = builder.group_commit(false);
                 }
                 let config = builder
                     .build()

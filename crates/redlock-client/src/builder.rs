@@ -160,6 +160,14 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets whether concurrent plain locks share rounds (group commit; see
+    /// [`LockConfig::group_commit`]). Defaults to `true`.
+    #[must_use]
+    pub fn group_commit(mut self, group: bool) -> Self {
+        self.config.group_commit = group;
+        self
+    }
+
     /// Sets whether every lock gets a fencing token. Defaults to `false`.
     #[must_use]
     pub fn fencing(mut self, fencing: bool) -> Self {

@@ -97,6 +97,11 @@ pub struct LockConfig {
     /// `warn` (the default) logs each problem, `strict` refuses to connect, `off` does not
     /// check. See [`Redlock::health`](crate::Redlock::health).
     pub health: HealthPolicy,
+    /// Whether concurrent plain locks of single keys share rounds (group commit): the
+    /// acquisitions (and releases) started while one is in flight go out together in the
+    /// next round, one script call per node instead of a command per lock, each lock still
+    /// decided on its own. A lone `lock` is one `SET NX PX` either way. Defaults to `true`.
+    pub group_commit: bool,
 }
 
 impl Default for LockConfig {
@@ -118,6 +123,7 @@ impl Default for LockConfig {
             min_validity: None,
             tls: None,
             health: HealthPolicy::default(),
+            group_commit: true,
         }
     }
 }
@@ -140,6 +146,7 @@ impl fmt::Debug for LockConfig {
             .field("min_validity", &self.min_validity)
             .field("tls", &self.tls)
             .field("health", &self.health)
+            .field("group_commit", &self.group_commit)
             .finish()
     }
 }
@@ -156,6 +163,7 @@ impl LockConfig {
             fair_prefix: format!("{}fair-", self.key_prefix),
             tls: self.tls.clone(),
             health: self.health,
+            group_commit: self.group_commit,
             ..redlock_core::Config::default()
         }
     }

@@ -183,7 +183,12 @@ impl Coordinator {
             .into());
         }
         let ttl = config.check_ttl(what.ttl)?;
-        if what.keys.len() == 1 && what.owner.is_none() && !what.fenced && what.fair.is_none() {
+        if config.group_commit
+            && what.keys.len() == 1
+            && what.owner.is_none()
+            && !what.fenced
+            && what.fair.is_none()
+        {
             // Concurrent plain acquisitions share their rounds (group commit).
             return self.acquire_grouped(spec, ttl).await;
         }

@@ -87,6 +87,11 @@ pub struct Config {
     /// policy, persistence that can lose keys): see [`HealthPolicy`]. Defaults to
     /// [`HealthPolicy::Warn`].
     pub health: HealthPolicy,
+    /// Whether concurrent plain acquisitions (and releases) of single keys share rounds:
+    /// those started while one is in flight go out together in the next round, one script
+    /// call per node, each lock still decided on its own quorum (group commit). A lone
+    /// acquisition is one `SET NX PX` either way. Defaults to `true`.
+    pub group_commit: bool,
 }
 
 /// What connecting does about a node whose settings break the algorithm's assumptions
@@ -124,6 +129,7 @@ impl fmt::Debug for Config {
             .field("fair_prefix", &self.fair_prefix)
             .field("tls", &self.tls)
             .field("health", &self.health)
+            .field("group_commit", &self.group_commit)
             .finish()
     }
 }
@@ -140,6 +146,7 @@ impl Default for Config {
             fair_prefix: DEFAULT_FAIR_PREFIX.into(),
             tls: None,
             health: HealthPolicy::default(),
+            group_commit: true,
         }
     }
 }

@@ -363,7 +363,11 @@ impl Coordinator {
     }
 
     async fn release_spec(&self, spec: LockSpec) -> Result<RoundReport, Error> {
-        if spec.keys.len() == 1 && spec.owner.is_none() && !spec.fair {
+        if self.inner.config.group_commit
+            && spec.keys.len() == 1
+            && spec.owner.is_none()
+            && !spec.fair
+        {
             // Concurrent releases of plain locks share their rounds (group commit).
             return self.release_grouped(spec).await;
         }

@@ -13,6 +13,9 @@
 //!   computed from the round's `t0` (`drift`), what is left after the decision (late
 //!   answers, rollbacks) handed to one background task, and a drop guard for rounds
 //!   abandoned before their decision.
+//! - `group`: group commit. Plain acquisitions (and releases) of one key that start while
+//!   one is in flight go out together in the next round, one script call per node, each
+//!   still decided on its own; a lone one is a single `SET NX PX` (`Config::group_commit`).
 //! - `connection`: one node's connection and the commands it sends, each bounded by the
 //!   node timeout; the one place that builds fred clients for lock nodes (also the
 //!   subscribers that [`Coordinator::subscribers`] hands out); why a connection failed.

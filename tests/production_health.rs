@@ -19,11 +19,13 @@ use common::raw;
 /// A password no log line or error may ever show.
 const SECRET: &str = "Pa55-w0rd-never-shown";
 
+/// A generous node timeout: connect waits that long for each node to come up and the
+/// health check for its INFO, so a loaded machine cannot leave a node unchecked.
 fn builder(urls: Vec<String>) -> LockConfigBuilder {
     LockConfig::builder()
         .nodes(urls)
         .ttl(Duration::from_secs(5))
-        .node_timeout(Duration::from_millis(500))
+        .node_timeout(Duration::from_secs(2))
         .backoff(Duration::from_millis(5), Duration::from_millis(50))
 }
 

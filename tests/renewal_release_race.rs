@@ -75,6 +75,9 @@ async fn a_release_during_a_renewal_tick_is_neither_a_refused_renewal_nor_a_lost
             .node_timeout(Duration::from_secs(1))
             .renew_after(Duration::from_millis(800))
             .backoff(5 * MS, 50 * MS)
+            // Every release must go out at once, ahead of the tick's later batches: grouped,
+            // the 999 that start while the first is in flight would wait a round trip.
+            .group_commit(false)
             .build()
             .unwrap(),
     )

@@ -2,8 +2,9 @@
 //!
 //! While an acquisition round of a plain lock (one key, not fenced, not reentrant, not
 //! fair) is in flight, the plain acquisitions started meanwhile on the same coordinator
-//! wait, and go out together in the next round: one script call per node
-//! ([`ACQUIRE_BATCH`]) instead of one `SET NX PX` per lock, each lock still decided on its
+//! wait, and go out together as soon as it is decided: one script call per node
+//! ([`ACQUIRE_BATCH`]) for up to [`GROUP_MAX`] locks instead of one `SET NX PX` per lock
+//! (a larger burst in several such rounds, in flight together), each lock still decided on its
 //! own quorum, with its own validity and rollback, by the round engine. A lone acquisition
 //! (nothing in flight) is sent at once as `SET NX PX`, exactly as before, so an uncontended
 //! caller pays nothing; under load the commands, and the system calls that the client's
@@ -20,6 +21,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::types::{Key, Value};
+use futures::future::join_all;
 use tokio::sync::oneshot;
 
 use crate::coordinator::Coordinator;
@@ -30,8 +32,9 @@ use crate::report::{RoundKind, RoundReport};
 use crate::round::{self, Command, Request, Round};
 use crate::scripts::{ACQUIRE_BATCH, RELEASE_BATCH};
 
-/// The most acquisitions one round carries: a script call of about 10 KB of arguments that
-/// runs on a node in well under a millisecond. More waiting ones go in the next round.
+/// The most calls one round carries: a script call of about 10 KB of arguments that runs on
+/// a node in well under a millisecond. More waiting ones go in further rounds of the same
+/// wave, in flight together.
 pub(crate) const GROUP_MAX: usize = 128;
 
 /// The calls (acquisitions, or releases) waiting for the round in flight, per coordinator;
@@ -110,7 +113,7 @@ impl<A> Group<A> {
         Turn::Wait(rx)
     }
 
-    /// The next round's acquisitions (up to [`GROUP_MAX`], oldest first); `None`, and no
+    /// Every call waiting now, oldest first, for the next wave of rounds; `None`, and no
     /// longer busy, when none waits.
     fn next(&self) -> Option<Vec<Waiting<A>>> {
         let mut state = self.state();
@@ -118,9 +121,7 @@ impl<A> Group<A> {
             state.busy = false;
             return None;
         }
-        let cut = state.waiting.len().min(GROUP_MAX);
-        let rest = state.waiting.split_off(cut);
-        Some(std::mem::replace(&mut state.waiting, rest))
+        Some(std::mem::take(&mut state.waiting))
     }
 }
 
@@ -164,6 +165,21 @@ impl Drop for Lead<'_> {
     }
 }
 
+/// A wave of waiting calls as rounds of at most [`GROUP_MAX`] each, oldest first: the
+/// rounds of one wave are in flight together, so a burst of a thousand calls costs two
+/// round trips (the lead round, then the wave), not one per [`GROUP_MAX`].
+fn chunks<A>(mut wave: Vec<Waiting<A>>) -> impl Iterator<Item = Vec<Waiting<A>>> {
+    let mut batches = Vec::with_capacity(wave.len().div_ceil(GROUP_MAX));
+    while wave.len() > GROUP_MAX {
+        let rest = wave.split_off(GROUP_MAX);
+        batches.push(std::mem::replace(&mut wave, rest));
+    }
+    if !wave.is_empty() {
+        batches.push(wave);
+    }
+    batches.into_iter()
+}
+
 impl Coordinator {
     /// A plain acquisition of one key: its own `SET NX PX` round when nothing is in flight,
     /// else a place in the next grouped round.
@@ -202,15 +218,13 @@ impl Coordinator {
             return;
         };
         let spawned = self.spawn_background(move |this| async move {
-            let mut batch = first;
+            let mut wave = first;
             loop {
                 // Callers that gave up while waiting are left out.
-                batch.retain(|w| !w.answer.is_closed());
-                if !batch.is_empty() {
-                    this.acquire_batch(batch).await;
-                }
+                wave.retain(|w| !w.answer.is_closed());
+                join_all(chunks(wave).map(|batch| this.acquire_batch(batch))).await;
                 match this.inner.group.next() {
-                    Some(next) => batch = next,
+                    Some(next) => wave = next,
                     None => return,
                 }
             }
@@ -284,12 +298,12 @@ impl Coordinator {
             return;
         };
         let spawned = self.spawn_background(move |this| async move {
-            let mut batch = first;
+            let mut wave = first;
             loop {
                 // A release whose caller gave up is still sent: the key is ours to free.
-                this.release_batch(batch).await;
+                join_all(chunks(wave).map(|batch| this.release_batch(batch))).await;
                 match this.inner.release_group.next() {
-                    Some(next) => batch = next,
+                    Some(next) => wave = next,
                     None => return,
                 }
             }

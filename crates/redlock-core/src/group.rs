@@ -149,19 +149,71 @@ impl Drop for Answer {
 /// What a grouped release's caller gets back.
 pub(crate) type Released = Result<RoundReport, Error>;
 
-/// The leader's turn: when its round is decided (or its future dropped), the calls that
-/// waited meanwhile go out in a round of their own.
-struct Lead<'a> {
-    coordinator: &'a Coordinator,
-    release: bool,
+/// What is grouped: acquisitions (answered with [`Answer`]) or releases (answered with
+/// [`Released`]). Each kind has its group and sends a batch its own way.
+trait Grouped: Sized + Send + 'static {
+    /// Whether a waiting call whose caller gave up is left out of its round. A release is
+    /// sent all the same: the key is ours to free.
+    const LEAVES_OUT_GONE: bool;
+
+    fn group(coordinator: &Coordinator) -> &Group<Self>;
+
+    /// One round for `batch`, each caller answered.
+    fn send(
+        coordinator: &Coordinator,
+        batch: Vec<Waiting<Self>>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_;
 }
 
-impl Drop for Lead<'_> {
-    fn drop(&mut self) {
-        match self.release {
-            false => self.coordinator.hand_on_acquisitions(),
-            true => self.coordinator.hand_on_releases(),
+impl Grouped for Answer {
+    const LEAVES_OUT_GONE: bool = true;
+
+    fn group(coordinator: &Coordinator) -> &Group<Self> {
+        &coordinator.inner.group
+    }
+
+    fn send(
+        coordinator: &Coordinator,
+        batch: Vec<Waiting<Self>>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        coordinator.acquire_batch(batch)
+    }
+}
+
+impl Grouped for Released {
+    const LEAVES_OUT_GONE: bool = false;
+
+    fn group(coordinator: &Coordinator) -> &Group<Self> {
+        &coordinator.inner.release_group
+    }
+
+    fn send(
+        coordinator: &Coordinator,
+        batch: Vec<Waiting<Self>>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        coordinator.release_batch(batch)
+    }
+}
+
+/// The leader's turn: when its round is decided (or its future dropped), the calls that
+/// waited meanwhile go out in rounds of their own.
+struct Lead<'a, A: Grouped> {
+    coordinator: &'a Coordinator,
+    kind: std::marker::PhantomData<A>,
+}
+
+impl<'a, A: Grouped> Lead<'a, A> {
+    fn new(coordinator: &'a Coordinator) -> Self {
+        Lead {
+            coordinator,
+            kind: std::marker::PhantomData,
         }
+    }
+}
+
+impl<A: Grouped> Drop for Lead<'_, A> {
+    fn drop(&mut self) {
+        self.coordinator.hand_on::<A>();
     }
 }
 
@@ -190,10 +242,7 @@ impl Coordinator {
     ) -> Result<Lock, Error> {
         let answer = match self.inner.group.join(&spec, ttl) {
             Turn::Lead => {
-                let lead = Lead {
-                    coordinator: self,
-                    release: false,
-                };
+                let lead = Lead::<Answer>::new(self);
                 let decided = self.run_one(self.plain_round(&spec, ttl)).await;
                 drop(lead);
                 return self.lock_from(decided, spec, ttl, None);
@@ -211,19 +260,21 @@ impl Coordinator {
         }
     }
 
-    /// Sends the acquisitions that waited for the round just decided, if any, from a task
-    /// of their own (counted as background work), round after round until none waits.
-    fn hand_on_acquisitions(&self) {
-        let Some(first) = self.inner.group.next() else {
+    /// Sends the calls that waited for the round just decided, if any, from a task of
+    /// their own (counted as background work): all of them at once, in rounds of up to
+    /// [`GROUP_MAX`], and again until none waits.
+    fn hand_on<A: Grouped>(&self) {
+        let Some(first) = A::group(self).next() else {
             return;
         };
         let spawned = self.spawn_background(move |this| async move {
             let mut wave = first;
             loop {
-                // Callers that gave up while waiting are left out.
-                wave.retain(|w| !w.answer.is_closed());
-                join_all(chunks(wave).map(|batch| this.acquire_batch(batch))).await;
-                match this.inner.group.next() {
+                if A::LEAVES_OUT_GONE {
+                    wave.retain(|w| !w.answer.is_closed());
+                }
+                join_all(chunks(wave).map(|batch| A::send(&this, batch))).await;
+                match A::group(&this).next() {
                     Some(next) => wave = next,
                     None => return,
                 }
@@ -232,7 +283,7 @@ impl Coordinator {
         if !spawned {
             // No runtime to run them on: their answers are dropped, and each waiting caller
             // (if any can still run) sends a round of its own.
-            while self.inner.group.next().is_some() {}
+            while A::group(self).next().is_some() {}
         }
     }
 
@@ -278,10 +329,7 @@ impl Coordinator {
     pub(crate) async fn release_grouped(&self, spec: LockSpec) -> Released {
         let answer = match self.inner.release_group.join(&spec, Duration::ZERO) {
             Turn::Lead => {
-                let _lead = Lead {
-                    coordinator: self,
-                    release: true,
-                };
+                let _lead = Lead::<Released>::new(self);
                 return self.run_to_quorum(self.release_round(&spec)).await;
             }
             Turn::Wait(answer) => answer.await,
@@ -289,27 +337,6 @@ impl Coordinator {
         match answer {
             Ok(released) => released,
             Err(_) => self.run_to_quorum(self.release_round(&spec)).await,
-        }
-    }
-
-    /// [`hand_on_acquisitions`](Self::hand_on_acquisitions) for releases.
-    fn hand_on_releases(&self) {
-        let Some(first) = self.inner.release_group.next() else {
-            return;
-        };
-        let spawned = self.spawn_background(move |this| async move {
-            let mut wave = first;
-            loop {
-                // A release whose caller gave up is still sent: the key is ours to free.
-                join_all(chunks(wave).map(|batch| this.release_batch(batch))).await;
-                match this.inner.release_group.next() {
-                    Some(next) => wave = next,
-                    None => return,
-                }
-            }
-        });
-        if !spawned {
-            while self.inner.release_group.next().is_some() {}
         }
     }
 

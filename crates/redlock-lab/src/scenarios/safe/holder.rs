@@ -127,7 +127,11 @@ pub(super) fn holder_process_paused_writes_fenced(
         let mut outcome = Outcome::default();
         let mut rejected = 0;
         let mut done = Ok(());
-        for round in 0..ROUNDS {
+        // In a soak, as many rounds as fit in the run time (every round stands alone).
+        let until = Instant::now() + lab.timing.run_for;
+        let mut round = 0;
+        while round < ROUNDS || (lab.soak && Instant::now() < until) {
+            round += 1;
             match paused_round(lab, &other, &resource, &url).await {
                 Ok(true) => rejected += 1,
                 Ok(false) => outcome.violations.push(Violation::Rule(format!(
@@ -143,7 +147,7 @@ pub(super) fn holder_process_paused_writes_fenced(
         raw::close(&redis, lab.timing.node_timeout).await;
         done?;
         outcome.notes.push(format!(
-            "the fenced resource rejected the resumed holder's write in {rejected} of {ROUNDS} \
+            "the fenced resource rejected the resumed holder's write in {rejected} of {round} \
              rounds; value {}",
             resource.value()
         ));

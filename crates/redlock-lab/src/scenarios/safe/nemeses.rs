@@ -39,6 +39,13 @@ pub(super) fn scenarios() -> Vec<Scenario> {
                 ttl: Duration::from_millis(300),
                 ..Timing::default()
             },
+            // In a soak, rounds until 20 s are up (about 25, two acquisitions each: a
+            // process spawned, stopped past a TTL and resumed per round).
+            soak: Some(Timing {
+                ttl: Duration::from_millis(300),
+                run_for: Duration::from_secs(20),
+                ..Timing::default()
+            }),
             ..safe(
                 "holder_process_paused_writes_fenced",
                 "the holder is a separate process with a fenced lock; SIGSTOPped between its validity check and its write until its keys are gone, while another client takes the lock and writes; SIGCONTed, its write carries the older token and the fenced resource rejects it",

@@ -146,6 +146,8 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         Kind::OursFair,
         Kind::OursPolling,
         Kind::OursDefaults,
+        // A lone cycle never waits for a group: the same path with grouping off shows it.
+        Kind::OursUngrouped,
         Kind::Rslock,
     ]);
     let fault_kinds = args.subjects(&[Kind::Ours, Kind::Rslock]);

@@ -28,6 +28,7 @@ pub mod checker;
 mod error;
 mod history;
 mod holder;
+mod host_clock;
 mod lab;
 mod logging;
 mod mix;

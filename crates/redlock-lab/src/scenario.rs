@@ -10,9 +10,12 @@ use redlock_testkit::Links;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendKind, Setup};
-use crate::checker::{self, Leftover, Violation};
+use crate::checker::{
+    self, explained_by_host_clock, host_clock_faults, HostClockStep, Leftover, Violation,
+};
 use crate::error::LabError;
 use crate::history::{Event, History};
+use crate::host_clock::HostClockWatch;
 use crate::lab::{Fencing, Lab, Timing, FENCING_COUNTER};
 use crate::mix::{Workload, MANY_EXTRA};
 use crate::observer::Observer;
@@ -117,6 +120,12 @@ pub struct ScenarioResult {
     pub writes: usize,
     /// Violations found.
     pub violations: Vec<Violation>,
+    /// Steps of the host's wall clock seen during the run (H3 broken for every node at once
+    /// by the environment): reported, and the overlaps they explain set apart.
+    pub host_clock: Vec<HostClockStep>,
+    /// Violations that [`host_clock`](Self::host_clock) explains
+    /// ([`explained_by_host_clock`]): listed, not counted against the library.
+    pub explained: Vec<Violation>,
     /// Driver remarks.
     pub notes: Vec<String>,
     /// Set when the scenario could not run to the end.
@@ -182,6 +191,8 @@ pub async fn run_with(
         fenced: 0,
         writes: 0,
         violations: Vec::new(),
+        host_clock: Vec::new(),
+        explained: Vec::new(),
         notes: Vec::new(),
         error: None,
         elapsed: Duration::ZERO,
@@ -205,6 +216,7 @@ pub async fn run_with(
         }
     };
     let history = History::new();
+    let host_clock = HostClockWatch::start(&history);
     let prefix = format!("lab:{}:", scenario.name);
     // The multi-key locks' other keys too, under the mix: their tokens must stay put as
     // well while held.
@@ -245,10 +257,15 @@ pub async fn run_with(
     tokio::time::sleep(SETTLE).await;
     let observations = observer.stop().await;
     let leftovers = leftovers_after_fair_queues_expire(&lab).await;
+    result.host_clock = host_clock.stop();
     let events = lab.history.events();
-    let mut found = checker::check(&events, &observations, &leftovers);
+    let mut checked = events.clone();
+    checked.extend(host_clock_faults(&result.host_clock, lab.node_count()));
+    let found = checker::check(&checked, &observations, &leftovers);
+    let (mut found, explained) = explained_by_host_clock(found, &result.host_clock);
     found.append(&mut result.violations);
     result.violations = found;
+    result.explained = explained;
     result.acquisitions = lab.history.acquisitions();
     result.fenced = lab.history.fenced_acquisitions();
     if scenario.fencing != Fencing::Off && result.fenced == 0 && result.error.is_none() {

@@ -62,6 +62,9 @@ pub async fn run_repeated_with(
             if let Some(error) = &result.error {
                 eprintln!("[lab]   error: {error}");
             }
+            for step in &result.host_clock {
+                eprintln!("[lab]   {step}");
+            }
             reuse = nodes;
             results.push(result);
         }
@@ -111,7 +114,7 @@ pub fn repeat_summary<'a>(results: impl IntoIterator<Item = &'a ScenarioResult>)
     }
     for group in &groups {
         for (i, r) in group.iter().enumerate() {
-            if !r.passed() {
+            if !r.passed() || !r.host_clock.is_empty() {
                 let _ = writeln!(
                     out,
                     "\n{} ({}), run {} of {}:",
@@ -157,7 +160,12 @@ pub fn summary<'a>(results: impl IntoIterator<Item = &'a ScenarioResult>) -> Str
         );
     }
     for r in &results {
-        if r.violations.is_empty() && r.error.is_none() && r.notes.is_empty() && r.ops.is_empty() {
+        if r.violations.is_empty()
+            && r.error.is_none()
+            && r.notes.is_empty()
+            && r.ops.is_empty()
+            && r.host_clock.is_empty()
+        {
             continue;
         }
         let _ = writeln!(out, "\n{} ({}):", r.name, r.backend);
@@ -179,6 +187,12 @@ fn details(out: &mut String, r: &ScenarioResult) {
     }
     for note in &r.notes {
         let _ = writeln!(out, "  note: {note}");
+    }
+    for step in &r.host_clock {
+        let _ = writeln!(out, "  host clock: {step}");
+    }
+    for v in &r.explained {
+        let _ = writeln!(out, "  explained by the host clock, not counted: {v}");
     }
     if !r.ops.is_empty() {
         let ops: Vec<String> = r

@@ -9,10 +9,14 @@
 //! reused, or lower than one handed out before their acquisition began),
 //! [`validity_violations`] (a guard reporting validity that no quorum of nodes still held,
 //! after an extension or a renewal); keys left behind are reported as found. Holds of one
-//! reentrant lock's owner share the key: [`overlaps`] leaves them alone.
+//! reentrant lock's owner share the key: [`overlaps`] leaves them alone. Steps of the host's
+//! own wall clock ([`HostClockStep`]) break H3 on every node at once: they count as faults
+//! ([`host_clock_faults`]), and [`explained_by_host_clock`] sets apart the overlaps they
+//! explain.
 
 mod fencing;
 mod holders;
+mod host_clock;
 mod overlap;
 mod tokens;
 mod validity;
@@ -28,6 +32,7 @@ use crate::history::{At, Event, FaultKind};
 
 pub use fencing::{fenced, fencing_violations, Fenced};
 pub use holders::{holders, Holder};
+pub use host_clock::{explained_by_host_clock, host_clock_faults, HostClockStep};
 pub use overlap::overlaps;
 pub use tokens::token_violations;
 pub use validity::validity_violations;

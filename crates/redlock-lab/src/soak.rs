@@ -20,17 +20,25 @@ use crate::scenario::{run_with, Expect, RunOptions, Scenario, ScenarioResult};
 /// Runs that won nothing in a row before a soak gives a scenario up (instead of looping
 /// forever).
 const BARREN_RUNS: usize = 3;
+/// Runs that ended with an error in a row before a soak gives a scenario up. A lone run
+/// that could not finish its schedule (a lab-side timeout on starved cores, a holder
+/// process that said nothing in time) is recorded, its violations counted, and the soak
+/// goes on.
+const ERRORED_RUNS: usize = 3;
 /// Violations of one run shown on stderr as the soak goes.
 const SHOWN: usize = 5;
 
 /// One scenario's soak: its runs added up.
 #[derive(Debug)]
 pub struct SoakResult {
-    /// The runs' sums (violations, notes and errors of every run, acquisitions and writes
+    /// The runs' sums (violations and notes of every run, acquisitions and writes
     /// added, wall time from the first start to the last end).
     pub total: ScenarioResult,
     /// How many runs it took.
     pub runs: usize,
+    /// The runs that ended with an error and were gone past: the run's number and the
+    /// error. (An error that made the soak give up is the total's.)
+    pub errored: Vec<(usize, String)>,
 }
 
 /// Runs each must-pass scenario of `scenarios` on `backend` until it has at least
@@ -52,7 +60,8 @@ pub async fn soak(
     for s in scenarios.iter().filter(|s| s.expect == Expect::Safe) {
         let started = Instant::now();
         let mut total: Option<ScenarioResult> = None;
-        let (mut runs, mut barren) = (0, 0);
+        let (mut runs, mut barren, mut failing) = (0, 0, 0);
+        let mut errored = Vec::new();
         loop {
             let (result, nodes) = run_with(backend, s, reuse.take(), &options).await;
             reuse = nodes;
@@ -78,6 +87,9 @@ pub async fn soak(
             } else {
                 0
             };
+            let mut result = result;
+            let error = result.error.take();
+            failing = if error.is_some() { failing + 1 } else { 0 };
             let total = match &mut total {
                 Some(total) => {
                     add(total, result);
@@ -94,7 +106,16 @@ pub async fn soak(
                 total.violations.len(),
                 total.elapsed.as_secs_f64()
             );
-            if total.acquisitions >= min_acquisitions || total.error.is_some() {
+            if let Some(error) = error {
+                if failing >= ERRORED_RUNS {
+                    total.error = Some(format!(
+                        "{ERRORED_RUNS} runs in a row ended with an error, the last: {error}"
+                    ));
+                    break;
+                }
+                errored.push((runs, error));
+            }
+            if total.acquisitions >= min_acquisitions {
                 break;
             }
             if barren >= BARREN_RUNS {
@@ -117,7 +138,11 @@ pub async fn soak(
             total.violations.len(),
             total.elapsed.as_secs_f64()
         );
-        results.push(SoakResult { total, runs });
+        results.push(SoakResult {
+            total,
+            runs,
+            errored,
+        });
     }
     results
 }
@@ -131,9 +156,6 @@ fn add(total: &mut ScenarioResult, run: ScenarioResult) {
     total.explained.extend(run.explained);
     // The notes of a run say how it went; those of the last run stand for the others.
     total.notes = run.notes;
-    if total.error.is_none() {
-        total.error = run.error;
-    }
     for (op, count) in run.ops {
         *total.ops.entry(op).or_default() += count;
     }
@@ -166,14 +188,19 @@ pub fn soak_summary<'a>(results: impl IntoIterator<Item = &'a SoakResult>) -> St
                 "ERROR".to_owned()
             } else if !t.passed() {
                 "FAILED".to_owned()
-            } else if !t.host_clock.is_empty() {
-                format!(
-                    "ok; the host clock stepped {} time(s), {} violation(s) explained",
-                    t.host_clock.len(),
-                    t.explained.len()
-                )
             } else {
-                "ok".to_owned()
+                let mut result = "ok".to_owned();
+                if !r.errored.is_empty() {
+                    result.push_str(&format!("; {} run(s) ended with an error", r.errored.len()));
+                }
+                if !t.host_clock.is_empty() {
+                    result.push_str(&format!(
+                        "; the host clock stepped {} time(s), {} violation(s) explained",
+                        t.host_clock.len(),
+                        t.explained.len()
+                    ));
+                }
+                result
             }
         );
     }
@@ -191,12 +218,15 @@ pub fn soak_summary<'a>(results: impl IntoIterator<Item = &'a SoakResult>) -> St
     }
     for r in &results {
         let t = &r.total;
-        if t.passed() && t.host_clock.is_empty() {
+        if t.passed() && t.host_clock.is_empty() && r.errored.is_empty() {
             continue;
         }
         let _ = writeln!(out, "\n{} ({}), {} runs:", t.name, t.backend, r.runs);
         if let Some(error) = &t.error {
             let _ = writeln!(out, "  error: {error}");
+        }
+        for (run, error) in &r.errored {
+            let _ = writeln!(out, "  run {run} ended with an error (gone past): {error}");
         }
         for step in t.host_clock.iter().take(8) {
             let _ = writeln!(out, "  host clock: {step}");

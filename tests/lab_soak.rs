@@ -1,0 +1,118 @@
+//! The soak's bookkeeping, over real local nodes: a run that ends with an error is recorded
+//! and gone past; only runs that keep ending with one make the soak give up.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use redlock_lab::{
+    soak, BackendKind, Event, Expect, Fencing, Lab, LabError, Outcome, RunOptions, Scenario, Setup,
+    Timing, KEY,
+};
+
+/// Acquisitions each run of the drivers below records.
+const PER_RUN: usize = 4;
+
+fn scenario(name: &'static str, run: redlock_lab::Driver) -> Scenario {
+    Scenario {
+        name,
+        shows: "the soak's handling of a run that ends with an error",
+        expect: Expect::Safe,
+        setup: Setup {
+            nodes: 3,
+            persistent: false,
+            fake_clock: false,
+        },
+        clients: 1,
+        fencing: Fencing::Off,
+        timing: Timing {
+            ttl: Duration::from_millis(100),
+            node_timeout: Duration::from_millis(50),
+            run_for: Duration::from_millis(10),
+        },
+        soak: None,
+        run,
+    }
+}
+
+/// Records `PER_RUN` acquisitions one after the other (no overlap, nothing on the nodes).
+fn record_acquisitions(lab: &Lab) {
+    static TOKENS: AtomicUsize = AtomicUsize::new(0);
+    for _ in 0..PER_RUN {
+        let now = lab.history.now();
+        lab.history.record(Event::Acquired {
+            client: "client-0".into(),
+            token: format!("token-{}", TOKENS.fetch_add(1, Ordering::SeqCst)),
+            key: lab.full_key(KEY),
+            started: now,
+            acquired: now,
+            valid_until: now,
+            fencing: None,
+            owner: None,
+        });
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+static FIRST_FAILS: AtomicUsize = AtomicUsize::new(0);
+
+/// Its first run ends with an error after its acquisitions; the others pass.
+fn first_run_fails(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(async move {
+        record_acquisitions(lab);
+        if FIRST_FAILS.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(LabError::Schedule(
+                "the first run's holder said nothing".into(),
+            ));
+        }
+        Ok(Outcome::default())
+    })
+}
+
+/// Every run ends with an error.
+fn always_fails(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(async move {
+        record_acquisitions(lab);
+        Err(LabError::Schedule("the holder said nothing".into()))
+    })
+}
+
+#[tokio::test]
+async fn a_run_that_ends_with_an_error_is_recorded_and_the_soak_goes_on() {
+    let s = scenario("first_run_fails", first_run_fails);
+    let results = soak(
+        BackendKind::Local,
+        &[s],
+        3 * PER_RUN,
+        &RunOptions::default(),
+    )
+    .await;
+    let r = &results[0];
+    assert_eq!(r.runs, 3, "{r:?}");
+    assert_eq!(r.total.acquisitions, 3 * PER_RUN);
+    assert_eq!(r.total.error, None);
+    assert_eq!(r.errored.len(), 1, "{:?}", r.errored);
+    assert_eq!(r.errored[0].0, 1);
+    assert!(r.errored[0].1.contains("said nothing"), "{:?}", r.errored);
+    let table = redlock_lab::soak_summary(&results);
+    assert!(table.contains("1 run(s) ended with an error"), "{table}");
+    assert!(table.contains("run 1 ended with an error"), "{table}");
+}
+
+#[tokio::test]
+async fn runs_that_keep_ending_with_an_error_make_the_soak_give_up() {
+    let s = scenario("always_fails", always_fails);
+    let results = soak(
+        BackendKind::Local,
+        &[s],
+        100 * PER_RUN,
+        &RunOptions::default(),
+    )
+    .await;
+    let r = &results[0];
+    assert_eq!(r.runs, 3, "{r:?}");
+    let error = r.total.error.as_deref().unwrap_or_default();
+    assert!(error.contains("3 runs in a row"), "{error}");
+    assert!(!r.total.passed());
+    assert!(redlock_lab::soak_summary(&results).contains("ERROR"));
+}

@@ -202,6 +202,61 @@ async fn a_large_batch_is_split_into_bounded_script_calls_and_keeps_its_order() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewing_many_moves_each_deadline_on_without_a_report_per_lock() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let count = redlock_core::EXTEND_BATCH_LOCKS + 10;
+    let keys: Vec<String> = (0..count).map(|i| format!("renew:{i}")).collect();
+    let mut locks = futures::future::try_join_all(keys.iter().map(|key| c.acquire(key, TTL)))
+        .await
+        .unwrap();
+    let gone = [5, count - 1];
+    for &i in &gone {
+        for node in 0..2 {
+            set.node(node).del(&keys[i]).await.unwrap();
+        }
+    }
+    let long = Duration::from_secs(60);
+    let requests: Vec<_> = locks.iter().map(|l| (l, long)).collect();
+    let results = c.renew_many(&requests).await;
+    assert_eq!(results.len(), count);
+    for (i, (result, lock)) in results.iter().zip(&locks).enumerate() {
+        if gone.contains(&i) {
+            // A failed renewal keeps its report, in its error.
+            let Err(Error::NoQuorum { report }) = result else {
+                panic!("{i}: {result:?}")
+            };
+            assert_eq!(report.key.as_ref(), keys[i].as_str());
+        } else {
+            let renewed = result.as_ref().unwrap();
+            assert!(renewed.valid_until() > lock.valid_until(), "{i}");
+            assert_eq!(renewed.ttl(), long);
+        }
+    }
+    // Applied, a renewal moves its own lock's deadline on and keeps the acquisition's
+    // report; applied to another lock, it does nothing.
+    let renewed = results[0].as_ref().unwrap().clone();
+    let report = locks[0].report() as *const _;
+    let before = locks[1].valid_until();
+    locks[1].apply(&renewed);
+    assert_eq!(locks[1].valid_until(), before, "another lock's renewal");
+    locks[0].apply(&renewed);
+    assert_eq!(locks[0].valid_until(), renewed.valid_until());
+    assert_eq!(locks[0].ttl(), long);
+    assert!(std::ptr::eq(locks[0].report(), report));
+    // On the nodes, every lock that was not deleted now lives about a minute; a deleted
+    // one is not recreated.
+    for (i, key) in keys.iter().enumerate() {
+        if gone.contains(&i) {
+            assert!(set.node(0).get(key).await.unwrap().is_none(), "{key}");
+        } else {
+            let pttl = set.node(2).pttl(key).await.unwrap();
+            assert!(pttl > 10_000, "{key}: {pttl}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspection_reads_a_quorum() {
     let set = NodeSet::start(5).await.unwrap();
     let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;

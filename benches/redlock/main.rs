@@ -203,10 +203,10 @@ async fn run(args: &Args) -> Result<String, BenchError> {
     }
 
     if args.runs("P6") {
-        for &(locks, node_timeout, arenas) in &plan.renewal_cases {
+        for &(locks, node_timeout, arenas, hold) in &plan.renewal_cases {
             // One failed case should not cost the rest of the run: it is reported and
             // left out of the outputs.
-            match renewal::run(&set, locks, plan.renewal_hold, node_timeout, arenas).await {
+            match renewal::run(&set, locks, hold, node_timeout, arenas).await {
                 Ok(case) => renewal.push(case),
                 Err(e) => progress!("P6: case left out: {e}"),
             }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
-use redlock_core::{Coordinator, FencingToken, Lock, NodeOutcome, RoundReport};
+use redlock_core::{Coordinator, FencingToken, Lock, NodeOutcome, Renewed, RoundReport};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -89,8 +89,8 @@ impl HoldState {
     /// Records a successful renewal: the validity moves on (never back, as in
     /// [`extended`](Self::extended)); the lock keeps its report, so that a renewal tick
     /// leaves no allocation behind per held lock.
-    pub(crate) fn renewed(&self, renewal: &Lock) {
-        self.lock.lock().expect("lock state").renew_from(renewal);
+    pub(crate) fn renewed(&self, renewal: &Renewed) {
+        self.lock.lock().expect("lock state").apply(renewal);
         self.record_validity(renewal.valid_until());
     }
 

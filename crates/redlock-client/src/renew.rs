@@ -1,6 +1,8 @@
 //! Automatic renewal: one scheduler task per client, which renews every due lock with one
 //! batched extension (one script call per node for every few hundred locks, see
-//! `Coordinator::extend_many`) instead of one task and one command per lock.
+//! `Coordinator::renew_many`) instead of one task and one command per lock. A won renewal
+//! moves the lock's deadline on and keeps no report, so a tick's memory does not grow with
+//! the locks held.
 //!
 //! A lock is renewed every `renew_every` (a third of the TTL by default), so two renewals
 //! can fail before its validity runs out. A renewal refused by a majority of nodes (the key
@@ -119,7 +121,7 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     if let [lock] = locks.as_slice() {
         span.record("key", lock.key());
     }
-    let results = core.extend_many(&requests).instrument(span.clone()).await;
+    let results = core.renew_many(&requests).instrument(span.clone()).await;
     let after = Instant::now();
     let (mut renewed, mut refused, mut failed) = (0u32, 0u32, 0u32);
     for (&i, result) in due.iter().zip(results) {
@@ -131,10 +133,10 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
             continue;
         }
         match result {
-            Ok(lock) => {
+            Ok(renewal) => {
                 renewed += 1;
                 metrics::renewal(Renewal::Renewed);
-                entry.shared.renewed(&lock);
+                entry.shared.renewed(&renewal);
                 entry.due = after + entry.plan.every;
             }
             Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {

@@ -16,7 +16,7 @@ use crate::error::{ConfigError, Error};
 use crate::group::{Answer, Group, Released};
 use crate::health::NodeHealth;
 use crate::inspect::Inspection;
-use crate::lock::Lock;
+use crate::lock::{Lock, Renewed};
 use crate::lock_spec::LockSpec;
 use crate::quorum::quorum;
 use crate::report::{NodeName, RoundKind, RoundReport};
@@ -200,7 +200,7 @@ impl Coordinator {
     /// the caller should stop using it by then and release it.
     pub async fn extend(&self, lock: &Lock, ttl: Duration) -> Result<Lock, Error> {
         let ttl = self.inner.config.check_ttl(ttl)?;
-        let mut results = self.extend_checked(&[(lock, ttl)]).await;
+        let mut results = self.extend_checked(&[(lock, ttl)], Self::extended).await;
         results.pop().expect("one result per lock")
     }
 
@@ -212,6 +212,32 @@ impl Coordinator {
     /// timeout still runs to its end on the node, and a renewal of thousands of locks in
     /// one call would pile such scripts up. Returns one result per lock, in order.
     pub async fn extend_many(&self, locks: &[(&Lock, Duration)]) -> Vec<Result<Lock, Error>> {
+        self.extend_each(locks, Self::extended).await
+    }
+
+    /// [`extend_many`](Self::extend_many) for a scheduler that keeps its locks and only
+    /// needs each one's new deadline: the same rounds, but a lock whose extension won yields
+    /// a [`Renewed`] (valid until the later of its previous deadline and its batch's
+    /// `t0 + ttl - drift`; [`Lock::apply`] takes it on), and its round's report is dropped
+    /// with its batch. A
+    /// failed extension's error carries its report, as with `extend_many`. Renewing
+    /// thousands of locks this way keeps no report per lock past its batch, so a renewal
+    /// tick's memory does not grow with the number of locks held.
+    pub async fn renew_many(&self, locks: &[(&Lock, Duration)]) -> Vec<Result<Renewed, Error>> {
+        self.extend_each(locks, |this, decided, lock, ttl| {
+            this.decide(decided, ttl)
+                .map(|until| lock.renewed(ttl, until))
+        })
+        .await
+    }
+
+    /// Checks every TTL, then extends the locks whose TTL is valid, turning each decision
+    /// into a result with `each` as its batch is decided; one result per lock, in order.
+    async fn extend_each<T>(
+        &self,
+        locks: &[(&Lock, Duration)],
+        each: impl Fn(&Self, Decided, &Lock, Duration) -> Result<T, Error>,
+    ) -> Vec<Result<T, Error>> {
         let mut checked = Vec::with_capacity(locks.len());
         let mut errors = Vec::new();
         for (i, (lock, ttl)) in locks.iter().enumerate() {
@@ -220,7 +246,7 @@ impl Coordinator {
                 Err(e) => errors.push((i, e)),
             }
         }
-        let mut results = self.extend_checked(&checked).await.into_iter();
+        let mut results = self.extend_checked(&checked, each).await.into_iter();
         let mut errors = errors.into_iter().peekable();
         (0..locks.len())
             .map(|i| match errors.next_if(|(at, _)| *at == i) {
@@ -230,37 +256,50 @@ impl Coordinator {
             .collect()
     }
 
-    async fn extend_checked(&self, locks: &[(&Lock, Duration)]) -> Vec<Result<Lock, Error>> {
-        let specs: Vec<(LockSpec, Duration)> = locks
-            .iter()
-            .map(|(lock, ttl)| (LockSpec::of(lock), *ttl))
-            .collect();
-        let mut decided = Vec::with_capacity(locks.len());
-        let mut chunks = specs.chunks(EXTEND_BATCH_LOCKS);
+    /// Extends `locks` (TTLs checked) in batches of [`EXTEND_BATCH_LOCKS`], two in flight;
+    /// each batch's decisions become results (through `each`) before the next batches go,
+    /// so no more than two batches' reports are alive at once.
+    async fn extend_checked<T>(
+        &self,
+        locks: &[(&Lock, Duration)],
+        each: impl Fn(&Self, Decided, &Lock, Duration) -> Result<T, Error>,
+    ) -> Vec<Result<T, Error>> {
+        let mut results = Vec::with_capacity(locks.len());
+        let specs = |chunk: &[(&Lock, Duration)]| -> Vec<(LockSpec, Duration)> {
+            chunk
+                .iter()
+                .map(|(lock, ttl)| (LockSpec::of(lock), *ttl))
+                .collect()
+        };
+        let mut chunks = locks.chunks(EXTEND_BATCH_LOCKS).peekable();
         while let Some(first) = chunks.next() {
-            let first = self.extend_batch(first);
-            match chunks.next() {
-                Some(second) => {
-                    let (a, b) = join(first, self.extend_batch(second)).await;
-                    decided.extend(a.into_iter().chain(b));
+            let second = chunks.next();
+            let (a, b) = (specs(first), second.map(specs).unwrap_or_default());
+            let (a_decided, b_decided) = join(self.extend_batch(&a), async {
+                if b.is_empty() {
+                    Vec::new()
+                } else {
+                    self.extend_batch(&b).await
                 }
-                None => decided.extend(first.await),
+            })
+            .await;
+            let pairs = first.iter().chain(second.unwrap_or_default());
+            for ((lock, ttl), decided) in pairs.zip(a_decided.into_iter().chain(b_decided)) {
+                results.push(each(self, decided, lock, *ttl));
             }
         }
-        locks
-            .iter()
-            .zip(decided)
-            .map(|((lock, ttl), decided)| {
-                // Extensions only lengthen, so what the lock held before still stands.
-                let extended =
-                    self.lock_from(decided, LockSpec::of(lock), *ttl, Some(lock.valid_until));
-                // The fencing token belongs to the acquisition; extensions keep it.
-                extended.map(|extended| Lock {
-                    fencing_token: lock.fencing_token,
-                    ..extended
-                })
-            })
-            .collect()
+        results
+    }
+
+    /// A won extension of `lock` as the lock valid until the later of its previous deadline
+    /// and the extension's; it keeps its fencing token, which belongs to the acquisition.
+    fn extended(&self, decided: Decided, lock: &Lock, ttl: Duration) -> Result<Lock, Error> {
+        // Extensions only lengthen, so what the lock held before still stands.
+        let extended = self.lock_from(decided, LockSpec::of(lock), ttl, Some(lock.valid_until));
+        extended.map(|extended| Lock {
+            fencing_token: lock.fencing_token,
+            ..extended
+        })
     }
 
     /// One extension round for up to [`EXTEND_BATCH_LOCKS`] locks: one script call per
@@ -529,7 +568,6 @@ impl Coordinator {
         ttl: Duration,
         held_until: Option<Instant>,
     ) -> Result<Lock, Error> {
-        let report = Box::new(decided.report);
         if let (true, Some(valid_until)) = (decided.won, decided.valid_until) {
             return Ok(Lock {
                 keys: spec.keys,
@@ -539,14 +577,30 @@ impl Coordinator {
                 fair: spec.fair,
                 ttl,
                 valid_until: held_until.map_or(valid_until, |held| held.max(valid_until)),
-                report: Arc::from(report),
+                report: Arc::new(decided.report),
                 fencing_token: None,
             });
         }
-        if report.accepted >= report.quorum {
-            Err(Error::ValidityExhausted { report, ttl })
-        } else {
-            Err(Error::NoQuorum { report })
+        Err(lost(decided.report, ttl))
+    }
+
+    /// A round's decision for one request: the instant its validity ends when it won,
+    /// otherwise the error with its report.
+    fn decide(&self, decided: Decided, ttl: Duration) -> Result<Instant, Error> {
+        match (decided.won, decided.valid_until) {
+            (true, Some(valid_until)) => Ok(valid_until),
+            _ => Err(lost(decided.report, ttl)),
         }
+    }
+}
+
+/// The error of a request that did not win: no quorum, or a quorum too late for any
+/// validity.
+fn lost(report: RoundReport, ttl: Duration) -> Error {
+    let report = Box::new(report);
+    if report.accepted >= report.quorum {
+        Error::ValidityExhausted { report, ttl }
+    } else {
+        Error::NoQuorum { report }
     }
 }

@@ -97,7 +97,7 @@ pub use fair::FairPlace;
 pub use fence::FencingToken;
 pub use health::{HealthProblem, NodeHealth};
 pub use inspect::{Holder, Inspection};
-pub use lock::Lock;
+pub use lock::{Lock, Renewed};
 pub use quorum::quorum;
 pub use report::{CleanupOutcome, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport};
 pub use server_error::{ServerError, ServerErrorKind};

@@ -80,6 +80,29 @@ impl Lock {
         }
     }
 
+    /// Takes on the validity (and TTL) of `renewed`, a won extension of this same lock (the
+    /// same keys and token) from [`Coordinator::renew_many`](crate::Coordinator::renew_many),
+    /// when it ends later; does nothing otherwise.
+    pub fn apply(&mut self, renewed: &Renewed) {
+        if renewed.token == self.token
+            && renewed.keys == self.keys
+            && renewed.valid_until > self.valid_until
+        {
+            self.valid_until = renewed.valid_until;
+            self.ttl = renewed.ttl;
+        }
+    }
+
+    /// What a won extension of this lock that ends at `valid_until` amounts to.
+    pub(crate) fn renewed(&self, ttl: Duration, valid_until: Instant) -> Renewed {
+        Renewed {
+            keys: self.keys.clone(),
+            token: self.token.clone(),
+            ttl,
+            valid_until: valid_until.max(self.valid_until),
+        }
+    }
+
     /// The validity left now, or `None` once it has run out.
     pub fn remaining(&self) -> Option<Duration> {
         self.remaining_at(Instant::now())
@@ -107,5 +130,30 @@ impl Lock {
     /// The report of the round that won (or last extended) this lock.
     pub fn report(&self) -> &RoundReport {
         &self.report
+    }
+}
+
+/// A won extension of a lock as [`Coordinator::renew_many`](crate::Coordinator::renew_many)
+/// reports it: the lock's new deadline and TTL, without the round's report. Applied to its
+/// lock with [`Lock::apply`]; it names the lock (keys and token), so it cannot move another
+/// lock's deadline.
+#[derive(Debug, Clone)]
+pub struct Renewed {
+    keys: Arc<[Arc<str>]>,
+    token: Token,
+    ttl: Duration,
+    valid_until: Instant,
+}
+
+impl Renewed {
+    /// The end of the lock's validity now: the later of its previous deadline and the
+    /// extension's `t0 + ttl - drift`.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// The TTL the lock was extended by.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 }

@@ -33,6 +33,9 @@ use crate::metrics::{self, Renewal};
 
 pub(crate) mod policy;
 
+/// Locks renewed per call of `renew_many` in a tick: the two batches it keeps in flight.
+const TICK_SLICE: usize = 2 * redlock_core::EXTEND_BATCH_LOCKS;
+
 /// How often and for how long one lock is renewed.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RenewalPlan {
@@ -100,12 +103,6 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     if due.is_empty() {
         return;
     }
-    let locks: Vec<_> = due.iter().map(|&i| entries[i].shared.current()).collect();
-    let requests: Vec<_> = due
-        .iter()
-        .zip(&locks)
-        .map(|(&i, lock)| (lock, entries[i].shared.ttl))
-        .collect();
     let span = tracing::debug_span!(
         "redlock.renew",
         // The key of a tick that renews one lock; a larger tick's keys are in its rounds'
@@ -118,39 +115,51 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
         failed = tracing::field::Empty,
         elapsed_us = tracing::field::Empty,
     );
-    if let [lock] = locks.as_slice() {
-        span.record("key", lock.key());
-    }
-    let results = core.renew_many(&requests).instrument(span.clone()).await;
-    let after = Instant::now();
     let (mut renewed, mut refused, mut failed) = (0u32, 0u32, 0u32);
-    for (&i, result) in due.iter().zip(results) {
-        let entry = &mut entries[i];
-        if entry.shared.done.load(Ordering::SeqCst) {
-            // Released (or dropped) while this tick was in flight: its extension may have
-            // reached a node after the release and found the key gone, which says nothing
-            // about a hold its holder let go. Not a renewal, refused or otherwise.
-            continue;
+    let mut after = now;
+    // A slice of the due locks at a time (the two batches `renew_many` keeps in flight), so
+    // that a tick holds copies of a few hundred locks at once, not of every lock held.
+    for slice in due.chunks(TICK_SLICE) {
+        let locks: Vec<_> = slice.iter().map(|&i| entries[i].shared.current()).collect();
+        let requests: Vec<_> = slice
+            .iter()
+            .zip(&locks)
+            .map(|(&i, lock)| (lock, entries[i].shared.ttl))
+            .collect();
+        if let ([lock], 1) = (locks.as_slice(), due.len()) {
+            span.record("key", lock.key());
         }
-        match result {
-            Ok(renewal) => {
-                renewed += 1;
-                metrics::renewal(Renewal::Renewed);
-                entry.shared.renewed(&renewal);
-                entry.due = after + entry.plan.every;
+        let results = core.renew_many(&requests).instrument(span.clone()).await;
+        after = Instant::now();
+        for (&i, result) in slice.iter().zip(results) {
+            let entry = &mut entries[i];
+            if entry.shared.done.load(Ordering::SeqCst) {
+                // Released (or dropped) while this tick was in flight: its extension may
+                // have reached a node after the release and found the key gone, which says
+                // nothing about a hold its holder let go. Not a renewal, refused or
+                // otherwise.
+                continue;
             }
-            Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {
-                refused += 1;
-                metrics::renewal(Renewal::Refused);
-                tracing::warn!(parent: &span, report = %report, "renewal refused by a majority: the lock is lost");
-                entry.shared.mark_lost(LostReason::Refused);
-            }
-            Err(e) => {
-                failed += 1;
-                metrics::renewal(Renewal::Failed);
-                tracing::warn!(parent: &span, error = %e, "renewal failed; retrying while the lock is still valid");
-                entry.shared.renewal_failed(e.to_string());
-                entry.due = after + (entry.plan.every / 4).max(Duration::from_millis(10));
+            match result {
+                Ok(renewal) => {
+                    renewed += 1;
+                    metrics::renewal(Renewal::Renewed);
+                    entry.shared.renewed(&renewal);
+                    entry.due = after + entry.plan.every;
+                }
+                Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {
+                    refused += 1;
+                    metrics::renewal(Renewal::Refused);
+                    tracing::warn!(parent: &span, report = %report, "renewal refused by a majority: the lock is lost");
+                    entry.shared.mark_lost(LostReason::Refused);
+                }
+                Err(e) => {
+                    failed += 1;
+                    metrics::renewal(Renewal::Failed);
+                    tracing::warn!(parent: &span, error = %e, "renewal failed; retrying while the lock is still valid");
+                    entry.shared.renewal_failed(e.to_string());
+                    entry.due = after + (entry.plan.every / 4).max(Duration::from_millis(10));
+                }
             }
         }
     }

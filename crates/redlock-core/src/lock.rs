@@ -71,25 +71,32 @@ impl Lock {
     /// else: what a holder that renews many locks keeps instead of every renewal's report.
     /// Does nothing when `extended` is another lock or ends no later.
     pub fn renew_from(&mut self, extended: &Lock) {
-        if extended.token == self.token
-            && extended.keys == self.keys
-            && extended.valid_until > self.valid_until
-        {
-            self.valid_until = extended.valid_until;
-            self.ttl = extended.ttl;
-        }
+        self.take_on(
+            &extended.keys,
+            &extended.token,
+            extended.ttl,
+            extended.valid_until,
+        );
     }
 
     /// Takes on the validity (and TTL) of `renewed`, a won extension of this same lock (the
     /// same keys and token) from [`Coordinator::renew_many`](crate::Coordinator::renew_many),
     /// when it ends later; does nothing otherwise.
     pub fn apply(&mut self, renewed: &Renewed) {
-        if renewed.token == self.token
-            && renewed.keys == self.keys
-            && renewed.valid_until > self.valid_until
-        {
-            self.valid_until = renewed.valid_until;
-            self.ttl = renewed.ttl;
+        self.take_on(
+            &renewed.keys,
+            &renewed.token,
+            renewed.ttl,
+            renewed.valid_until,
+        );
+    }
+
+    /// Takes on `ttl` and `valid_until` when they belong to this lock (`keys` and `token`)
+    /// and end later.
+    fn take_on(&mut self, keys: &[Arc<str>], token: &Token, ttl: Duration, valid_until: Instant) {
+        if *token == self.token && *keys == *self.keys && valid_until > self.valid_until {
+            self.valid_until = valid_until;
+            self.ttl = ttl;
         }
     }
 

@@ -367,15 +367,14 @@ pub fn evaluate(
             1.1,
             false,
             || {
-                "The growth is glibc's per-thread malloc arenas, not what the client keeps (see \
-                 the one-arena case, which grows by about a tenth). A held lock keeps its \
-                 acquisition's report (renewal only moves its validity on), but each renewal \
-                 tick still builds, for every renewed lock, the round's per-node report and \
-                 settling record, and frees them once the tick has settled; built on \
-                 whichever worker thread runs the tick or its late answers, they grow every \
-                 arena to the size of a tick, which glibc does not give back. Closing it in \
-                 the library: renewal rounds that build per-node reports only for the locks \
-                 that failed; for a service today, MALLOC_ARENA_MAX=2 or another allocator \
+                "Renewal keeps no report per lock (Coordinator::renew_many: a won extension \
+                 only moves the deadline on) and a tick works through the due locks a slice \
+                 of two extension batches at a time, so what is left is a tick's working set \
+                 (512 lock copies, two rounds' per-node records, fred's frames) kept as the \
+                 high-water mark of every malloc arena that ran it: it stops growing within \
+                 the first minute (the one-minute and five-minute holds end at the same RSS). \
+                 Closing the rest: rounds that keep per-node records only for the locks that \
+                 failed; for a service today, MALLOC_ARENA_MAX=2 or another allocator \
                  (jemalloc, mimalloc)."
                     .into()
             },
@@ -398,7 +397,7 @@ pub fn evaluate(
                      channel, its renewal entry, and its acquisition's report (a line per \
                      node, and that round's settling record). Closing it: a compact report \
                      for held locks (the per-node lines only while an error or `settled()` \
-                     needs them), and the tick's transient reports above.",
+                     needs them), and the tick's working set above.",
                     r.rss_bytes_per_lock
                 )
             },

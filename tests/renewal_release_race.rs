@@ -29,7 +29,9 @@ const MS: Duration = Duration::from_millis(1);
 /// sends its later batches only after the first two were answered.
 const LOCKS: usize = 1000;
 /// Each way, on every link, once the locks are held.
-const LATENCY: Duration = Duration::from_millis(100);
+const LATENCY: Duration = Duration::from_millis(300);
+/// Tries at the race.
+const TRIES: usize = 3;
 
 /// Wakes whoever waits when a renewal tick begins (its `redlock.renew` span).
 struct TickStarts(Arc<Notify>);
@@ -66,6 +68,51 @@ async fn a_release_during_a_renewal_tick_is_neither_a_refused_renewal_nor_a_lost
         )
         .set_default();
 
+    // The race needs the tick's later batches to leave after the releases; on a loaded
+    // machine a run can miss it (the releases go out late). Each try must be safe; the
+    // race must have happened in one of them.
+    let mut gone = 0;
+    for _ in 0..TRIES {
+        race_once(&ticks).await;
+        prometheus.run_upkeep();
+        let text = prometheus.render();
+        let refused = text
+            .lines()
+            .find(|l| l.starts_with(RENEWALS) && l.contains("outcome=\"refused\""))
+            .map(|l| l.rsplit(' ').next().unwrap().to_owned());
+        assert_eq!(refused, None, "refused renewals of released locks\n{text}");
+        assert_eq!(
+            logs.count("renewal refused"),
+            0,
+            "a released lock logged as lost:\n{}",
+            logs.text()
+        );
+        // The control: the race did happen. Extensions of a tick reached the nodes after
+        // the release had deleted their keys (before the fix each of these was a refused
+        // renewal). Whether the locks the tick reached first count as renewed depends on
+        // which of the two answers the thread handles first, so that is not asserted.
+        gone = text
+            .lines()
+            .filter(|l| {
+                l.starts_with(NODE_REPLIES)
+                    && l.contains("kind=\"extend\"")
+                    && l.contains("outcome=\"not_held\"")
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        if gone > 0 {
+            break;
+        }
+    }
+    assert!(
+        gone > 0,
+        "no extension found a released key in {TRIES} tries"
+    );
+}
+
+/// One try: a client holds `LOCKS` locks behind slow links, and releases them all as soon
+/// as a renewal tick begins.
+async fn race_once(ticks: &Notify) {
     let set = NodeSet::start(3).await.unwrap();
     let links = linked(&set).await;
     let client = Redlock::connect(
@@ -101,35 +148,8 @@ async fn a_release_during_a_renewal_tick_is_neither_a_refused_renewal_nor_a_lost
     ticks.notified().await;
     let released = join_all(guards.into_iter().map(|g| g.release())).await;
     assert!(released.iter().all(Result::is_ok), "{released:?}");
-    // The tick's last batch is answered well within this (a few round trips of 200 ms).
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The tick's last batch is answered well within this (two round trips of 600 ms).
+    tokio::time::sleep(Duration::from_secs(4)).await;
 
-    prometheus.run_upkeep();
-    let text = prometheus.render();
-    let refused = text
-        .lines()
-        .find(|l| l.starts_with(RENEWALS) && l.contains("outcome=\"refused\""))
-        .map(|l| l.rsplit(' ').next().unwrap().to_owned());
-    assert_eq!(refused, None, "refused renewals of released locks\n{text}");
-    assert_eq!(
-        logs.count("renewal refused"),
-        0,
-        "a released lock logged as lost:\n{}",
-        logs.text()
-    );
-    // The control: the race did happen. Extensions of this tick reached the nodes after the
-    // release had deleted their keys (before the fix each of these was a refused renewal).
-    // Whether the locks the tick reached first count as renewed depends on which of the two
-    // answers the thread handles first, so that is not asserted.
-    let gone: u64 = text
-        .lines()
-        .filter(|l| {
-            l.starts_with(NODE_REPLIES)
-                && l.contains("kind=\"extend\"")
-                && l.contains("outcome=\"not_held\"")
-        })
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum();
-    assert!(gone > 0, "no extension found a released key:\n{text}");
     client.shutdown().await;
 }

@@ -25,8 +25,8 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
 const MS: Duration = Duration::from_millis(1);
-/// More locks than two extension batches of 256 (two are in flight at once), so one tick
-/// sends its later batches only after the first two were answered.
+/// Several extension batches of 256, so one tick sends its later batches only after the
+/// first were answered.
 const LOCKS: usize = 1000;
 /// Each way, on every link, once the locks are held.
 const LATENCY: Duration = Duration::from_millis(300);
@@ -118,8 +118,9 @@ async fn race_once(ticks: &Notify) {
     let client = Redlock::connect(
         LockConfig::builder()
             .nodes(links.urls(0))
-            .ttl(Duration::from_secs(5))
-            .node_timeout(Duration::from_secs(1))
+            .ttl(Duration::from_secs(10))
+            // Far above the links' 600 ms round trip, on a loaded machine too.
+            .node_timeout(Duration::from_secs(3))
             .renew_after(Duration::from_millis(800))
             .backoff(5 * MS, 50 * MS)
             // Every release must go out at once, ahead of the tick's later batches: grouped,
@@ -143,13 +144,16 @@ async fn race_once(ticks: &Notify) {
         });
     }
 
-    // A tick begins: its first two batches go out, the others wait for their answers.
+    // A tick begins: its first batch goes out, the others wait for the answers before them.
     // Every release goes out now, ahead of those later batches.
     ticks.notified().await;
-    let released = join_all(guards.into_iter().map(|g| g.release())).await;
+    // Last locks first: the tick's last batches carry them, so their releases have the
+    // longest head start.
+    let released = join_all(guards.into_iter().rev().map(|g| g.release())).await;
     assert!(released.iter().all(Result::is_ok), "{released:?}");
-    // The tick's last batch is answered well within this (two round trips of 600 ms).
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The tick's last batch is answered well within this (its batches go one after
+    // another, a 600 ms round trip each).
+    tokio::time::sleep(Duration::from_secs(6)).await;
 
     client.shutdown().await;
 }

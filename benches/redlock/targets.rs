@@ -368,11 +368,10 @@ pub fn evaluate(
             false,
             || {
                 "Renewal keeps no report per lock (Coordinator::renew_many: a won extension \
-                 only moves the deadline on) and a tick works through the due locks a slice \
-                 of two extension batches at a time, so what is left is a tick's working set \
-                 (512 lock copies, two rounds' per-node records, fred's frames) kept as the \
-                 high-water mark of every malloc arena that ran it: it stops growing within \
-                 the first minute (the one-minute and five-minute holds end at the same RSS). \
+                 only moves the deadline on) and a tick works through the due locks one \
+                 extension batch at a time, so what is left is a batch's working set (256 \
+                 lock copies, the round's per-node records, fred's frames) kept as the \
+                 high-water mark of every malloc arena that ran it, not a growth with time. \
                  Closing the rest: rounds that keep per-node records only for the locks that \
                  failed; for a service today, MALLOC_ARENA_MAX=2 or another allocator \
                  (jemalloc, mimalloc)."

@@ -33,8 +33,10 @@ use crate::metrics::{self, Renewal};
 
 pub(crate) mod policy;
 
-/// Locks renewed per call of `renew_many` in a tick: the two batches it keeps in flight.
-const TICK_SLICE: usize = 2 * redlock_core::EXTEND_BATCH_LOCKS;
+/// Locks renewed per call of `renew_many` in a tick: one extension batch, so that a tick
+/// has one batch's commands, replies and records alive at a time (a renewal tick of 10,000
+/// locks is then 40 round trips in a row, which a renewal interval of seconds affords).
+const TICK_SLICE: usize = redlock_core::EXTEND_BATCH_LOCKS;
 
 /// How often and for how long one lock is renewed.
 #[derive(Debug, Clone, Copy)]
@@ -117,8 +119,8 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     );
     let (mut renewed, mut refused, mut failed) = (0u32, 0u32, 0u32);
     let mut after = now;
-    // A slice of the due locks at a time (the two batches `renew_many` keeps in flight), so
-    // that a tick holds copies of a few hundred locks at once, not of every lock held.
+    // A slice of the due locks at a time (one extension batch), so that a tick holds copies
+    // of a few hundred locks at once, not of every lock held.
     for slice in due.chunks(TICK_SLICE) {
         let locks: Vec<_> = slice.iter().map(|&i| entries[i].shared.current()).collect();
         let requests: Vec<_> = slice

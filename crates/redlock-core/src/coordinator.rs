@@ -271,7 +271,7 @@ impl Coordinator {
                 .map(|(lock, ttl)| (LockSpec::of(lock), *ttl))
                 .collect()
         };
-        let mut chunks = locks.chunks(EXTEND_BATCH_LOCKS).peekable();
+        let mut chunks = locks.chunks(EXTEND_BATCH_LOCKS);
         while let Some(first) = chunks.next() {
             let second = chunks.next();
             let (a, b) = (specs(first), second.map(specs).unwrap_or_default());

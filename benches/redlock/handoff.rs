@@ -59,6 +59,10 @@ pub struct HandoffCase {
     pub handoff_to_other: Summary,
     /// `handoff.median_us / round_trip_us` of [`Handoff`].
     pub median_round_trips: f64,
+    /// The critical section as it really lasted (from the return of `lock` to the start of
+    /// the release), mean in µs: a timer of 1 ms sleeps past it. Its inverse is the most
+    /// sections per second any lock could reach with free hand-offs.
+    pub section_mean_us: f64,
     /// Critical sections of the worker that ran the fewest and of the one that ran the
     /// most, inside the measured window.
     pub sections_per_worker_min: u64,
@@ -270,12 +274,17 @@ fn summarize(
     let mut to_other = Recorder::default();
     handoff.merge(&log.failures);
     let mut sections = 0;
+    let (mut held, mut held_count) = (Duration::ZERO, 0u32);
     for (k, &(at, worker)) in log.acquired.iter().enumerate() {
         if at < from || at >= stop {
             continue;
         }
         sections += 1;
         per_worker[worker] += 1;
+        if let Some((start, _)) = log.released.get(k).copied().flatten() {
+            held += start.saturating_duration_since(at);
+            held_count += 1;
+        }
         let Some(p) = k.checked_sub(1) else { continue };
         if let Some((start, end)) = log.released.get(p).copied().flatten() {
             handoff.record(at.saturating_duration_since(start));
@@ -295,6 +304,11 @@ fn summarize(
         critical_sections: sections,
         per_second: sections as f64 / seconds,
         median_round_trips: 0.0,
+        section_mean_us: if held_count == 0 {
+            0.0
+        } else {
+            held.as_secs_f64() * 1e6 / f64::from(held_count)
+        },
         handoff,
         handoff_after_release_returned: after_return.summary(),
         handoff_to_other: to_other.summary(),

@@ -245,13 +245,41 @@ pub fn evaluate(
             1.2,
             true,
             || {
+                // What 1.2x rslock leaves for a hand-off, once the critical section (as it
+                // really lasted for the fair queue's workers) is taken off each cycle.
+                let budget = case("ours-fair", workers)
+                    .zip(per_second("rslock"))
+                    .map(|(c, rslock)| (1e6 / (1.2 * rslock) - c.section_mean_us, c.section_mean_us));
+                let budget = match (budget, handoff) {
+                    (Some((left, section)), Some(h)) => {
+                        let round_trips = left.max(0.0) / h.round_trip_us;
+                        let verdict = if round_trips < 1.0 {
+                            "less than the one round trip that any hand-off to another client \
+                             needs (the release's message must reach it, and its claim must \
+                             reach a quorum), so no design meets this target with this \
+                             critical section"
+                        } else {
+                            "the room a hand-off has to fit in"
+                        };
+                        format!(
+                            " The critical section really lasts {} on average (a 1 ms timer \
+                             sleeps past it), so 1.2x rslock leaves {} per hand-off, {:.1} \
+                             round trips of {}: {verdict}.",
+                            fmt_us(section),
+                            fmt_us(left.max(0.0)),
+                            round_trips,
+                            fmt_us(h.round_trip_us),
+                        )
+                    }
+                    _ => String::new(),
+                };
                 format!(
                     "rslock hands {:.0} % of its hand-offs back to the worker that just \
                      released (it takes the lock again before any sleeping waiter retries), \
                      which costs it one round; the fair queue hands every lock to the oldest \
                      waiter ({:.0} % to another worker), which costs the release's \
                      notification and the waiter's round on top. Fairness across clients is \
-                     what the queue buys; the sections per worker (min-max) in the table show it.",
+                     what the queue buys; the sections per worker (min-max) in the table show it.{budget}",
                     share(case("rslock", workers)),
                     share(case("ours-fair", workers)),
                 )

@@ -530,14 +530,17 @@ impl Redlock {
                             // at once, their rounds split the vote and all lose. A random
                             // pause spreads them out, so the first one through wins and the
                             // rest see the key held. Its window is one round's duration,
-                            // doubled for each woken attempt of this call that lost (up to
-                            // 64 rounds): many clients on one key need a window of about
-                            // one round per client, which this reaches without knowing
-                            // their number (binary exponential backoff, as on a shared
-                            // Ethernet). Drawn from the backoff's generator: a seeded
-                            // policy fixes it too.
-                            let mut spread =
-                                backoff.spread(wake_window(report.elapsed, woken_losses));
+                            // doubled for each woken attempt of this call that lost:
+                            // many clients on one key need a window of about one round
+                            // per client, which this reaches without knowing their number
+                            // (binary exponential backoff, as on a shared Ethernet). It
+                            // grows on up to `max_delay`, as the backoff does: a waiter
+                            // that keeps losing (others take the key back at once) then
+                            // runs no more rounds than it would without wake-ups, instead
+                            // of one per release. Drawn from the backoff's generator: a
+                            // seeded policy fixes it too.
+                            let window = wake_window(report.elapsed, woken_losses, retry.max_delay);
+                            let mut spread = backoff.spread(window);
                             if let Some(d) = deadline {
                                 spread = spread.min(d.saturating_duration_since(Instant::now()));
                             }
@@ -686,9 +689,12 @@ fn refused_until_changed(report: &RoundReport) -> bool {
 }
 
 /// The window a woken waiter's pause is drawn from: its last round's duration, doubled for
-/// each of its call's woken attempts that lost, at most 64 rounds.
-fn wake_window(round: Duration, woken_losses: u32) -> Duration {
-    round.saturating_mul(1 << woken_losses.min(6))
+/// each of its call's woken attempts that lost, up to the retry policy's `max_delay` (or
+/// one round, when that is longer).
+fn wake_window(round: Duration, woken_losses: u32, max_delay: Duration) -> Duration {
+    round
+        .saturating_mul(1 << woken_losses.min(31))
+        .min(max_delay.max(round))
 }
 
 #[cfg(test)]
@@ -696,14 +702,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_wake_window_doubles_with_each_woken_loss_up_to_64_rounds() {
+    fn the_wake_window_doubles_with_each_woken_loss_up_to_the_largest_backoff_delay() {
         let round = Duration::from_micros(250);
-        assert_eq!(wake_window(round, 0), round);
-        assert_eq!(wake_window(round, 1), round * 2);
-        assert_eq!(wake_window(round, 5), round * 32);
-        assert_eq!(wake_window(round, 6), round * 64);
-        assert_eq!(wake_window(round, u32::MAX), round * 64);
-        assert_eq!(wake_window(Duration::MAX, 6), Duration::MAX);
-        assert_eq!(wake_window(Duration::ZERO, 3), Duration::ZERO);
+        let max = Duration::from_secs(1);
+        assert_eq!(wake_window(round, 0, max), round);
+        assert_eq!(wake_window(round, 1, max), round * 2);
+        assert_eq!(wake_window(round, 5, max), round * 32);
+        assert_eq!(wake_window(round, 6, max), round * 64);
+        // 250 µs * 2^12 is past 1 s: the window stops there, as the backoff does.
+        assert_eq!(wake_window(round, 12, max), max);
+        assert_eq!(wake_window(round, u32::MAX, max), max);
+        // A round longer than `max_delay` is still one window.
+        assert_eq!(wake_window(max * 2, 0, max), max * 2);
+        assert_eq!(wake_window(Duration::MAX, 6, max), Duration::MAX);
+        assert_eq!(wake_window(Duration::ZERO, 3, max), Duration::ZERO);
     }
 }

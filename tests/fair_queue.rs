@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{client, eventually, raw};
-use fred::prelude::ClientLike;
+use fred::prelude::{ClientLike, KeysInterface};
 use fred::types::{CustomCommand, Value};
 use redlock_client::{Error, InvalidConfig, LockOptions, Redlock, RetryPolicy};
 use redlock_core::{Acquisition, ConfigError, FairPlace, Token};
@@ -187,17 +187,28 @@ async fn a_crashed_waiter_holds_up_the_queue_only_for_its_patience() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_that_give_up_or_are_cancelled_leave_the_queue() {
+    // Fair waiters queue from their first attempt; the others from their second, only to be
+    // woken: both leave.
+    for fair in [true, false] {
+        waiters_leave_the_queue(fair).await;
+    }
+}
+
+async fn waiters_leave_the_queue(fair: bool) {
     let set = NodeSet::start(3).await.unwrap();
-    let c = fair_client(&set).await;
+    let c = client(&set, |b| b.fair(fair)).await;
     let guard = c.lock("job").await.unwrap();
     let short = LockOptions {
         retry: Some(RetryPolicy {
             max_wait: Some(Duration::from_millis(150)),
+            // Several attempts: a waiter that is not fair queues from its second.
+            base_delay: Duration::from_millis(5),
+            max_delay: Duration::from_millis(20),
             ..RetryPolicy::default()
         }),
         ..Default::default()
     };
-    let other = fair_client(&set).await;
+    let other = client(&set, |b| b.fair(fair)).await;
     assert!(other.lock_with("job", &short).await.is_err());
     other.coordinator().quiesce().await;
     assert_eq!(queue_lengths(&set).await, [0, 0, 0], "gave up");
@@ -333,4 +344,171 @@ async fn a_release_wakes_only_the_client_of_the_next_waiter() {
         c.shutdown().await;
     }
     holder.shutdown().await;
+}
+
+/// A raw subscriber to node `url`'s release channel of the default prefix and to every
+/// client's own channel under it (`redlock:released:<tag>`).
+async fn release_listener(
+    url: &str,
+) -> (
+    fred::clients::SubscriberClient,
+    tokio::sync::broadcast::Receiver<fred::types::Message>,
+) {
+    use fred::interfaces::{EventInterface, PubsubInterface};
+    let config = fred::types::config::Config::from_url(url).unwrap();
+    let sub = fred::types::Builder::from_config(config)
+        .build_subscriber_client()
+        .unwrap();
+    sub.init().await.unwrap();
+    let rx = sub.message_rx();
+    sub.subscribe("redlock:released").await.unwrap();
+    sub.psubscribe("redlock:released:*").await.unwrap();
+    (sub, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_fair_a_release_is_announced_only_to_the_oldest_queued_waiters_client() {
+    let set = NodeSet::start(3).await.unwrap();
+    // Not fair: each waiter queues from its second attempt (every 10 ms at most) only to
+    // be woken.
+    let quick = |b: redlock_client::LockConfigBuilder| {
+        b.backoff(Duration::from_millis(10), Duration::from_millis(10))
+    };
+    let holder = client(&set, quick).await;
+    let guard = holder.lock("job").await.unwrap();
+    let mut clients = Vec::new();
+    let mut waiting = Vec::new();
+    for i in 0..3 {
+        let c = client(&set, quick).await;
+        let waiter = c.clone();
+        waiting.push(tokio::spawn(async move {
+            let g = waiter.lock("job").await.unwrap();
+            g.release().await.unwrap();
+        }));
+        clients.push(c);
+        queued_everywhere(&set, i + 1).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (listener, mut messages) = release_listener(&set.node(0).url()).await;
+    guard.release().await.unwrap();
+    // The holder's release, heard on node 0: once, on the channel of the client whose
+    // waiter heads the queue, naming that waiter; never on the channel every client hears.
+    let heard = tokio::time::timeout(Duration::from_secs(5), messages.recv())
+        .await
+        .expect("the release is announced")
+        .unwrap();
+    let channel = heard.channel.to_string();
+    let text = heard.value.as_string().unwrap();
+    assert!(
+        channel.starts_with("redlock:released:") && text.contains('\t'),
+        "announced on {channel}: {text:?}"
+    );
+    for w in waiting {
+        w.await.unwrap();
+    }
+    for c in clients {
+        c.shutdown().await;
+    }
+    // Each waiter's release but the last found another waiter queued: only the last
+    // release, with the queue empty, went to every client.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut shared = 0;
+    while let Ok(m) = messages.try_recv() {
+        if m.channel == "redlock:released" {
+            shared += 1;
+        }
+    }
+    assert!(shared <= 1, "{shared} releases announced to every client");
+    listener.quit().await.unwrap();
+    holder.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_queued_only_to_be_woken_may_take_a_free_key_out_of_turn() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_millis(500)).await;
+    let key = ["redlock:job"];
+    let patience = Duration::from_secs(5);
+    let held = core.acquire(key[0], Duration::from_secs(5)).await.unwrap();
+    for (waiter, ticket, gated) in [("a", 1, false), ("b", 2, false), ("b", 2, true)] {
+        let place = FairPlace {
+            waiter,
+            ticket,
+            patience,
+        };
+        let attempt = Acquisition {
+            fair: gated.then_some(place),
+            queued: (!gated).then_some(place),
+            ..Acquisition::new(&key, Duration::from_secs(5))
+        };
+        assert!(
+            core.acquire_with(attempt).await.is_err(),
+            "{waiter} while held"
+        );
+    }
+    queued_everywhere(&set, 2).await;
+    core.release(&held).await.unwrap();
+    // Gated, "b" is not the head ("a" is): refused without writing.
+    let b = FairPlace {
+        waiter: "b",
+        ticket: 2,
+        patience,
+    };
+    let gated = Acquisition {
+        fair: Some(b),
+        ..Acquisition::new(&key, Duration::from_secs(5))
+    };
+    assert!(core.acquire_with(gated).await.is_err());
+    // Queued only to be woken, it takes the free key and leaves the queue; "a" stays.
+    let ungated = Acquisition {
+        queued: Some(b),
+        ..Acquisition::new(&key, Duration::from_secs(5))
+    };
+    let lock = core.acquire_with(ungated).await.unwrap();
+    queued_everywhere(&set, 1).await;
+    core.release(&lock).await.unwrap();
+    core.leave_queue(key[0], "a").await.unwrap();
+    core.close().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_win_on_every_node_sends_no_leave() {
+    // The winning script takes the waiter out of the queue on every node that set the key;
+    // when every node did (late answers included), nothing more is sent.
+    let set = NodeSet::start(3).await.unwrap();
+    let c = fair_client(&set).await;
+    for _ in 0..3 {
+        let before = set.node(0).command_calls("evalsha").await.unwrap();
+        let guard = c.lock("job").await.unwrap();
+        c.coordinator().quiesce().await;
+        let calls = set.node(0).command_calls("evalsha").await.unwrap() - before;
+        assert_eq!(calls, 1, "scripts on node 0 for one fair win");
+        assert_eq!(queue_lengths(&set).await, [0, 0, 0]);
+        guard.release().await.unwrap();
+    }
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_win_leaves_the_queue_on_the_node_that_refused_it() {
+    // Node 2 holds a stranger's key, so the winning round queues the waiter there without
+    // taking it out: the waiter leaves that node's queue after its win.
+    let set = NodeSet::start(3).await.unwrap();
+    let stranger = raw(&set.node(2).url()).await;
+    let _: () = stranger
+        .set("redlock:job", "stranger", None, None, false)
+        .await
+        .unwrap();
+    let c = fair_client(&set).await;
+    let guard = c.lock("job").await.unwrap();
+    c.coordinator().quiesce().await;
+    assert_eq!(queue_lengths(&set).await, [0, 0, 0]);
+    guard.release().await.unwrap();
+    let _: () = stranger.del("redlock:job").await.unwrap();
+    stranger.quit().await.unwrap();
+    c.shutdown().await;
+    no_keys_left(&set).await;
 }

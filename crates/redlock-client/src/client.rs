@@ -370,8 +370,14 @@ impl Redlock {
         config.check_min_validity(ttl, min_validity)?;
         let min_validity = min_validity.unwrap_or(Duration::ZERO);
         // One waiter id and one ticket for every attempt of this call: its place in the
-        // key's fair queue.
-        let waiter = fair.then(|| match &self.inner.notifier {
+        // key's fair queue. Without `fair`, a waiter for a plain lock of one key still
+        // queues from its second attempt on (the first is a plain `SET NX`), ungated, so
+        // that a release wakes the client of the oldest waiter instead of one waiter in
+        // every client: with many clients on one key, a release announced to each of them
+        // costs every client and every node more than the waiters' rounds do.
+        let queues = fair
+            || (self.inner.notifier.is_some() && matches!(target, LockShape::One(_)) && !fenced);
+        let waiter = queues.then(|| match &self.inner.notifier {
             Some(notifier) => notifier.waiter_id(),
             None => uuid::Uuid::new_v4().simple().to_string(),
         });
@@ -410,14 +416,10 @@ impl Redlock {
             // next woken attempt's pause is drawn from (see below).
             let mut woken_losses = 0u32;
             let mut woken = false;
-            // Leaves the fair queue when this call ends, however it ends (won, given up,
-            // failed, or its future dropped), unless the winning round already took the
-            // waiter out on every node.
-            let mut queued = waiter.as_ref().map(|waiter| QueueExit {
-                core: &self.inner.core,
-                key: &keys[0],
-                waiter,
-            });
+            // Leaves the queue when this call ends, however it ends (won, given up, failed,
+            // or its future dropped), once an attempt has queued the waiter, unless the
+            // winning round already took the waiter out on every node.
+            let mut queued = None;
             // Why the call gives up, from the last attempt's report: `past_deadline` with
             // the time waited, or every allowed attempt used.
             let fail = |report: Box<RoundReport>,
@@ -448,18 +450,29 @@ impl Redlock {
                 let mut short_lock = None;
                 // A fenced attempt's write-back ends by the call's bound too.
                 let fence_by = deadline.and_then(|d| d.checked_add(node_timeout));
-                let report = match self.round(target, ttl, fenced, place, fence_by).await {
+                // A fair waiter queues from its first attempt, gated; another one from its
+                // second, only to be woken.
+                let places = match place {
+                    Some(place) if fair => (Some(place), None),
+                    Some(place) if attempts > 1 => (None, Some(place)),
+                    _ => (None, None),
+                };
+                if let (Some(waiter), (Some(_), _) | (_, Some(_))) = (&waiter, places) {
+                    // Made only once: a `QueueExit` that is dropped leaves the queue.
+                    queued.get_or_insert_with(|| QueueExit {
+                        core: &self.inner.core,
+                        key: &keys[0],
+                        waiter,
+                    });
+                }
+                let report = match self.round(target, ttl, fenced, places, fence_by).await {
                     Ok(lock) => match lock.remaining().unwrap_or(Duration::ZERO) {
                         validity if validity >= min_validity => {
-                            if lock
-                                .report()
-                                .nodes
-                                .iter()
-                                .all(|n| n.outcome == NodeOutcome::Acquired)
-                            {
-                                queued = None;
+                            // The winning script took the waiter out of the queue
+                            // where it set the key: leave only where it did not.
+                            if let Some(exit) = queued.take() {
+                                exit.after_win(&lock);
                             }
-                            drop(queued);
                             return Ok(self.guard(lock, ttl, renew, attempts, start));
                         }
                         validity => {
@@ -584,7 +597,7 @@ impl Redlock {
         shape: LockShape<'_>,
         ttl: Duration,
         fenced: bool,
-        fair: Option<FairPlace<'_>>,
+        (fair, queued): (Option<FairPlace<'_>>, Option<FairPlace<'_>>),
         deadline: Option<Instant>,
     ) -> Result<Lock, redlock_core::Error> {
         let (keys, owner): (Vec<&str>, _) = match shape {
@@ -596,6 +609,7 @@ impl Redlock {
             owner,
             fenced,
             fair,
+            queued,
             deadline,
             ..Acquisition::new(&keys, ttl)
         };
@@ -631,13 +645,23 @@ impl Redlock {
     }
 }
 
-/// A fair waiter's way out of its queue: when dropped, it takes the waiter out of the key's
+/// A queued waiter's way out of its queue: when dropped, it takes the waiter out of the key's
 /// queue on every node in the background, so that the waiters behind it need not wait for
 /// its entry to expire.
 struct QueueExit<'a> {
     core: &'a Coordinator,
     key: &'a str,
     waiter: &'a str,
+}
+
+impl QueueExit<'_> {
+    /// The waiter won `lock`: it leaves the queue only on the nodes whose winning script
+    /// did not take it out (see [`Coordinator::leave_queue_after_win`]).
+    fn after_win(self, lock: &Lock) {
+        self.core
+            .leave_queue_after_win(lock, self.waiter.to_string());
+        std::mem::forget(self);
+    }
 }
 
 impl Drop for QueueExit<'_> {

@@ -18,9 +18,11 @@
 //! back). Back after being down, it wakes the oldest waiter of every key, since releases
 //! may have been missed meanwhile.
 //!
-//! The release of a lock won through a fair queue names the queue's next waiter: only the
-//! client that has that waiter wakes it, and the others wake nobody, so one round follows a
-//! release instead of one per client (their waiters would only be told "not your turn").
+//! The release of a key whose queue has a waiter (a fair one, or one queued only to be
+//! woken: see `Acquisition::queued`) names the queue's next waiter, on the channel of its
+//! client alone: only that client wakes it, so one round follows a release instead of one
+//! per client, and the other clients are not even sent the message (with many clients on
+//! one key, delivering every release to every client cost more than the waiters' rounds).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -47,6 +47,12 @@ pub struct Acquisition<'a> {
     /// For a fair acquisition: the waiter's place in the key's queue ([`FairPlace`]). Only a
     /// plain lock of one key, not fenced, can wait in a queue. Defaults to `None`.
     pub fair: Option<FairPlace<'a>>,
+    /// For a waiter that is not fair: its place in the key's queue all the same, only so
+    /// that the release of the key wakes the oldest waiter's client instead of every
+    /// client's. The attempt is not gated: it tries `SET NX` wherever it stands in the
+    /// queue, and the releasing holder or a newcomer may still take the lock first. Same
+    /// shapes as [`fair`](Self::fair), which wins when both are set. Defaults to `None`.
+    pub queued: Option<FairPlace<'a>>,
     /// For a fenced acquisition: when the fencing step (reading the counters when needed,
     /// and the token's write-back) must be over. Past it, the won lock is released in the
     /// background and the acquisition fails with [`Error::NotFenced`], so the call returns
@@ -67,6 +73,7 @@ impl<'a> Acquisition<'a> {
             ttl,
             fenced: false,
             fair: None,
+            queued: None,
             deadline: None,
         }
     }
@@ -159,7 +166,9 @@ impl Coordinator {
                 .into());
             }
         }
-        if let Some(place) = &what.fair {
+        // The fair place gates the attempt; a queued one only enqueues it.
+        let place = what.fair.or(what.queued);
+        if let Some(place) = &place {
             place.check()?;
             let shape = if what.keys.len() != 1 {
                 Some("several keys")
@@ -187,7 +196,7 @@ impl Coordinator {
             && what.keys.len() == 1
             && what.owner.is_none()
             && !what.fenced
-            && what.fair.is_none()
+            && place.is_none()
         {
             // Concurrent plain acquisitions share their rounds (group commit).
             return self.acquire_grouped(spec, ttl).await;
@@ -195,8 +204,10 @@ impl Coordinator {
         let fence_key = what.fenced.then_some(config.fence_key.as_str());
         let round = Round {
             kind: RoundKind::Acquire,
-            command: match &what.fair {
-                Some(place) => spec.acquire_fair(ttl, place, &config.fair_prefix),
+            command: match &place {
+                Some(place) => {
+                    spec.acquire_queued(ttl, place, what.fair.is_some(), &config.fair_prefix)
+                }
                 None => spec.acquire(ttl, fence_key),
             },
             requests: vec![spec.acquire_request(ttl)],

@@ -21,7 +21,8 @@ use fred::types::{Key, Value};
 
 use crate::coordinator::Coordinator;
 use crate::error::{ConfigError, Error};
-use crate::report::{RoundKind, RoundReport};
+use crate::lock::Lock;
+use crate::report::{NodeOutcome, RoundKind, RoundReport};
 use crate::round::Command;
 use crate::scripts::FAIR_LEAVE;
 
@@ -125,6 +126,30 @@ impl Coordinator {
     /// sends nothing and the entry expires with its patience.
     pub fn leave_queue_in_background(&self, key: String, waiter: String) -> bool {
         self.spawn_background(|this| async move {
+            if let Err(e) = this.leave_queue(&key, &waiter).await {
+                tracing::debug!(error = %e, "leaving a fair queue failed; the entry expires with its patience");
+            }
+        })
+    }
+}
+
+impl Coordinator {
+    /// After `waiter` won `lock` with a place in the key's queue: the winning script took it
+    /// out of the queue on every node that set the key, so it leaves the queue (in the
+    /// background, as [`leave_queue_in_background`](Self::leave_queue_in_background))
+    /// only when some node did not, once the round's late answers are in.
+    pub fn leave_queue_after_win(&self, lock: &Lock, waiter: String) -> bool {
+        let report = lock.report().clone();
+        let key = lock.key().to_string();
+        self.spawn_background(|this| async move {
+            let settled = report.settled().await;
+            if settled
+                .nodes
+                .iter()
+                .all(|node| node.outcome == NodeOutcome::Acquired)
+            {
+                return;
+            }
             if let Err(e) = this.leave_queue(&key, &waiter).await {
                 tracing::debug!(error = %e, "leaving a fair queue failed; the entry expires with its patience");
             }

@@ -114,17 +114,20 @@ impl LockSpec {
         }
     }
 
-    /// The fair acquisition of this (plain, one-key) lock: the queue script, which lets only
-    /// the head of the key's queue `SET NX` (see [`FairPlace`]).
-    pub(crate) fn acquire_fair(
+    /// The acquisition of this (plain, one-key) lock by a waiter with a place in the key's
+    /// queue: the queue script, which lets only the head `SET NX` when `gated` (a fair
+    /// acquisition, see [`FairPlace`]), and otherwise only enqueues the waiter to be woken.
+    pub(crate) fn acquire_queued(
         &self,
         ttl: Duration,
         place: &FairPlace<'_>,
+        gated: bool,
         prefix: &str,
     ) -> Command {
         let [queue, expiry] = fair::queue_keys(prefix, &self.keys[0]);
         let mut args = vec![self.token_value(), Value::from(ttl_ms(ttl))];
         args.extend(place.args());
+        args.push(Value::from(if gated { "1" } else { "0" }));
         Command::Script {
             script: &FAIR_ACQUIRE,
             keys: vec![Key::from(&*self.keys[0]), queue, expiry],
@@ -148,12 +151,13 @@ impl LockSpec {
         }
     }
 
-    /// The compare-and-delete for this lock, publishing on `channel` when given. A fair
-    /// lock's release also names the next live waiter of its queue (under `fair_prefix`),
-    /// so that only that waiter's client runs a round.
+    /// The compare-and-delete for this lock, publishing on `channel` when given. The
+    /// release of a plain lock also names the next live waiter of the key's queue (under
+    /// `fair_prefix`) when it has one, so that only that waiter's client runs a round: fair
+    /// waiters and waiters queued to be woken alike.
     pub(crate) fn release(&self, channel: Option<&str>, fair_prefix: &str) -> Command {
         let (script, mut args) = self.release_script(channel);
-        if self.fair && channel.is_some() {
+        if self.owner.is_none() && channel.is_some() {
             args.push(Value::from(format!("{fair_prefix}queue:")));
             args.push(Value::from(format!("{fair_prefix}expiry:")));
         }

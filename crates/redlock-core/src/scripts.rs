@@ -50,11 +50,11 @@ return 1"#;
 /// token lets subscribers of several nodes recognise one release). Returns 1 when something
 /// was deleted, 0 otherwise.
 ///
-/// For a lock won through a fair queue, `ARGV[3]` and `ARGV[4]` are the prefixes of the
-/// queues' keys and of their expiry: the message is then `"<token>\t<waiter> <key>"`, with
-/// the first waiter of the key's queue whose entry has not expired, so that only that
-/// waiter's client wakes up (the queue is only read here; the next fair attempt drops
-/// expired entries). Tokens and waiter ids hold no white space, so either form parses. A
+/// For a plain lock, `ARGV[3]` and `ARGV[4]` are the prefixes of the queues' keys and of
+/// their expiry: when the key's queue has a waiter (fair, or queued only to be woken), the
+/// message is `"<token>\t<waiter> <key>"`, with the first waiter whose entry has not
+/// expired, so that only that waiter's client wakes up (the queue is only read here; the
+/// next queued attempt drops expired entries). Tokens and waiter ids hold no white space, so either form parses. A
 /// waiter id of the form `"<tag>:<rest>"` routes the message to the channel
 /// `"<channel>:<tag>"`, which only the waiter's own client listens to.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -62,9 +62,11 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r#"if ARGV[3] and redis.replicate_commands then redis.replicate_commands() end
 local function next_waiter(key)
   local queue, expiry = ARGV[3] .. key, ARGV[4] .. key
+  local waiters = redis.call("ZRANGE", queue, 0, 15)
+  if #waiters == 0 then return nil end
   local time = redis.call("TIME")
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  for _, waiter in ipairs(redis.call("ZRANGE", queue, 0, 15)) do
+  for _, waiter in ipairs(waiters) do
     local until_ms = tonumber(redis.call("ZSCORE", expiry, waiter) or "0")
     if until_ms > now then return waiter end
   end
@@ -306,14 +308,17 @@ return {1, {ttl, "o"}}"#,
 /// `KEYS[1]` = the lock's key, `KEYS[2]` = the queue (sorted set: waiter -> ticket),
 /// `KEYS[3]` = the queue's expiry (sorted set: waiter -> node time in ms after which the
 /// entry is dropped). `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = waiter,
-/// `ARGV[4]` = ticket, `ARGV[5]` = patience in ms.
+/// `ARGV[4]` = ticket, `ARGV[5]` = patience in ms, `ARGV[6]` = "1" for a gated (fair)
+/// attempt, "0" for a waiter that only queues to be woken.
 ///
 /// Drops the entries whose waiters stopped refreshing them, enqueues the waiter with its
 /// ticket (`ZADD NX`: the ticket of its first attempt keeps its place) and refreshes its
-/// expiry. Only the head (lowest ticket, then waiter id: the same order on every node) may
-/// `SET NX`; a waiter that won leaves the queue. Mutual exclusion still rests on `SET NX
-/// PX` alone: the queue only decides who tries. Both queue keys live at most `patience`
-/// past their last use. Returns 1 (set), 0 (the key is held), or `{0, 1}` (not the head).
+/// expiry. Gated, only the head (lowest ticket, then waiter id: the same order on every
+/// node) may `SET NX`; not gated, the waiter tries `SET NX` wherever it stands, and its
+/// entry only tells the release whose client to wake. A waiter that won leaves the queue.
+/// Mutual exclusion still rests on `SET NX PX` alone: the queue only decides who tries.
+/// Both queue keys live at most `patience` past their last use. Returns 1 (set), 0 (the
+/// key is held), or `{0, 1}` (gated, and not the head).
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"if redis.replicate_commands then redis.replicate_commands() end
@@ -325,9 +330,8 @@ for _, waiter in ipairs(gone) do redis.call("ZREM", KEYS[2], waiter) end
 if #gone > 0 then redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", now) end
 redis.call("ZADD", KEYS[2], "NX", ARGV[4], ARGV[3])
 redis.call("ZADD", KEYS[3], now + patience, ARGV[3])
-local head = redis.call("ZRANGE", KEYS[2], 0, 0)[1]
 local result = 0
-if head ~= ARGV[3] then
+if ARGV[6] == "1" and redis.call("ZRANGE", KEYS[2], 0, 0)[1] ~= ARGV[3] then
   result = {0, 1}
 elseif redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
   redis.call("ZREM", KEYS[2], ARGV[3])

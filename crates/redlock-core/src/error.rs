@@ -128,10 +128,10 @@ pub enum ConfigError {
         /// The key.
         key: String,
     },
-    /// A fair acquisition was asked for a lock it does not support: only a plain lock of one
-    /// key, not fenced, waits in a fair queue.
+    /// A fair (or queued) acquisition was asked for a lock it does not support: only a
+    /// plain lock of one key, not fenced, waits in a key's queue.
     #[error(
-        "a fair acquisition takes a plain lock of one key, not {what}: turn `fair` off for this lock"
+        "a fair or queued acquisition takes a plain lock of one key, not {what}: turn `fair` off (and leave `queued` unset) for this lock"
     )]
     FairShape {
         /// What the lock was: "several keys", "a reentrant lock" or "a fenced lock".

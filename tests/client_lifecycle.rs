@@ -162,7 +162,14 @@ async fn a_multi_key_release_wakes_the_waiters_of_every_key() {
             .unwrap_or_else(|_| panic!("the waiter on {key} was not woken by the release"))
             .unwrap()
             .unwrap();
-        assert_eq!(got.attempts(), 2, "{key}");
+        // The first attempt, the second that follows it at once to queue the waiter, and
+        // the one the release woke (or only the first two, when the release came between
+        // them).
+        assert!(
+            (2..=3).contains(&got.attempts()),
+            "{key}: {}",
+            got.attempts()
+        );
         got.release().await.unwrap();
     }
 }

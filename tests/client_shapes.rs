@@ -116,8 +116,9 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_backoff() {
         .unwrap();
     assert_eq!(
         got.attempts(),
-        2,
-        "one failed attempt, then one right after the release"
+        3,
+        "one failed attempt, the second at once (it queues the waiter), then one right after \
+         the release"
     );
 }
 
@@ -152,9 +153,10 @@ async fn waiters_of_one_client_are_woken_one_per_release_oldest_first() {
             .expect("each release wakes the next waiter")
             .unwrap();
     }
-    // One waiter per release, in the order they began waiting, each at its second attempt
-    // (a woken waiter that lost to a sibling would show more attempts, or a different order).
-    assert_eq!(*order.lock().unwrap(), [(0, 2), (1, 2), (2, 2), (3, 2)]);
+    // One waiter per release, in the order they began waiting, each at its third attempt
+    // (the first, the second at once to queue it, and the woken one; a woken waiter that
+    // lost to a sibling would show more attempts, or a different order).
+    assert_eq!(*order.lock().unwrap(), [(0, 3), (1, 3), (2, 3), (3, 3)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

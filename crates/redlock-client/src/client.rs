@@ -374,7 +374,9 @@ impl Redlock {
         // queues from its second attempt on (the first is a plain `SET NX`), ungated, so
         // that a release wakes the client of the oldest waiter instead of one waiter in
         // every client: with many clients on one key, a release announced to each of them
-        // costs every client and every node more than the waiters' rounds do.
+        // costs every client and every node more than the waiters' rounds do. And a
+        // release that finds nobody queued is announced to nobody, which spares every
+        // uncontended lock the messages.
         let queues = fair
             || (self.inner.notifier.is_some() && matches!(target, LockShape::One(_)) && !fenced);
         let waiter = queues.then(|| match &self.inner.notifier {
@@ -511,6 +513,14 @@ impl Redlock {
                 }
                 if exhausted || past_deadline {
                     return Err(fail(report, short, attempts, past_deadline));
+                }
+                // A waiter that queues only to be woken runs its second attempt at once: that
+                // attempt queues it, and a release of a plain lock of one key is announced
+                // only to the queue's next waiter (to nobody when none is queued). A release
+                // that came before it finds the key free for the attempt itself; one that
+                // comes after names it when it is next.
+                if attempts == 1 && place.is_some() && !fair {
+                    continue;
                 }
                 let mut delay = backoff.next().unwrap_or(retry.max_delay);
                 if let Some(d) = deadline {

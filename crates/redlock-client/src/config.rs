@@ -58,13 +58,13 @@ pub struct LockConfig {
     pub key_prefix: String,
     /// Publish on release, and wake waiters through one subscriber per node instead of
     /// letting them sleep out their backoff delay. A waiter for a plain lock of one key
-    /// queues on the nodes from its second attempt on (ungated, unless `fair`), and the
-    /// release wakes the oldest queued waiter, on its client's own channel; a release of a
-    /// key nobody queues for is announced to every client, and wakes each client's oldest
-    /// waiter for the key. It costs every release one `PUBLISH` per node (and a read of
-    /// the key's queue), every client one message per node for each release it hears
-    /// (about 10 % of an uncontended lock+release cycle in the benchmark), and a contended
-    /// attempt a script instead of `SET NX`; turn it off where locks are rarely contended.
+    /// (not fenced) queues on the nodes from its second attempt on, which follows the
+    /// first at once (ungated, unless `fair`), and the release wakes the oldest queued
+    /// waiter, on its client's own channel; with nobody queued it is announced to nobody.
+    /// Releases of the other shapes (several keys, reentrant, fenced) are announced to
+    /// every client and wake each client's oldest waiter for the key. It costs a release a
+    /// read of the key's queue and one `PUBLISH` per node when someone waits, and a
+    /// contended wait one more round and a script instead of `SET NX` per attempt.
     /// Defaults to `true`.
     pub notify: bool,
     /// Give every lock a fencing token ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)),

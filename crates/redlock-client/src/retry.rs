@@ -25,7 +25,10 @@ use crate::error::InvalidConfig;
 /// Attempts are limited by [`max_attempts`](Self::max_attempts) and the waiting by
 /// [`max_wait`](Self::max_wait), whichever runs out first. Between two attempts the caller
 /// sleeps for the next delay of [`backoff`](Self::backoff), but never past the deadline,
-/// and wakes early when the holder's release is announced (see `LockConfig::notify`).
+/// and wakes early when the holder's release is announced (see `LockConfig::notify`). With
+/// notifications on, the second attempt at a plain lock of one key follows the first at
+/// once, without a delay: it queues the waiter on the nodes, so that releases announce
+/// themselves to it.
 ///
 /// Defaults: `max_attempts` `None`, `max_wait` `Some(10s)`, `base_delay` 50 ms, `max_delay`
 /// 1 s, `seed` `None`.

@@ -346,10 +346,13 @@ impl Coordinator {
         let round = match batch.as_slice() {
             [one] => self.release_round(&one.spec),
             many => {
-                let channel = self.inner.config.release_channel.as_deref().unwrap_or("");
+                let config = &self.inner.config;
+                let channel = config.release_channel.as_deref().unwrap_or("");
                 let mut keys = Vec::with_capacity(many.len());
-                let mut args = Vec::with_capacity(many.len() + 1);
+                let mut args = Vec::with_capacity(many.len() + 3);
                 args.push(Value::from(channel));
+                args.push(Value::from(format!("{}queue:", config.fair_prefix)));
+                args.push(Value::from(format!("{}expiry:", config.fair_prefix)));
                 let mut requests = Vec::with_capacity(many.len());
                 for waiting in many {
                     keys.push(Key::from(&*waiting.spec.keys[0]));

@@ -26,6 +26,9 @@ pub(crate) struct LockSpec {
     pub(crate) owner: Option<Arc<str>>,
     /// Won through a fair queue: its release names the queue's next waiter.
     pub(crate) fair: bool,
+    /// Won with a fencing token: its waiters (fenced too) do not queue, so its release is
+    /// announced to every client when nobody is queued.
+    pub(crate) fenced: bool,
 }
 
 impl LockSpec {
@@ -56,6 +59,7 @@ impl LockSpec {
             token,
             owner,
             fair: false,
+            fenced: false,
         })
     }
 
@@ -67,6 +71,7 @@ impl LockSpec {
             token: lock.token.clone(),
             owner: lock.owner.clone(),
             fair: lock.fair,
+            fenced: lock.fencing_token.is_some(),
         }
     }
 
@@ -160,8 +165,16 @@ impl LockSpec {
         if self.owner.is_none() && channel.is_some() {
             args.push(Value::from(format!("{fair_prefix}queue:")));
             args.push(Value::from(format!("{fair_prefix}expiry:")));
+            args.push(Value::from(if self.waiters_queue() { "1" } else { "0" }));
         }
         self.script(script, args)
+    }
+
+    /// Whether every waiter for this lock's key that wants a wake-up queues for it: a plain
+    /// lock of one key, not fenced (whose waiters queue from their second attempt, which
+    /// follows the first at once). Its release with nobody queued is announced to nobody.
+    pub(crate) fn waiters_queue(&self) -> bool {
+        self.keys.len() == 1 && self.owner.is_none() && !self.fenced
     }
 
     /// One plain lock's two arguments to the grouped acquisition script: token, TTL.

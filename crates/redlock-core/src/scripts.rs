@@ -54,7 +54,8 @@ return 1"#;
 /// their expiry: when the key's queue has a waiter (fair, or queued only to be woken), the
 /// message is `"<token>\t<waiter> <key>"`, with the first waiter whose entry has not
 /// expired, so that only that waiter's client wakes up (the queue is only read here; the
-/// next queued attempt drops expired entries). Tokens and waiter ids hold no white space, so either form parses. A
+/// next queued attempt drops expired entries). When the queue has none, `ARGV[5]` = "1"
+/// publishes nothing: every waiter of a plain lock of one key queues. Tokens and waiter ids hold no white space, so either form parses. A
 /// waiter id of the form `"<tag>:<rest>"` routes the message to the channel
 /// `"<channel>:<tag>"`, which only the waiter's own client listens to.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -86,7 +87,7 @@ for _, key in ipairs(KEYS) do
         local channel = ARGV[2]
         if tag then channel = channel .. ":" .. tag end
         redis.call("PUBLISH", channel, ARGV[1] .. "\t" .. head .. " " .. key)
-      else
+      elseif ARGV[5] ~= "1" then
         redis.call("PUBLISH", ARGV[2], ARGV[1] .. " " .. key)
       end
     end
@@ -204,18 +205,44 @@ return results"#,
     )
 });
 
-/// Releases of distinct plain locks, coalesced into one call per node: `ARGV[1]` = channel
-/// or "", then one token per key. Each key that holds its token is deleted, with
-/// `"<token> <key>"` published on the channel as [`RELEASE`] does. Returns one 1 (deleted)
+/// Releases of distinct plain locks of one key (not fenced), coalesced into one call per
+/// node: `ARGV[1]` = channel or "", `ARGV[2]` and `ARGV[3]` = the prefixes of the queues'
+/// keys and of their expiry, then one token per key. Each key that holds its token is
+/// deleted and, when its queue has a live waiter, the release is announced to that
+/// waiter's client as [`RELEASE`] does for a plain lock of one key. Returns one 1 (deleted)
 /// or 0 (not held) per key, in order.
 pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"local results = {}
+        r#"if redis.replicate_commands then redis.replicate_commands() end
+local now = nil
+local function next_waiter(key)
+  local queue, expiry = ARGV[2] .. key, ARGV[3] .. key
+  local waiters = redis.call("ZRANGE", queue, 0, 15)
+  if #waiters == 0 then return nil end
+  if not now then
+    local time = redis.call("TIME")
+    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
+  for _, waiter in ipairs(waiters) do
+    local until_ms = tonumber(redis.call("ZSCORE", expiry, waiter) or "0")
+    if until_ms > now then return waiter end
+  end
+  return nil
+end
+local results = {}
 for i, key in ipairs(KEYS) do
-  local token = ARGV[i + 1]
+  local token = ARGV[i + 3]
   if redis.pcall("GET", key) == token then
     redis.call("DEL", key)
-    if ARGV[1] ~= "" then redis.call("PUBLISH", ARGV[1], token .. " " .. key) end
+    if ARGV[1] ~= "" then
+      local head = next_waiter(key)
+      if head then
+        local tag = string.match(head, "^([^:]+):")
+        local channel = ARGV[1]
+        if tag then channel = channel .. ":" .. tag end
+        redis.call("PUBLISH", channel, token .. "\t" .. head .. " " .. key)
+      end
+    end
     results[i] = 1
   else
     results[i] = 0

@@ -50,6 +50,8 @@ async fn still_works(c: &Redlock, set: &NodeSet, case: &str) {
         .try_lock("still-works")
         .await
         .unwrap_or_else(|e| panic!("{case}: a valid lock failed afterwards: {e}"));
+    // Won at a quorum: the last node's answer may still be on its way on a loaded machine.
+    let _ = guard.lock().report().settled().await;
     assert_eq!(
         set.nodes_holding("redlock:still-works").await.len(),
         set.len(),

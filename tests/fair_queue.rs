@@ -363,7 +363,44 @@ async fn release_listener(
     let rx = sub.message_rx();
     sub.subscribe("redlock:released").await.unwrap();
     sub.psubscribe("redlock:released:*").await.unwrap();
+    // Subscribed once the node counts the pattern (only this listener subscribes to one),
+    // which it does after the channel: sent on the same connection, in that order.
+    let r = raw(url).await;
+    let counted = eventually(Duration::from_secs(10), || async {
+        let reply: Value = r
+            .custom(
+                CustomCommand::new_static("PUBSUB", None, false),
+                vec!["NUMPAT".to_string()],
+            )
+            .await
+            .unwrap();
+        reply.as_i64().unwrap_or(0) >= 1
+    })
+    .await;
+    assert!(counted, "the listener did not subscribe");
+    r.quit().await.unwrap();
     (sub, rx)
+}
+
+/// The messages `messages` receives until it has `n` of them, or 10 s passed, then any that
+/// come within the next 100 ms (which a test expecting exactly `n` must not get).
+async fn hear(
+    messages: &mut tokio::sync::broadcast::Receiver<fred::types::Message>,
+    n: usize,
+) -> Vec<(String, String)> {
+    let mut heard = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while heard.len() < n {
+        match tokio::time::timeout_at(deadline, messages.recv()).await {
+            Ok(Ok(m)) => heard.push((m.channel.to_string(), m.value.as_string().unwrap())),
+            _ => break,
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    while let Ok(m) = messages.try_recv() {
+        heard.push((m.channel.to_string(), m.value.as_string().unwrap()));
+    }
+    heard
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -530,16 +567,78 @@ async fn a_release_with_nobody_queued_is_announced_to_nobody_unless_waiters_cann
     let reentrant = c.lock_reentrant("r", &owner, &none).await.unwrap();
     reentrant.release().await.unwrap();
     c.coordinator().quiesce().await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut heard = Vec::new();
-    while let Ok(m) = messages.try_recv() {
-        heard.push(m.value.as_string().unwrap());
-    }
+    // Three releases are heard (two keys, one reentrant), and no more.
+    let heard: Vec<String> = hear(&mut messages, 3)
+        .await
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
     let about = |key: &str| heard.iter().filter(|m| m.ends_with(key)).count();
     assert_eq!(about(" redlock:job"), 0, "{heard:?}");
     assert_eq!(about(" redlock:a") + about(" redlock:b"), 2, "{heard:?}");
     assert_eq!(about(" redlock:r"), 1, "{heard:?}");
     listener.quit().await.unwrap();
     c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_grouped_into_one_script_call_name_each_keys_next_waiter() {
+    let set = NodeSet::start(3).await.unwrap();
+    let config = redlock_core::Config {
+        nodes: set.urls(),
+        node_timeout: Duration::from_millis(500),
+        release_channel: Some("redlock:released".into()),
+        ..Default::default()
+    };
+    let core = redlock_core::Coordinator::connect(config).await.unwrap();
+    let keys = ["redlock:g0", "redlock:g1", "redlock:g2", "redlock:g3"];
+    let locks = futures::future::try_join_all(
+        keys.iter()
+            .map(|key| core.acquire(key, Duration::from_secs(5))),
+    )
+    .await
+    .unwrap();
+    // One waiter queued (ungated) on each key, from a client tagged `tag`.
+    let waiters: Vec<String> = (0..keys.len()).map(|i| format!("tag:w{i}")).collect();
+    for (key, waiter) in keys.iter().zip(&waiters) {
+        let place = FairPlace {
+            waiter,
+            ticket: 1,
+            patience: Duration::from_secs(5),
+        };
+        let attempt = Acquisition {
+            queued: Some(place),
+            ..Acquisition::new(std::slice::from_ref(key), Duration::from_secs(5))
+        };
+        assert!(core.acquire_with(attempt).await.is_err());
+    }
+    // Refused at a quorum: wait until node 0 has queued them too.
+    core.quiesce().await;
+    let (listener, mut messages) = release_listener(&set.node(0).url()).await;
+    // Released at once: the first runs its own round, the others share the next one.
+    futures::future::try_join_all(locks.iter().map(|lock| core.release(lock)))
+        .await
+        .unwrap();
+    core.quiesce().await;
+    let heard = hear(&mut messages, keys.len()).await;
+    // Each key's release, on the waiters' client's channel, naming its waiter.
+    assert_eq!(heard.len(), keys.len(), "{heard:?}");
+    for (key, waiter) in keys.iter().zip(&waiters) {
+        let named = format!("\t{waiter} {key}");
+        assert!(
+            heard
+                .iter()
+                .any(|(channel, text)| channel == "redlock:released:tag" && text.ends_with(&named)),
+            "{key}: {heard:?}"
+        );
+    }
+    listener.quit().await.unwrap();
+    for key in keys {
+        for waiter in &waiters {
+            core.leave_queue(key, waiter).await.unwrap();
+        }
+    }
+    core.close().await;
     no_keys_left(&set).await;
 }

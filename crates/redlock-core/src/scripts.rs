@@ -55,24 +55,14 @@ return 1"#;
 /// message is `"<token>\t<waiter> <key>"`, with the first waiter whose entry has not
 /// expired, so that only that waiter's client wakes up (the queue is only read here; the
 /// next queued attempt drops expired entries). When the queue has none, `ARGV[5]` = "1"
-/// publishes nothing: every waiter of a plain lock of one key queues. Tokens and waiter ids hold no white space, so either form parses. A
-/// waiter id of the form `"<tag>:<rest>"` routes the message to the channel
-/// `"<channel>:<tag>"`, which only the waiter's own client listens to.
+/// publishes nothing: every waiter of a plain lock of one key queues. Tokens and waiter
+/// ids hold no white space, so either form parses. A waiter id of the form
+/// `"<tag>:<rest>"` routes the message to the channel `"<channel>:<tag>"`, which only the
+/// waiter's own client listens to (see `ANNOUNCE`).
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(format!(
         r#"if ARGV[3] and redis.replicate_commands then redis.replicate_commands() end
-local function next_waiter(key)
-  local queue, expiry = ARGV[3] .. key, ARGV[4] .. key
-  local waiters = redis.call("ZRANGE", queue, 0, 15)
-  if #waiters == 0 then return nil end
-  local time = redis.call("TIME")
-  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  for _, waiter in ipairs(waiters) do
-    local until_ms = tonumber(redis.call("ZSCORE", expiry, waiter) or "0")
-    if until_ms > now then return waiter end
-  end
-  return nil
-end
+{ANNOUNCE}
 local deleted = 0
 for _, key in ipairs(KEYS) do
   local value = redis.pcall("GET", key)
@@ -81,12 +71,9 @@ for _, key in ipairs(KEYS) do
     deleted = deleted + 1
     if ARGV[2] ~= "" then
       local head = nil
-      if ARGV[3] then head = next_waiter(key) end
+      if ARGV[3] then head = next_waiter(ARGV[3] .. key, ARGV[4] .. key) end
       if head then
-        local tag = string.match(head, "^([^:]+):")
-        local channel = ARGV[2]
-        if tag then channel = channel .. ":" .. tag end
-        redis.call("PUBLISH", channel, ARGV[1] .. "\t" .. head .. " " .. key)
+        announce(ARGV[2], ARGV[1], head, key)
       elseif ARGV[5] ~= "1" then
         redis.call("PUBLISH", ARGV[2], ARGV[1] .. " " .. key)
       end
@@ -94,9 +81,35 @@ for _, key in ipairs(KEYS) do
   end
 end
 if deleted > 0 then return 1 end
-return 0"#,
-    )
+return 0"#
+    ))
 });
+
+/// The Lua helpers of the release scripts that wake a key's next queued waiter:
+/// `next_waiter(queue, expiry)` is the first waiter of the queue whose entry has not
+/// expired by the node's clock (or nil), and `announce(channel, token, waiter, key)`
+/// publishes `"<token>\t<waiter> <key>"` on the channel of the waiter's client
+/// (`"<channel>:<tag>"` for a waiter id `"<tag>:<rest>"`). The node's time is read once per
+/// script call.
+const ANNOUNCE: &str = r#"local now = nil
+local function next_waiter(queue, expiry)
+  local waiters = redis.call("ZRANGE", queue, 0, 15)
+  if #waiters == 0 then return nil end
+  if not now then
+    local time = redis.call("TIME")
+    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
+  for _, waiter in ipairs(waiters) do
+    local until_ms = tonumber(redis.call("ZSCORE", expiry, waiter) or "0")
+    if until_ms > now then return waiter end
+  end
+  return nil
+end
+local function announce(channel, token, waiter, key)
+  local tag = string.match(waiter, "^([^:]+):")
+  if tag then channel = channel .. ":" .. tag end
+  redis.call("PUBLISH", channel, token .. "\t" .. waiter .. " " .. key)
+end"#;
 
 /// A reentrant lock is a hash: field `owner` names the owner, and each hold adds a field
 /// `hold:<token>`. Holds are idempotent by token, so a retried or rolled-back attempt can
@@ -212,44 +225,25 @@ return results"#,
 /// waiter's client as [`RELEASE`] does for a plain lock of one key. Returns one 1 (deleted)
 /// or 0 (not held) per key, in order.
 pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
-local now = nil
-local function next_waiter(key)
-  local queue, expiry = ARGV[2] .. key, ARGV[3] .. key
-  local waiters = redis.call("ZRANGE", queue, 0, 15)
-  if #waiters == 0 then return nil end
-  if not now then
-    local time = redis.call("TIME")
-    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  end
-  for _, waiter in ipairs(waiters) do
-    local until_ms = tonumber(redis.call("ZSCORE", expiry, waiter) or "0")
-    if until_ms > now then return waiter end
-  end
-  return nil
-end
-local results = {}
+{ANNOUNCE}
+local results = {{}}
 for i, key in ipairs(KEYS) do
   local token = ARGV[i + 3]
   if redis.pcall("GET", key) == token then
     redis.call("DEL", key)
     if ARGV[1] ~= "" then
-      local head = next_waiter(key)
-      if head then
-        local tag = string.match(head, "^([^:]+):")
-        local channel = ARGV[1]
-        if tag then channel = channel .. ":" .. tag end
-        redis.call("PUBLISH", channel, token .. "\t" .. head .. " " .. key)
-      end
+      local head = next_waiter(ARGV[2] .. key, ARGV[3] .. key)
+      if head then announce(ARGV[1], token, head, key) end
     end
     results[i] = 1
   else
     results[i] = 0
   end
 end
-return results"#,
-    )
+return results"#
+    ))
 });
 
 /// `SET KEYS[1] ARGV[1] NX PX ARGV[2]` as a script body, for the fenced acquisition of one

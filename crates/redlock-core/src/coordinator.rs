@@ -66,6 +66,9 @@ pub(crate) struct Inner {
     pub(crate) release_group: Group<Released>,
     /// Set by the first `close`: later ones only wait for background work.
     closed: AtomicBool,
+    /// The prefixes of the queues' keys and of their expiry, as the release scripts take
+    /// them: built once here rather than for every release.
+    pub(crate) queue_prefixes: [Value; 2],
 }
 
 /// The health check at connect: logs each connected node's settings (`node checked`, also
@@ -148,6 +151,10 @@ impl Coordinator {
         }
         Ok(Coordinator {
             inner: Arc::new(Inner {
+                queue_prefixes: [
+                    Value::from(format!("{}queue:", config.fair_prefix)),
+                    Value::from(format!("{}expiry:", config.fair_prefix)),
+                ],
                 connections: connections.into(),
                 config,
                 work: BackgroundWork::new(),
@@ -413,7 +420,7 @@ impl Coordinator {
         }
         let command = spec.release(
             self.inner.config.release_channel.as_deref(),
-            &self.inner.config.fair_prefix,
+            &self.inner.queue_prefixes,
         );
         let round = self.untimed_round(RoundKind::Release, command, spec.name.clone());
         self.run_to_quorum(round).await

@@ -346,13 +346,11 @@ impl Coordinator {
         let round = match batch.as_slice() {
             [one] => self.release_round(&one.spec),
             many => {
-                let config = &self.inner.config;
-                let channel = config.release_channel.as_deref().unwrap_or("");
+                let channel = self.inner.config.release_channel.as_deref().unwrap_or("");
                 let mut keys = Vec::with_capacity(many.len());
                 let mut args = Vec::with_capacity(many.len() + 3);
                 args.push(Value::from(channel));
-                args.push(Value::from(format!("{}queue:", config.fair_prefix)));
-                args.push(Value::from(format!("{}expiry:", config.fair_prefix)));
+                args.extend(self.inner.queue_prefixes.iter().cloned());
                 let mut requests = Vec::with_capacity(many.len());
                 for waiting in many {
                     keys.push(Key::from(&*waiting.spec.keys[0]));
@@ -393,7 +391,7 @@ impl Coordinator {
     fn release_round(&self, spec: &LockSpec) -> Round {
         let command = spec.release(
             self.inner.config.release_channel.as_deref(),
-            &self.inner.config.fair_prefix,
+            &self.inner.queue_prefixes,
         );
         self.untimed_round(RoundKind::Release, command, spec.name.clone())
     }

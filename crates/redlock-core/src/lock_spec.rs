@@ -158,13 +158,12 @@ impl LockSpec {
 
     /// The compare-and-delete for this lock, publishing on `channel` when given. The
     /// release of a plain lock also names the next live waiter of the key's queue (under
-    /// `fair_prefix`) when it has one, so that only that waiter's client runs a round: fair
+    /// `queue_prefixes`) when it has one, so that only that waiter's client runs a round: fair
     /// waiters and waiters queued to be woken alike.
-    pub(crate) fn release(&self, channel: Option<&str>, fair_prefix: &str) -> Command {
+    pub(crate) fn release(&self, channel: Option<&str>, queue_prefixes: &[Value; 2]) -> Command {
         let (script, mut args) = self.release_script(channel);
         if self.owner.is_none() && channel.is_some() {
-            args.push(Value::from(format!("{fair_prefix}queue:")));
-            args.push(Value::from(format!("{fair_prefix}expiry:")));
+            args.extend(queue_prefixes.iter().cloned());
             args.push(Value::from(if self.waiters_queue() { "1" } else { "0" }));
         }
         self.script(script, args)

@@ -91,43 +91,63 @@ async fn a_token_is_recorded_on_a_quorum_before_it_is_handed_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_lost_its_counter_is_not_counted_and_is_seeded_again() {
+    use redlock_testkit::LinkFault;
+
     let set = NodeSet::start(3).await.unwrap();
-    let c = client(&set, |b| b.fencing(true)).await;
+    let links = linked(&set).await;
+    let core = redlock_core::Coordinator::connect(redlock_core::Config {
+        nodes: links.urls(0),
+        node_timeout: Duration::from_millis(1000),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let acquisition = || Acquisition {
+        fenced: true,
+        ..Acquisition::new(&["redlock:k"], Duration::from_secs(5))
+    };
     let mut last = 0;
     for _ in 0..4 {
-        let guard = c.lock("k").await.unwrap();
-        last = guard.fencing_token().unwrap().get();
-        guard.release().await.unwrap();
+        let lock = core.acquire_with(acquisition()).await.unwrap();
+        last = lock.fencing_token().unwrap().get();
+        core.release(&lock).await.unwrap();
     }
-    c.coordinator().quiesce().await;
-    // Node 0 loses everything; the others keep the counter.
+    core.quiesce().await;
+    // Node 0 loses everything; the others keep the counter. Node 2 answers late, so every
+    // round is decided by node 0 (no counter) and node 1 (one counter, less than a quorum
+    // of counters): the acquisition must not trust node 0's silence, and must not give up
+    // either while node 2, which has a counter, is still to answer.
     set.node(0).flushall().await.unwrap();
-    let core = c.coordinator();
-    // A round that hears only from node 0 and one other may not trust node 0's silence:
-    // whatever quorum answers, a token is never lower, and any failure is NotFenced.
-    for _ in 0..10 {
-        match core
-            .acquire_with(Acquisition {
-                fenced: true,
-                ..Acquisition::new(&["redlock:k"], Duration::from_secs(2))
-            })
-            .await
-        {
-            Ok(lock) => {
-                let token = lock.fencing_token().unwrap().get();
-                assert!(token > last, "{token} after {last}");
-                last = token;
-                core.release(&lock).await.unwrap();
-            }
-            Err(CoreError::NotFenced { reason, .. }) => {
-                assert!(reason.contains("fencing counter"), "{reason}");
-            }
-            Err(other) => panic!("{other}"),
-        }
+    links.set_node(
+        2,
+        LinkFault::Latency {
+            to_server: Duration::from_millis(100),
+            to_client: Duration::from_millis(100),
+        },
+    );
+    for _ in 0..3 {
+        let lock = core.acquire_with(acquisition()).await.unwrap();
+        let token = lock.fencing_token().unwrap().get();
+        assert_eq!(token, last + 1);
+        last = token;
+        core.release(&lock).await.unwrap();
     }
     core.quiesce().await;
     // The write-backs seeded node 0 again.
-    assert_eq!(counters(&set).await[0], Some(last));
+    assert_eq!(counters(&set).await, vec![Some(last); 3]);
+    assert!(set.nodes_holding("redlock:k").await.is_empty());
+    // Two nodes without a counter beside one that has it: no token (the quorum lost its
+    // data), whatever order they answer in.
+    links.heal_all();
+    set.node(0).flushall().await.unwrap();
+    set.node(1).flushall().await.unwrap();
+    match core.acquire_with(acquisition()).await {
+        Err(CoreError::NotFenced { reason, .. }) => {
+            assert!(reason.contains("fencing counter"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    core.quiesce().await;
     assert!(set.nodes_holding("redlock:k").await.is_empty());
 }
 

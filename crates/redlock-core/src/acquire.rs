@@ -263,7 +263,7 @@ impl Coordinator {
     }
 
     /// The fencing step of a won acquisition: the token from the counters the round read
-    /// (or from every node's, when none of those had one), written back to a quorum while
+    /// (or from every node's, when too few of those had one), written back to a quorum while
     /// the lock is still valid. `Err`: why the lock gets no token, with the last report.
     async fn fence(
         &self,
@@ -271,10 +271,12 @@ impl Coordinator {
         lock: &Lock,
     ) -> Result<FencingToken, (RoundReport, String)> {
         let mut token = fence::next_token(counters, self.quorum());
-        if matches!(&token, Err(shortfall) if shortfall.seeded == 0) {
-            // No node that answered before the decision has a counter: only every node
-            // answering without one makes this a new node set. Ask them all (rare: a new
-            // node set's first tokens, or nodes that lost their data).
+        if token.is_err() && counters.iter().any(Option::is_none) {
+            // Too few of the nodes that answered before the decision have a counter (a
+            // new node set, or a node that lost its data was among the first to answer):
+            // the nodes that had not answered yet may make up the quorum. Ask them all
+            // (rare: a new node set's first tokens, or nodes that lost their data). A
+            // counter read later is never lower, so this read is as good as the round's.
             token = fence::next_token(&self.read_counters().await, self.quorum());
         }
         let token =

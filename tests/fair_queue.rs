@@ -462,6 +462,77 @@ async fn without_fair_a_release_is_announced_only_to_the_oldest_queued_waiters_c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_wake_ups_keep_losing_leaves_the_queue_and_polls() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = client(&set, |b| b).await;
+    let guard = holder.lock("job").await.unwrap();
+    // Not fair; the backoff's largest delay is 20 ms, a few woken rounds' worth.
+    let waiter = client(&set, |b| {
+        b.backoff(Duration::from_millis(5), Duration::from_millis(20))
+            .max_wait(Duration::from_secs(60))
+    })
+    .await;
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock("job").await })
+    };
+    queued_everywhere(&set, 1).await;
+    let node = raw(&set.node(0).url()).await;
+    let id: Value = node
+        .custom(
+            CustomCommand::new_static("ZRANGE", None, false),
+            vec![QUEUE.to_string(), "0".to_string(), "0".to_string()],
+        )
+        .await
+        .unwrap();
+    let id = id.into_array()[0].as_string().unwrap();
+    let channel = format!("redlock:released:{}", id.split(':').next().unwrap());
+    let mut nodes = Vec::new();
+    for n in set.iter() {
+        nodes.push(raw(&n.url()).await);
+    }
+    // Announcements naming the waiter, on every node, while the key stays held: each wakes
+    // it (once a quorum of nodes announced it), and each woken attempt loses, which
+    // doubles its pause window until it reaches 20 ms. Then it leaves the queue, on every
+    // node, while it still waits.
+    let mut announced = 0;
+    let left = eventually(Duration::from_secs(20), || {
+        announced += 1;
+        let message = format!("release-{announced}\t{id} redlock:job");
+        let (nodes, channel, set) = (&nodes, &channel, &set);
+        async move {
+            for node in nodes {
+                let _: Value = node
+                    .custom(
+                        CustomCommand::new_static("PUBLISH", None, false),
+                        vec![channel.clone(), message.clone()],
+                    )
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            queue_lengths(set).await == [0, 0, 0]
+        }
+    })
+    .await;
+    assert!(left, "still queued after {announced} lost wake-ups");
+    assert!(!waiting.is_finished(), "the waiter stopped waiting");
+    // It polls from then on: its attempts (every 20 ms at most) no longer queue it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(queue_lengths(&set).await, [0, 0, 0]);
+    guard.release().await.unwrap();
+    let g = waiting.await.unwrap().unwrap();
+    g.release().await.unwrap();
+    node.quit().await.unwrap();
+    for node in nodes {
+        node.quit().await.unwrap();
+    }
+    waiter.shutdown().await;
+    holder.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_queued_only_to_be_woken_may_take_a_free_key_out_of_turn() {
     let set = NodeSet::start(3).await.unwrap();
     let core = common::coordinator(&set, Duration::from_millis(500)).await;

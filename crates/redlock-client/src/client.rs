@@ -418,6 +418,10 @@ impl Redlock {
             // next woken attempt's pause is drawn from (see below).
             let mut woken_losses = 0u32;
             let mut woken = false;
+            // Whether a waiter that queues only to be woken still does: one whose woken
+            // attempts kept losing until its pause window reached `max_delay` leaves the
+            // queue and polls (see below).
+            let mut announced = true;
             // Leaves the queue when this call ends, however it ends (won, given up, failed,
             // or its future dropped), once an attempt has queued the waiter, unless the
             // winning round already took the waiter out on every node.
@@ -456,7 +460,7 @@ impl Redlock {
                 // second, only to be woken.
                 let places = match place {
                     Some(place) if fair => (Some(place), None),
-                    Some(place) if attempts > 1 => (None, Some(place)),
+                    Some(place) if attempts > 1 && announced => (None, Some(place)),
                     _ => (None, None),
                 };
                 if let (Some(waiter), (Some(_), _) | (_, Some(_))) = (&waiter, places) {
@@ -498,6 +502,20 @@ impl Redlock {
                 // `max_wait` would only delay the error.
                 if woken {
                     woken_losses = woken_losses.saturating_add(1);
+                    // Woken attempts that keep losing (other waiters, or the releasing
+                    // holder, take the key back at once) have grown the pause window to
+                    // `max_delay`: a wake-up then only starts a pause as long as the
+                    // backoff's, so being woken is polling that costs every release an
+                    // announcement. Such a waiter leaves the queue (a release with nobody
+                    // queued is announced to nobody) and polls for the rest of the call.
+                    if !fair
+                        && announced
+                        && wake_window(report.elapsed, woken_losses, retry.max_delay)
+                            >= retry.max_delay
+                    {
+                        announced = false;
+                        drop(queued.take());
+                    }
                 }
                 let exhausted = retry.max_attempts.is_some_and(|max| attempts >= max)
                     || refused_until_changed(&report);

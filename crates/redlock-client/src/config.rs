@@ -61,6 +61,9 @@ pub struct LockConfig {
     /// (not fenced) queues on the nodes from its second attempt on, which follows the
     /// first at once (ungated, unless `fair`), and the release wakes the oldest queued
     /// waiter, on its client's own channel; with nobody queued it is announced to nobody.
+    /// A waiter whose woken attempts keep losing (the releasing holder takes the key back
+    /// at once) leaves the queue and polls once its pause after a wake-up has grown to
+    /// `retry.max_delay` (see [`RetryPolicy`]).
     /// Releases of the other shapes (several keys, reentrant, fenced) are announced to
     /// every client and wake each client's oldest waiter for the key. It costs a release a
     /// read of the key's queue and one `PUBLISH` per node when someone waits, and a

@@ -28,7 +28,10 @@ use crate::error::InvalidConfig;
 /// and wakes early when the holder's release is announced (see `LockConfig::notify`). With
 /// notifications on, the second attempt at a plain lock of one key follows the first at
 /// once, without a delay: it queues the waiter on the nodes, so that releases announce
-/// themselves to it.
+/// themselves to it. A woken attempt that loses pauses before the next one for up to one
+/// round, doubled for each such loss; once that window reaches `max_delay`, the waiter
+/// leaves the queue and only polls for the rest of the call (being woken would only start
+/// a pause as long as the backoff's).
 ///
 /// Defaults: `max_attempts` `None`, `max_wait` `Some(10s)`, `base_delay` 50 ms, `max_delay`
 /// 1 s, `seed` `None`.

@@ -238,10 +238,19 @@ pub(crate) struct Settling {
 }
 
 /// One request's view of its round's [`Settling`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct SettlingView {
     pub(crate) rx: watch::Receiver<Settling>,
     pub(crate) index: usize,
+}
+
+/// Only what a reader of a report's `{:?}` can use (how many nodes are still to answer or
+/// roll back), not the channel's internals, which used to fill a screen in every error.
+impl fmt::Debug for SettlingView {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let open = self.rx.borrow().open;
+        f.debug_struct("Settling").field("open", &open).finish()
+    }
 }
 
 /// The report of one round: each node's outcome at the moment the round was decided.
@@ -370,5 +379,29 @@ mod tests {
         );
         assert_eq!(NodeName::redacted("redis://h:1").as_str(), "redis://h:1");
         assert_eq!(NodeName::redacted("x:y@z ::").as_str(), "<unparsable URL>");
+    }
+
+    #[test]
+    fn a_reports_debug_shows_how_many_nodes_are_still_open_and_nothing_of_the_channel() {
+        let (_tx, rx) = watch::channel(Settling {
+            requests: vec![Vec::new()],
+            open: 2,
+        });
+        let report = RoundReport {
+            kind: RoundKind::Acquire,
+            key: "k".into(),
+            quorum: 2,
+            accepted: 2,
+            nodes: Vec::new(),
+            elapsed: Duration::from_micros(800),
+            validity: None,
+            settling: Some(SettlingView { rx, index: 0 }),
+        };
+        let debug = format!("{report:?}");
+        assert!(
+            debug.contains("settling: Some(Settling { open: 2 })"),
+            "{debug}"
+        );
+        assert!(!debug.contains("Receiver"), "{debug}");
     }
 }

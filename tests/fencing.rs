@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, linked, raw};
+use common::{client, coordinator_at, linked, raw};
 use fred::prelude::KeysInterface;
 use redlock_client::{fenced_set, FencingToken, LockOptions, Owner};
 use redlock_core::{Acquisition, Error as CoreError};
@@ -95,13 +95,7 @@ async fn a_node_that_lost_its_counter_is_not_counted_and_is_seeded_again() {
 
     let set = NodeSet::start(3).await.unwrap();
     let links = linked(&set).await;
-    let core = redlock_core::Coordinator::connect(redlock_core::Config {
-        nodes: links.urls(0),
-        node_timeout: Duration::from_millis(1000),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let core = coordinator_at(links.urls(0), Duration::from_millis(1000)).await;
     let acquisition = || Acquisition {
         fenced: true,
         ..Acquisition::new(&["redlock:k"], Duration::from_secs(5))
@@ -249,13 +243,7 @@ async fn no_token_is_handed_out_once_the_lock_expired_during_the_write_back() {
 
     let set = NodeSet::start(3).await.unwrap();
     let links = linked(&set).await;
-    let core = redlock_core::Coordinator::connect(redlock_core::Config {
-        nodes: links.urls(0),
-        node_timeout: Duration::from_millis(250),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let core = coordinator_at(links.urls(0), Duration::from_millis(250)).await;
     // Every round now takes about 200 ms: the acquisition of a 300 ms lock still wins
     // (about 95 ms left), and the validity runs out during the token's write-back.
     for node in 0..set.len() {
@@ -336,13 +324,7 @@ async fn a_fenced_acquisition_dropped_during_the_write_back_leaves_no_key() {
 
     let set = NodeSet::start(3).await.unwrap();
     let links = linked(&set).await;
-    let core = redlock_core::Coordinator::connect(redlock_core::Config {
-        nodes: links.urls(0),
-        node_timeout: Duration::from_secs(5),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let core = coordinator_at(links.urls(0), Duration::from_secs(5)).await;
     // The acquisition's SETs reach the nodes; their replies are held back.
     links.set_client(0, LinkFault::HoldReplies);
     let acquiring = tokio::spawn({

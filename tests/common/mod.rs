@@ -31,8 +31,14 @@ pub use redlock_testkit::eventually;
 
 /// A core coordinator for `set` with the given per-node timeout (default settings otherwise).
 pub async fn coordinator(set: &NodeSet, node_timeout: Duration) -> Coordinator {
+    coordinator_at(set.urls(), node_timeout).await
+}
+
+/// A core coordinator for the nodes at `urls` (a set's, or its fault proxies') with the
+/// given per-node timeout (default settings otherwise).
+pub async fn coordinator_at(urls: Vec<String>, node_timeout: Duration) -> Coordinator {
     let config = Config {
-        nodes: set.urls(),
+        nodes: urls,
         node_timeout,
         ..Default::default()
     };

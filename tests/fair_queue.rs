@@ -462,6 +462,58 @@ async fn without_fair_a_release_is_announced_only_to_the_oldest_queued_waiters_c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiters_run_no_rounds_while_they_wait_for_their_turn() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = client(&set, |b| b).await;
+    let held = LockOptions {
+        ttl: Some(Duration::from_secs(30)),
+        renew: Some(false),
+        ..Default::default()
+    };
+    let guard = holder.lock_with("job", &held).await.unwrap();
+    // Fair waiters whose backoff starts at 10 ms: without wake-ups they would try about
+    // every 10, 20, 40, ... ms.
+    let patient = |b: redlock_client::LockConfigBuilder| {
+        b.fair(true)
+            .backoff(Duration::from_millis(10), Duration::from_secs(10))
+            .max_wait(Duration::from_secs(60))
+    };
+    let mut clients = Vec::new();
+    let mut waiting = Vec::new();
+    for i in 0..2 {
+        let c = client(&set, patient).await;
+        let waiter = c.clone();
+        waiting.push(tokio::spawn(async move {
+            let g = waiter.lock("job").await.unwrap();
+            g.release().await.unwrap();
+        }));
+        clients.push(c);
+        queued_everywhere(&set, i + 1).await;
+    }
+    common::subscribed(&set, 3).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // With every subscriber up, they wait to be told that their turn came: at most one
+    // attempt each that was already due, in a second.
+    let before = set.node(0).command_calls("evalsha").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calls = set.node(0).command_calls("evalsha").await.unwrap() - before;
+    assert!(calls <= 2, "{calls} refused rounds while the key was held");
+    // Each is woken in its turn.
+    guard.release().await.unwrap();
+    for w in waiting {
+        tokio::time::timeout(Duration::from_secs(5), w)
+            .await
+            .expect("woken in turn")
+            .unwrap();
+    }
+    for c in clients {
+        c.shutdown().await;
+    }
+    holder.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_wake_ups_keep_losing_leaves_the_queue_and_polls() {
     let set = NodeSet::start(3).await.unwrap();
     let holder = client(&set, |b| b).await;

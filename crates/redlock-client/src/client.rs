@@ -541,6 +541,18 @@ impl Redlock {
                     continue;
                 }
                 let mut delay = backoff.next().unwrap_or(retry.max_delay);
+                // A fair waiter is woken when its turn comes: a release announces itself to
+                // the queue's head. Until then its attempts can only be refused (it is not
+                // the head, or the key is held), so while every subscriber is up it tries
+                // again only at the backoff's longest delay, which refreshes its place well
+                // within its patience and still finds a key whose holder expired or a head
+                // that died. At the backoff's short early delays, every waiter in the queue
+                // ran a refused round per delay: with tens of waiters on a key, more rounds
+                // than the hand-offs themselves. An attempt that lost after a wake-up
+                // keeps the backoff: nothing may announce the key again.
+                if fair && !woken && watch.as_ref().is_some_and(|w| w.all_subscribed()) {
+                    delay = delay.max(retry.max_delay);
+                }
                 if let Some(d) = deadline {
                     delay = delay.min(d.saturating_duration_since(Instant::now()));
                 }

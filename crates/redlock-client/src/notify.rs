@@ -196,6 +196,11 @@ impl Presence {
         was == Link::Down
     }
 
+    /// Whether it is subscribed now.
+    fn is_up(&self) -> bool {
+        *self.link.lock().expect("presence lock") == Link::Up
+    }
+
     /// Not subscribed, because of `why`.
     fn down(&self, why: &str) {
         let mut link = self.link.lock().expect("presence lock");
@@ -350,6 +355,12 @@ pub(crate) struct Waiter<'a> {
 }
 
 impl Waiter<'_> {
+    /// Whether every node's subscriber is subscribed now, so that a release on any node
+    /// reaches this client.
+    pub(crate) fn all_subscribed(&self) -> bool {
+        self.notifier.presences.iter().all(|p| p.is_up())
+    }
+
     /// Completes when this waiter's turn came with a release of a watched key since the
     /// last call. A turn that came while the waiter was busy is kept (as a `Notify`
     /// permit), not lost.

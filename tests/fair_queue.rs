@@ -514,6 +514,54 @@ async fn fair_waiters_run_no_rounds_while_they_wait_for_their_turn() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_that_leaves_while_the_key_is_free_wakes_the_next_waiter() {
+    let set = NodeSet::start(3).await.unwrap();
+    // Fair waiters that, with their subscribers up, try again only every 10 s unless woken.
+    let c = client(&set, |b| {
+        b.fair(true)
+            .backoff(Duration::from_millis(10), Duration::from_secs(10))
+            .max_wait(Duration::from_secs(60))
+    })
+    .await;
+    common::subscribed(&set, 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let core = c.coordinator().clone();
+    let key = ["redlock:job"];
+    // A head that will not try again, queued while the key is held.
+    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
+    let gone = FairPlace {
+        waiter: "gone",
+        ticket: 1,
+        patience: Duration::from_secs(60),
+    };
+    let queued = Acquisition {
+        fair: Some(gone),
+        ..Acquisition::new(&key, Duration::from_secs(5))
+    };
+    assert!(core.acquire_with(queued).await.is_err());
+    let waiter = c.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("job").await });
+    queued_everywhere(&set, 2).await;
+    // The release names the head, whose client is not there: nobody is woken.
+    core.release(&held).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the waiter behind the head took the key"
+    );
+    // The head leaves while the key is free: the leave tells the next waiter.
+    core.leave_queue(key[0], "gone").await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the next waiter was not woken by the leave")
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_wake_ups_keep_losing_leaves_the_queue_and_polls() {
     let set = NodeSet::start(3).await.unwrap();
     let holder = client(&set, |b| b).await;

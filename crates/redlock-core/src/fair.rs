@@ -108,13 +108,15 @@ impl Coordinator {
     /// Takes `waiter` out of `key`'s fair queue on every node (decided at a quorum; the
     /// other nodes finish in the background). A waiter that stops waiting, whether it won
     /// the lock or gave up, leaves at once instead of holding up the queue for its
-    /// patience.
+    /// patience. With notifications on (`Config::release_channel`), a node where the key is
+    /// free announces the leave to the queue's next waiter, as a release would.
     pub async fn leave_queue(&self, key: &str, waiter: &str) -> Result<RoundReport, Error> {
         let [queue, expiry] = queue_keys(&self.inner.config.fair_prefix, key);
+        let channel = self.inner.config.release_channel.as_deref().unwrap_or("");
         let command = Command::Script {
             script: &FAIR_LEAVE,
-            keys: vec![queue, expiry],
-            args: vec![Value::from(waiter)],
+            keys: vec![queue, expiry, Key::from(key)],
+            args: vec![Value::from(waiter), Value::from(channel)],
         };
         let round = self.untimed_round(RoundKind::Leave, command, key.into());
         self.run_to_quorum(round).await

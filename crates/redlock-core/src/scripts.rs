@@ -369,13 +369,24 @@ return result"#,
 });
 
 /// Takes a waiter out of a key's queue: `KEYS[1]` = the queue, `KEYS[2]` = its expiry,
-/// `ARGV[1]` = the waiter. Returns 1.
+/// `KEYS[3]` = the lock's key, `ARGV[1]` = the waiter, `ARGV[2]` = the release channel or
+/// "". When the key is free and the queue has a live waiter left, the leave is announced
+/// to that waiter's client as a release would be (`"<leaving waiter>\t<next waiter> <key>"`,
+/// see `ANNOUNCE`): a head that leaves while the key is free (its call was cancelled, or
+/// gave up, right after a release woke it) would otherwise leave the next waiter to find
+/// out by polling. Returns 1.
 pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"redis.call("ZREM", KEYS[1], ARGV[1])
+    Script::new(format!(
+        r#"if redis.replicate_commands then redis.replicate_commands() end
+{ANNOUNCE}
+local removed = redis.call("ZREM", KEYS[1], ARGV[1])
 redis.call("ZREM", KEYS[2], ARGV[1])
-return 1"#,
-    )
+if removed == 1 and ARGV[2] ~= "" and redis.call("EXISTS", KEYS[3]) == 0 then
+  local head = next_waiter(KEYS[1], KEYS[2])
+  if head then announce(ARGV[2], ARGV[1], head, KEYS[3]) end
+end
+return 1"#
+    ))
 });
 
 /// Every script, for preloading.

@@ -102,6 +102,30 @@ async fn keys_left(set: &NodeSet) -> Vec<String> {
     keys
 }
 
+/// Starts `n` clients, configured by `tweak`, that each wait for `redlock:job`, one after
+/// the other (each once the one before it is queued on every node), and release it once
+/// they hold it. Returns the clients and their waits.
+async fn queue_waiters(
+    set: &NodeSet,
+    n: i64,
+    tweak: impl Fn(redlock_client::LockConfigBuilder) -> redlock_client::LockConfigBuilder,
+) -> (Vec<Redlock>, Vec<tokio::task::JoinHandle<()>>) {
+    let mut clients = Vec::new();
+    let mut waiting = Vec::new();
+    for i in 0..n {
+        let c = client(set, &tweak).await;
+        let waiter = c.clone();
+        waiting.push(tokio::spawn(async move {
+            let g = waiter.lock("job").await.unwrap();
+            g.release().await.unwrap();
+        }));
+        clients.push(c);
+        queued_everywhere(set, i + 1).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    (clients, waiting)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_of_separate_clients_get_the_lock_in_arrival_order() {
     let set = NodeSet::start(3).await.unwrap();
@@ -413,19 +437,7 @@ async fn without_fair_a_release_is_announced_only_to_the_oldest_queued_waiters_c
     };
     let holder = client(&set, quick).await;
     let guard = holder.lock("job").await.unwrap();
-    let mut clients = Vec::new();
-    let mut waiting = Vec::new();
-    for i in 0..3 {
-        let c = client(&set, quick).await;
-        let waiter = c.clone();
-        waiting.push(tokio::spawn(async move {
-            let g = waiter.lock("job").await.unwrap();
-            g.release().await.unwrap();
-        }));
-        clients.push(c);
-        queued_everywhere(&set, i + 1).await;
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let (clients, waiting) = queue_waiters(&set, 3, quick).await;
     let (listener, mut messages) = release_listener(&set.node(0).url()).await;
     guard.release().await.unwrap();
     // The holder's release, heard on node 0: once, on the channel of the client whose
@@ -478,18 +490,7 @@ async fn fair_waiters_run_no_rounds_while_they_wait_for_their_turn() {
             .backoff(Duration::from_millis(10), Duration::from_secs(10))
             .max_wait(Duration::from_secs(60))
     };
-    let mut clients = Vec::new();
-    let mut waiting = Vec::new();
-    for i in 0..2 {
-        let c = client(&set, patient).await;
-        let waiter = c.clone();
-        waiting.push(tokio::spawn(async move {
-            let g = waiter.lock("job").await.unwrap();
-            g.release().await.unwrap();
-        }));
-        clients.push(c);
-        queued_everywhere(&set, i + 1).await;
-    }
+    let (clients, waiting) = queue_waiters(&set, 2, patient).await;
     common::subscribed(&set, 3).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     // With every subscriber up, they wait to be told that their turn came: at most one

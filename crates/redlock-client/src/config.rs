@@ -84,9 +84,9 @@ pub struct LockConfig {
     /// (`2 × retry.max_delay + 4 × node_timeout`). A waiter is woken when its turn comes
     /// (the release announces itself to the queue's head), so while every wake-up
     /// subscriber is up it tries again between wake-ups only at `retry.max_delay`, which
-    /// keeps its place and finds a key whose holder expired. Costs each attempt a script instead of
-    /// `SET NX`, and a won lock that did not hear from every node one more command per node
-    /// in the background (leaving the queue).
+    /// keeps its place and finds a key whose holder expired. Costs each attempt a script
+    /// instead of `SET NX`, and a won lock that did not hear from every node one more
+    /// command per node in the background (leaving the queue).
     /// Not for `lock_many`, `lock_reentrant` or fenced locks (they ignore it; asked per
     /// call, see `LockOptions::fair`, it is an error). Defaults to `false`.
     pub fair: bool,

@@ -92,6 +92,9 @@ struct Control {
     /// Bumped by [`FaultProxy::reset_connections`]; a connection accepted under an older
     /// value resets itself.
     resets: u64,
+    /// Bumped by every change of `fault`: bytes lost under one fault reset their connection
+    /// when this moves on, however late each direction of it notices.
+    changes: u64,
 }
 
 /// What the tasks of one proxy share.
@@ -199,6 +202,7 @@ impl FaultProxy {
         let (control, control_rx) = watch::channel(Control {
             fault: LinkFault::Pass,
             resets: 0,
+            changes: 0,
         });
         let listener: ListenerSlot = Arc::new(Mutex::new(Some(listener)));
         tokio::spawn(accept_loop(
@@ -240,7 +244,10 @@ impl FaultProxy {
     pub fn set(&self, fault: LinkFault) {
         let changed = self.control.send_if_modified(|c| {
             let changed = c.fault != fault;
-            c.fault = fault;
+            if changed {
+                c.fault = fault;
+                c.changes += 1;
+            }
             changed
         });
         if changed {

@@ -473,3 +473,28 @@ async fn a_server_close_crosses_a_latency_link() {
         other => panic!("expected the close to reach the client, got {other:?}"),
     }
 }
+
+/// A connection that loses a request to a blackhole stays open for the whole blackhole; it
+/// is reset only when the fault is lifted. The two directions of a connection pick up a new
+/// fault each on its own: before the fix, the reply direction, not yet switched to the
+/// blackhole when the request direction dropped the request, saw "bytes lost, and the fault
+/// changed" and reset the connection at once, under the blackhole (a client saw its request
+/// fail fast instead of time out, as a partition does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_lost_to_a_blackhole_is_not_reset_until_the_fault_is_lifted() {
+    let (_nodes, proxy) = one_node_behind_proxy().await;
+    for round in 0..200 {
+        let mut conn = Resp::connect(proxy.addr()).await;
+        assert_eq!(conn.ping().await.unwrap(), "+PONG");
+        proxy.set(LinkFault::Blackhole);
+        conn.send(&["PING"]).await;
+        // A reset arrives in well under a millisecond on loopback; a reply never does.
+        match tokio::time::timeout(Duration::from_millis(20), conn.line()).await {
+            Err(_) => {}
+            Ok(got) => panic!("round {round}: under the blackhole the request got {got:?}"),
+        }
+        proxy.heal();
+        conn.expect_reset("the connection that lost a request, after the heal")
+            .await;
+    }
+}

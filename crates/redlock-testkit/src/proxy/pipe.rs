@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,8 +77,13 @@ pub(super) struct Conn {
     epoch: u64,
     /// The fault when accepted.
     fault: LinkFault,
-    /// Some bytes (or an end-of-stream) were dropped: the streams have a hole.
-    lost: AtomicBool,
+    /// Its `Control::changes`.
+    change: u64,
+    /// Some bytes (or an end-of-stream) were dropped, the streams have a hole: 1 + the
+    /// `Control::changes` of the fault that dropped them (0: nothing lost). Either direction
+    /// resets the connection once the fault has changed since, not before: the other direction
+    /// may still be switching to the fault that dropped them.
+    lost: AtomicU64,
     /// The reset was counted and logged (once per connection).
     reset: AtomicBool,
     /// Set by the direction that resets, so the other one closes its halves too.
@@ -93,7 +98,8 @@ impl Conn {
             link,
             epoch: ctl.resets,
             fault: ctl.fault,
-            lost: AtomicBool::new(false),
+            change: ctl.changes,
+            lost: AtomicU64::new(0),
             reset: AtomicBool::new(false),
             kill: watch::channel(false).0,
         })
@@ -238,6 +244,8 @@ struct Pipe {
     kill: watch::Receiver<bool>,
     /// The fault the last chunk was handled under.
     applied: LinkFault,
+    /// Its `Control::changes`.
+    applied_change: u64,
     queue: VecDeque<Chunk>,
     /// Data bytes in `queue` not yet written.
     queued: usize,
@@ -258,6 +266,7 @@ impl Pipe {
             dir,
             kill: conn.kill.subscribe(),
             applied: conn.fault,
+            applied_change: conn.change,
             conn,
             from,
             to,
@@ -345,11 +354,12 @@ impl Pipe {
         if ctl.resets != self.conn.epoch {
             return Some(End::Reset("reset_connections() was called".to_owned()));
         }
-        if ctl.fault != self.applied {
-            if self.conn.lost.load(Ordering::Relaxed) {
+        if ctl.changes != self.applied_change {
+            let lost = self.conn.lost.load(Ordering::Relaxed);
+            if lost != 0 && lost - 1 != ctl.changes {
                 return Some(End::Reset(format!(
-                    "bytes were lost under {:?}, now {:?}",
-                    self.applied, ctl.fault
+                    "bytes were lost under an earlier fault, now {:?}",
+                    ctl.fault
                 )));
             }
             // Held replies are delivered before the new fault applies to anything read later.
@@ -358,8 +368,19 @@ impl Pipe {
                 chunk.due.get_or_insert(now);
             }
             self.applied = ctl.fault;
+            self.applied_change = ctl.changes;
         }
         (self.applied == LinkFault::Refuse).then(|| End::Reset("fault Refuse".to_owned()))
+    }
+
+    /// Marks the connection as having lost bytes under the applied fault.
+    fn lose(&self) {
+        let _ = self.conn.lost.compare_exchange(
+            0,
+            self.applied_change + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     fn on_read(&mut self, read: io::Result<usize>) -> Option<End> {
@@ -373,13 +394,13 @@ impl Pipe {
                     // A latency too long to represent holds the data, as `Hold` does.
                     Action::Forward(delay) => self.push(now.checked_add(delay), Item::Eof),
                     Action::Hold => self.push(None, Item::Eof),
-                    Action::Drop => self.conn.lost.store(true, Ordering::Relaxed),
+                    Action::Drop => self.lose(),
                 }
             }
             Ok(n) => match act {
                 Action::Drop => {
                     Counters::add(&self.conn.counters().dropped[dir], n);
-                    self.conn.lost.store(true, Ordering::Relaxed);
+                    self.lose();
                 }
                 Action::Hold => {
                     Counters::add(&self.conn.counters().held[dir], n);
@@ -410,7 +431,7 @@ impl Pipe {
                     return Some(End::Reset(format!("read failed: {e}")));
                 }
                 self.reading = false;
-                self.conn.lost.store(true, Ordering::Relaxed);
+                self.lose();
             }
         }
         None

@@ -160,7 +160,8 @@ impl fmt::Display for NodeOutcome {
     }
 }
 
-/// What the rollback of a failed acquisition did on one node.
+/// What the rollback of a failed acquisition did on one node; for a release (or a fair
+/// waiter leaving its queue) that a node did not answer, what sending it again did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CleanupOutcome {
@@ -175,12 +176,32 @@ pub enum CleanupOutcome {
 
 impl fmt::Display for CleanupOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CleanupOutcome::Removed => f.write_str("rolled back"),
-            CleanupOutcome::NotPresent => f.write_str("nothing to roll back"),
-            CleanupOutcome::Failed(e) => {
+        self.fmt_in(f, RoundKind::Acquire)
+    }
+}
+
+impl CleanupOutcome {
+    /// Worded for a round of `kind`: a release or a leave is not rolled back but sent
+    /// again where the node did not answer it.
+    fn fmt_in(&self, f: &mut fmt::Formatter<'_>, kind: RoundKind) -> fmt::Result {
+        let sent_again = matches!(kind, RoundKind::Release | RoundKind::Leave);
+        match (self, sent_again) {
+            (CleanupOutcome::Removed, false) => f.write_str("rolled back"),
+            (CleanupOutcome::NotPresent, false) => f.write_str("nothing to roll back"),
+            (CleanupOutcome::Failed(e), false) => {
                 write!(f, "rollback failed ({e}); the key expires with its TTL")
             }
+            (CleanupOutcome::Removed, true) if kind == RoundKind::Leave => {
+                f.write_str("sent again: left the queue")
+            }
+            (CleanupOutcome::Removed, true) => f.write_str("sent again: released"),
+            (CleanupOutcome::NotPresent, true) => {
+                f.write_str("sent again: nothing of ours was left there")
+            }
+            (CleanupOutcome::Failed(e), true) => write!(
+                f,
+                "sent again, and that failed too ({e}); the key expires with its TTL"
+            ),
         }
     }
 }
@@ -196,7 +217,8 @@ pub struct NodeReport {
     pub latency: Option<Duration>,
     /// The answer arrived after the round had been decided.
     pub late: bool,
-    /// What the rollback did, for a rolled-back acquisition.
+    /// What the rollback did, for a rolled-back acquisition; for a release (or a leave) the
+    /// node did not answer, what sending it again did.
     pub cleanup: Option<CleanupOutcome>,
 }
 
@@ -215,6 +237,13 @@ impl NodeReport {
 
 impl fmt::Display for NodeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_in(f, RoundKind::Acquire)
+    }
+}
+
+impl NodeReport {
+    /// Worded for a round of `kind` (see [`CleanupOutcome::fmt_in`]).
+    fn fmt_in(&self, f: &mut fmt::Formatter<'_>, kind: RoundKind) -> fmt::Result {
         write!(f, "{}: {}", self.node, self.outcome)?;
         if let Some(latency) = self.latency {
             write!(f, " after {latency:.1?}")?;
@@ -223,7 +252,8 @@ impl fmt::Display for NodeReport {
             f.write_str(" (late)")?;
         }
         if let Some(cleanup) = &self.cleanup {
-            write!(f, ", {cleanup}")?;
+            f.write_str(", ")?;
+            cleanup.fmt_in(f, kind)?;
         }
         Ok(())
     }
@@ -361,7 +391,7 @@ impl fmt::Display for RoundReport {
             if i > 0 {
                 f.write_str("; ")?;
             }
-            write!(f, "{node}")?;
+            node.fmt_in(f, self.kind)?;
         }
         f.write_str("]")
     }
@@ -403,5 +433,53 @@ mod tests {
             "{debug}"
         );
         assert!(!debug.contains("Receiver"), "{debug}");
+    }
+
+    /// A release that a node did not answer is sent again, not rolled back: its report says
+    /// so (it used to read "rollback failed" for a release).
+    #[test]
+    fn a_release_sent_again_is_not_called_a_rollback() {
+        let node = |cleanup| NodeReport {
+            node: NodeName::redacted("redis://h:1"),
+            outcome: NodeOutcome::TimedOut,
+            latency: Some(Duration::from_millis(5)),
+            late: false,
+            cleanup: Some(cleanup),
+        };
+        let report = |kind| RoundReport {
+            kind,
+            key: "k".into(),
+            quorum: 1,
+            accepted: 1,
+            nodes: vec![
+                node(CleanupOutcome::Failed("not connected".into())),
+                node(CleanupOutcome::Removed),
+                node(CleanupOutcome::NotPresent),
+            ],
+            elapsed: Duration::from_millis(5),
+            validity: None,
+            settling: None,
+        };
+        let release = report(RoundKind::Release).to_string();
+        assert!(!release.contains("roll"), "{release}");
+        assert!(
+            release.contains(
+                "sent again, and that failed too (not connected); the key expires with its TTL"
+            ),
+            "{release}"
+        );
+        assert!(release.contains("sent again: released"), "{release}");
+        assert!(
+            release.contains("sent again: nothing of ours was left there"),
+            "{release}"
+        );
+        let leave = report(RoundKind::Leave).to_string();
+        assert!(leave.contains("sent again: left the queue"), "{leave}");
+        let acquire = report(RoundKind::Acquire).to_string();
+        assert!(
+            acquire.contains("rollback failed (not connected)"),
+            "{acquire}"
+        );
+        assert!(acquire.contains("rolled back; "), "{acquire}");
     }
 }

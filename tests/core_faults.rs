@@ -201,6 +201,47 @@ async fn a_dropped_round_leaves_no_key_behind() {
     );
 }
 
+/// A release that a node missed because its connection was cut for longer than the tries'
+/// first pauses (reset, then reconnections refused for 150 ms) is still sent again once the
+/// connection is back: between tries, a node whose connection is down is waited for (up to
+/// the node timeout). Before, node 0 kept the key for its whole TTL in about one run of
+/// five: the three tries came within 30 ms and all fell between reconnection attempts, or
+/// the first send failed with fred's "Failed to route command.", which was taken for the
+/// server's error reply, so the release was not sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_sent_again_once_a_cut_connection_is_back() {
+    let set = NodeSet::start(5).await.unwrap();
+    let links = common::linked(&set).await;
+    let c = Coordinator::connect(Config {
+        nodes: links.urls(0),
+        node_timeout: Duration::from_millis(500),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let lock = c.acquire("release-cut", TTL).await.unwrap();
+    lock.report().settled().await;
+
+    // Node 0's connection is reset, and so is every reconnection, for 150 ms.
+    links.link(0, 0).set(LinkFault::Refuse);
+    let report = c.release(&lock).await.expect("four of five nodes release");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    links.heal_all();
+
+    let settled = report.settled().await;
+    assert!(
+        set.nodes_holding("release-cut").await.is_empty(),
+        "the key was left on a node: {settled}"
+    );
+    // Node 0 released it: its first send, had it waited for the reconnection, or the one
+    // sent again.
+    let node0 = &settled.nodes[0];
+    assert!(
+        node0.outcome == NodeOutcome::Released || node0.cleanup == Some(CleanupOutcome::Removed),
+        "{settled}"
+    );
+}
+
 /// A release that a node missed (the request was lost on the way, the node itself stayed
 /// up) is sent again in the background once the call has returned, so the key does not
 /// stay there until its TTL. Before the fix a release was sent once: node 0 kept the key

@@ -194,6 +194,12 @@ pub(crate) fn watch_connection(
 pub(crate) fn failure(e: &FredError, command: &'static str) -> NodeOutcome {
     match e.kind() {
         ErrorKind::Timeout => NodeOutcome::TimedOut,
+        // fred's own words, under `Unknown`, for a command it could not write because the
+        // connection had just gone: not a reply of the server, which would start with an
+        // error code (ERR, NOSCRIPT, ...).
+        ErrorKind::Unknown | ErrorKind::Routing if is_unrouted(e) => {
+            NodeOutcome::ConnectionError(format!("{:?}: {}", e.kind(), e.details()))
+        }
         // Redis error replies (NOAUTH, NOPERM, OOM, READONLY, script errors) arrive as
         // `Unknown` (or, for some, `Auth`, `InvalidArgument`, `InvalidCommand`, `Permission`).
         ErrorKind::Unknown
@@ -204,6 +210,12 @@ pub(crate) fn failure(e: &FredError, command: &'static str) -> NodeOutcome {
         }
         _ => NodeOutcome::ConnectionError(format!("{:?}: {}", e.kind(), e.details())),
     }
+}
+
+/// Whether fred failed a command for want of a connection to route it to ("Failed to route
+/// command."), which it reports under `Unknown` like a server's error reply.
+pub(crate) fn is_unrouted(e: &FredError) -> bool {
+    e.details().starts_with("Failed to route command")
 }
 
 #[cfg(test)]
@@ -302,5 +314,26 @@ mod tests {
         let refused = FredError::new(ErrorKind::IO, "Connection refused (os error 111)");
         let failure = ConnectFailure::from_fred(&refused, &without);
         assert!(matches!(failure, ConnectFailure::Other(_)), "{failure:?}");
+    }
+
+    /// A command fred could not route (its connection had just gone) is a connection error:
+    /// a release that met one is sent again, and its report does not point at the server's
+    /// version. It used to be a server error ("EVALSHA refused (error reply): Failed to
+    /// route command.: ... check that the node is a Redis master of version 6.2 or later").
+    #[test]
+    fn a_command_fred_could_not_route_is_a_connection_error() {
+        for kind in [ErrorKind::Unknown, ErrorKind::Routing] {
+            let e = FredError::new(kind, "Failed to route command.");
+            assert!(
+                matches!(failure(&e, "EVALSHA"), NodeOutcome::ConnectionError(_)),
+                "{:?}",
+                failure(&e, "EVALSHA")
+            );
+        }
+        let reply = FredError::new(ErrorKind::Unknown, "ERR unknown command 'EVALSHA'");
+        assert!(matches!(
+            failure(&reply, "EVALSHA"),
+            NodeOutcome::ServerError(_)
+        ));
     }
 }

@@ -12,6 +12,7 @@ use fred::error::{Error as FredError, ErrorKind};
 use fred::interfaces::ClientLike;
 use fred::types::config::Options;
 use fred::types::{CustomCommand, Key, Value};
+use tokio::time::Instant;
 
 use crate::config::{Config, Endpoint};
 use crate::error::ConfigError;
@@ -222,6 +223,35 @@ impl Connection {
         })
     }
 
+    /// Waits until the connection is up, at most the node timeout and not past `deadline`:
+    /// before a command is tried again on a node whose connection failed. Commands fail at
+    /// once while the connection is down between two reconnection attempts (they wait only
+    /// while one is under way), so tries a few milliseconds apart could all fall into the
+    /// gaps of a cut that heals soon after. Returns at once on a connected node.
+    pub(crate) async fn until_connected(&self, deadline: Option<Instant>) {
+        /// fred's connect notification wakes the wait; the state is also read again at
+        /// least this often, since a connection made just before the notification is
+        /// awaited sends none.
+        const RECHECK: Duration = Duration::from_millis(25);
+        /// The pause after a failed reconnection attempt's notification (or a closed
+        /// client's, which comes at once), so that the loop never spins.
+        const AFTER_FAILED_ATTEMPT: Duration = Duration::from_millis(5);
+        let limit = Instant::now() + self.timeout;
+        let limit = deadline.map_or(limit, |deadline| deadline.min(limit));
+        while !self.client.is_connected() {
+            let now = Instant::now();
+            if now >= limit {
+                return;
+            }
+            let step = (limit - now).min(RECHECK);
+            match tokio::time::timeout(step, self.client.wait_for_connect()).await {
+                Ok(Ok(())) => return,
+                Ok(Err(_)) => tokio::time::sleep(AFTER_FAILED_ATTEMPT.min(step)).await,
+                Err(_) => {}
+            }
+        }
+    }
+
     /// One command with the per-command options, under the node timeout.
     async fn custom(&self, name: &'static str, args: Vec<Value>) -> Result<Value, NodeOutcome> {
         let command = CustomCommand::new_static(name, None, false);
@@ -246,7 +276,7 @@ impl Connection {
     /// Sorts a fred error into what a report can say about the node. A command that fred
     /// refused for want of a connection reports why the connection failed, when known.
     fn failure(&self, e: &FredError, command: &'static str) -> NodeOutcome {
-        if *e.kind() == ErrorKind::Canceled {
+        if *e.kind() == ErrorKind::Canceled || failure::is_unrouted(e) {
             if let Some(failure) = self.connect_failure() {
                 return failure.outcome();
             }

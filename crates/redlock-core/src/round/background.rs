@@ -21,14 +21,17 @@ use crate::connection::Connection;
 use crate::report::{CleanupOutcome, NodeOutcome, Settling};
 use crate::scripts::Script;
 
-/// How many times a rollback is tried on one node. Each try is bounded by the node timeout;
-/// a node that failed this often is down or hung, and our key there expires with its TTL.
+/// How many times a rollback is tried on one node. Each try is bounded by the node timeout,
+/// and so is each wait for a node whose connection is down to come back (see
+/// [`try_on`]); a node that failed this often is down or hung, and our key there expires
+/// with its TTL.
 /// Bounding the tries (rather than retrying until the TTL runs out) bounds how long
 /// [`Coordinator::quiesce`](crate::Coordinator::quiesce) and `close` can wait, and keeps
 /// rollbacks from piling up while a node stays down.
 pub(crate) const ROLLBACK_ATTEMPTS: u32 = 3;
 
-/// The pause before the second try; it doubles before each later one (10 ms, 20 ms).
+/// The pause before the second try; it doubles before each later one (10 ms, 20 ms). A node
+/// whose connection is down is then waited for, up to the node timeout.
 const ROLLBACK_PAUSE: Duration = Duration::from_millis(10);
 
 /// Counts a coordinator's background work (commands still in flight, rollbacks,
@@ -289,7 +292,9 @@ impl Background {
 /// A compare-and-delete (`script` on `keys` and `args`, answering 1 when it deleted, 0
 /// when there was nothing of ours) on one node, tried up to [`ROLLBACK_ATTEMPTS`] times,
 /// no try started at or past `deadline` if there is one (for a rollback, the key's TTL: after
-/// it our key is gone by itself). A command that timed out is usually still queued on the connection
+/// it our key is gone by itself). Between tries it pauses, then waits for a node whose
+/// connection is down to reconnect (up to the node timeout): a cut that heals within that
+/// does not leave the key behind. A command that timed out is usually still queued on the connection
 /// behind the command it undoes, so it will run in order.
 async fn try_on(
     connection: &Connection,
@@ -323,6 +328,12 @@ async fn try_on(
             return CleanupOutcome::Failed(failure);
         }
         tokio::time::sleep(pause).await;
+        // A node whose connection is down is waited for: a try while it is down fails at
+        // once, and the next ones would too, a few milliseconds later.
+        connection.until_connected(deadline).await;
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return CleanupOutcome::Failed(failure);
+        }
         pause *= 2;
         attempt += 1;
     }

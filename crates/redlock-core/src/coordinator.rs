@@ -544,9 +544,9 @@ impl Coordinator {
     /// three times, each try bounded by the node timeout, 10 ms and 20 ms apart, and
     /// before the second and the third try a node whose connection is down is waited for,
     /// up to one node timeout each (a try would fail at once). So it returns at most
-    /// `6 × node_timeout + 30 ms` after the decision of the last round started (a background release first needs its
-    /// own round: add one node timeout). A key that could not be rolled back on a node
-    /// that is down expires there with its TTL.
+    /// `6 × node_timeout + 30 ms` after the decision of the last round started (a
+    /// background release first needs its own round: add one node timeout). A key that
+    /// could not be rolled back on a node that is down expires there with its TTL.
     pub async fn quiesce(&self) {
         self.inner.work.idle().await;
     }

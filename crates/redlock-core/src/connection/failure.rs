@@ -197,7 +197,7 @@ pub(crate) fn failure(e: &FredError, command: &'static str) -> NodeOutcome {
         // fred's own words, under `Unknown`, for a command it could not write because the
         // connection had just gone: not a reply of the server, which would start with an
         // error code (ERR, NOSCRIPT, ...).
-        ErrorKind::Unknown | ErrorKind::Routing if is_unrouted(e) => {
+        ErrorKind::Unknown if is_unrouted(e) => {
             NodeOutcome::ConnectionError(format!("{:?}: {}", e.kind(), e.details()))
         }
         // Redis error replies (NOAUTH, NOPERM, OOM, READONLY, script errors) arrive as

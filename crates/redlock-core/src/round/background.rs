@@ -294,8 +294,8 @@ impl Background {
 /// no try started at or past `deadline` if there is one (for a rollback, the key's TTL: after
 /// it our key is gone by itself). Between tries it pauses, then waits for a node whose
 /// connection is down to reconnect (up to the node timeout): a cut that heals within that
-/// does not leave the key behind. A command that timed out is usually still queued on the connection
-/// behind the command it undoes, so it will run in order.
+/// does not leave the key behind. A command that timed out is usually still queued on the
+/// connection behind the command it undoes, so it will run in order.
 async fn try_on(
     connection: &Connection,
     script: &Script,

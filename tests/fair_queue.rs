@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{client, eventually, raw};
-use fred::prelude::{ClientLike, KeysInterface};
+use fred::prelude::{ClientLike, KeysInterface, LuaInterface};
 use fred::types::{CustomCommand, Value};
 use redlock_client::{Error, InvalidConfig, LockOptions, Redlock, RetryPolicy};
 use redlock_core::{Acquisition, ConfigError, FairPlace, Token};
@@ -188,6 +188,7 @@ async fn a_crashed_waiter_holds_up_the_queue_only_for_its_patience() {
             waiter: "crashed",
             ticket: 1,
             patience: Duration::from_millis(800),
+            handover: None,
         }),
         ..Acquisition::new(&keys, Duration::from_secs(2))
     };
@@ -302,6 +303,7 @@ async fn fair_takes_only_plain_locks_of_one_key_and_reserves_its_keys() {
             waiter: "",
             ticket: 1,
             patience: Duration::from_secs(1),
+            handover: None,
         }),
         ..Acquisition::new(&keys, Duration::from_secs(2))
     };
@@ -534,6 +536,7 @@ async fn a_head_that_leaves_while_the_key_is_free_wakes_the_next_waiter() {
         waiter: "gone",
         ticket: 1,
         patience: Duration::from_secs(60),
+        handover: None,
     };
     let queued = Acquisition {
         fair: Some(gone),
@@ -645,6 +648,7 @@ async fn a_waiter_queued_only_to_be_woken_may_take_a_free_key_out_of_turn() {
             waiter,
             ticket,
             patience,
+            handover: None,
         };
         let attempt = Acquisition {
             fair: gated.then_some(place),
@@ -663,6 +667,7 @@ async fn a_waiter_queued_only_to_be_woken_may_take_a_free_key_out_of_turn() {
         waiter: "b",
         ticket: 2,
         patience,
+        handover: None,
     };
     let gated = Acquisition {
         fair: Some(b),
@@ -778,6 +783,7 @@ async fn releases_grouped_into_one_script_call_name_each_keys_next_waiter() {
             waiter,
             ticket: 1,
             patience: Duration::from_secs(5),
+            handover: None,
         };
         let attempt = Acquisition {
             queued: Some(place),
@@ -812,5 +818,243 @@ async fn releases_grouped_into_one_script_call_name_each_keys_next_waiter() {
         }
     }
     core.close().await;
+    no_keys_left(&set).await;
+}
+
+/// The value of `redlock:job` on each node (`None` where it is absent).
+async fn job_values(set: &NodeSet) -> Vec<Option<String>> {
+    let mut values = Vec::new();
+    for node in set.iter() {
+        values.push(node.redis().get("redlock:job").await.unwrap());
+    }
+    values
+}
+
+/// A core coordinator for `set` whose releases announce themselves (and so hand keys over).
+async fn announcing_coordinator(set: &NodeSet) -> redlock_core::Coordinator {
+    let config = redlock_core::Config {
+        nodes: set.urls(),
+        node_timeout: Duration::from_millis(500),
+        release_channel: Some("redlock:released".into()),
+        ..Default::default()
+    };
+    redlock_core::Coordinator::connect(config).await.unwrap()
+}
+
+/// A fair attempt of waiter `waiter` on `redlock:job` that registers hand-over `number`.
+fn fair_attempt<'a>(
+    key: &'a [&'a str],
+    waiter: &'a str,
+    number: u64,
+    token: Token,
+) -> Acquisition<'a> {
+    Acquisition {
+        token,
+        fair: Some(FairPlace {
+            waiter,
+            ticket: 1,
+            patience: Duration::from_secs(5),
+            handover: Some(number),
+        }),
+        ..Acquisition::new(key, Duration::from_secs(5))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = fair_client(&set).await;
+    // A fair waiter that, with its subscribers up, tries again only every 10 s unless woken.
+    let c = client(&set, |b| {
+        b.fair(true)
+            .backoff(Duration::from_millis(10), Duration::from_secs(10))
+            .max_wait(Duration::from_secs(60))
+    })
+    .await;
+    common::subscribed(&set, 2).await;
+    let guard = holder.lock("job").await.unwrap();
+    let waiter = c.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("job").await });
+    queued_everywhere(&set, 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let rounds = set.node(0).command_calls("evalsha").await.unwrap();
+    guard.release().await.unwrap();
+    let handed = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the head was not handed the key")
+        .unwrap()
+        .unwrap();
+    // The key holds the hand-over token of the waiter's only attempt on every node, and the
+    // waiter sent no script after the release (the release itself is one).
+    let token = handed.lock().token().as_str().to_string();
+    assert!(token.ends_with("~1"), "not a hand-over: {token}");
+    assert_eq!(job_values(&set).await, vec![Some(token); 3]);
+    assert_eq!(
+        set.node(0).command_calls("evalsha").await.unwrap() - rounds,
+        1,
+        "the head ran a round after the release"
+    );
+    assert!(handed.lock().report().accepted >= 2);
+    handed.release().await.unwrap();
+    holder.shutdown().await;
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_of_the_waiters_round_cannot_delete_a_key_handed_over_meanwhile() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = announcing_coordinator(&set).await;
+    let key = ["redlock:job"];
+    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
+    let since = tokio::time::Instant::now();
+    let round_token = Token::random();
+    let refused = core
+        .acquire_with(fair_attempt(&key, "w:1", 1, round_token.clone()))
+        .await;
+    assert!(refused.is_err());
+    core.release(&held).await.unwrap();
+    let handed = redlock_core::handover_token("w:1", 1);
+    assert_eq!(
+        job_values(&set).await,
+        vec![Some(handed.as_str().to_string()); 3]
+    );
+    // What a late rollback of the waiter's round does on every node: a compare-and-delete
+    // of the round's token. The handed-over key is not the round's, and stays.
+    for node in set.iter() {
+        let r = raw(&node.url()).await;
+        let deleted: i64 = r
+            .eval(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                vec!["redlock:job"],
+                vec![round_token.as_str()],
+            )
+            .await
+            .unwrap();
+        r.quit().await.unwrap();
+        assert_eq!(deleted, 0);
+    }
+    let lock = core
+        .handed_over(redlock_core::Handover {
+            key: key[0],
+            waiter: "w:1",
+            number: 1,
+            ttl: Duration::from_secs(5),
+            since,
+            nodes: &[0, 1, 2],
+        })
+        .unwrap();
+    assert_eq!(lock.token(), &handed);
+    assert!(lock.remaining().unwrap() <= Duration::from_secs(5));
+    core.release(&lock).await.unwrap();
+    core.close().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_needs_a_quorum_and_validity_left() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = announcing_coordinator(&set).await;
+    let handover = |nodes: &'static [usize], since| redlock_core::Handover {
+        key: "redlock:job",
+        waiter: "w:1",
+        number: 1,
+        ttl: Duration::from_secs(5),
+        since,
+        nodes,
+    };
+    let now = tokio::time::Instant::now();
+    let few = core.handed_over(handover(&[2, 2, 7], now)).unwrap_err();
+    assert!(matches!(few, redlock_core::Error::NoQuorum { .. }), "{few}");
+    let old = now - Duration::from_secs(6);
+    let late = core.handed_over(handover(&[0, 1], old)).unwrap_err();
+    assert!(
+        matches!(late, redlock_core::Error::ValidityExhausted { .. }),
+        "{late}"
+    );
+    let lock = core.handed_over(handover(&[0, 2], now)).unwrap();
+    let report = lock.report();
+    assert_eq!((report.accepted, report.quorum), (2, 2));
+    assert_eq!(report.nodes[0].outcome, redlock_core::NodeOutcome::Acquired);
+    assert_eq!(report.nodes[1].outcome, redlock_core::NodeOutcome::Pending);
+    core.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_attempt_takes_a_handed_over_key_on_and_a_leave_passes_one_on() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = announcing_coordinator(&set).await;
+    let key = ["redlock:job"];
+    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
+    for (waiter, number) in [("a:1", 1), ("b:1", 1)] {
+        let attempt = fair_attempt(&key, waiter, number, Token::random());
+        assert!(core.acquire_with(attempt).await.is_err());
+    }
+    queued_everywhere(&set, 2).await;
+    // "a" heads the queue (same ticket, lower id): the release hands it the key.
+    core.release(&held).await.unwrap();
+    let handed = redlock_core::handover_token("a:1", 1);
+    assert_eq!(
+        job_values(&set).await,
+        vec![Some(handed.as_str().to_string()); 3]
+    );
+    // Its next attempt (it never heard the hand-over) takes the key on under the round's
+    // own token and TTL.
+    let won = core
+        .acquire_with(fair_attempt(&key, "a:1", 2, Token::random()))
+        .await
+        .unwrap();
+    assert_eq!(
+        job_values(&set).await,
+        vec![Some(won.token().as_str().to_string()); 3]
+    );
+    // "a" releases: the key goes to "b". "b" gives up without hearing of it: its leave
+    // deletes the handed-over key, and passes the free key on to nobody.
+    core.release(&won).await.unwrap();
+    let to_b = redlock_core::handover_token("b:1", 1);
+    assert_eq!(
+        job_values(&set).await,
+        vec![Some(to_b.as_str().to_string()); 3]
+    );
+    core.leave_queue(key[0], "b:1").await.unwrap();
+    core.quiesce().await;
+    core.close().await;
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_whose_validity_ran_out_while_queued_is_taken_on_by_a_round() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = fair_client(&set).await;
+    // With its subscribers up, this fair waiter attempts once, then only when woken (the
+    // next try would come after 10 s): its hand-over is registered with a 2 s TTL at once.
+    let c = client(&set, |b| {
+        b.fair(true)
+            .backoff(Duration::from_millis(10), Duration::from_secs(10))
+            .max_wait(Duration::from_secs(60))
+    })
+    .await;
+    common::subscribed(&set, 2).await;
+    let guard = holder.lock("job").await.unwrap();
+    let waiter = c.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("job").await });
+    queued_everywhere(&set, 1).await;
+    // Held (and renewed) past the TTL of the waiter's attempt: the hand-over's validity,
+    // counted from that attempt, has run out when the release hands the key over.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    guard.release().await.unwrap();
+    let won = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the head did not take the handed-over key on")
+        .unwrap()
+        .unwrap();
+    // Its round took the key on under the round's own token, with a fresh TTL.
+    let token = won.lock().token().as_str().to_string();
+    assert!(!token.contains('~'), "held under the stale hand-over: {token}");
+    assert!(won.lock().remaining().unwrap() > Duration::from_secs(1));
+    assert_eq!(job_values(&set).await, vec![Some(token); 3]);
+    won.release().await.unwrap();
+    holder.shutdown().await;
+    c.shutdown().await;
     no_keys_left(&set).await;
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use redlock_core::{
-    Acquisition, ConfigError, Coordinator, FairPlace, Inspection, Lock, NodeOutcome, RoundReport,
-    Token,
+    handover_token, Acquisition, ConfigError, Coordinator, FairPlace, Handover, Inspection, Lock,
+    NodeOutcome, RoundReport, Token,
 };
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -17,7 +17,7 @@ use crate::config::LockConfig;
 use crate::error::{Error, InvalidConfig};
 use crate::guard::{HoldState, KeepAlive, LockGuard, LockHandle};
 use crate::metrics;
-use crate::notify::Notifier;
+use crate::notify::{Notifier, Waiter};
 use crate::owner::Owner;
 use crate::renew::{RenewalPlan, Renewer};
 use crate::retry::RetryPolicy;
@@ -426,6 +426,9 @@ impl Redlock {
             // or its future dropped), once an attempt has queued the waiter, unless the
             // winning round already took the waiter out on every node.
             let mut queued = None;
+            // A fair waiter's last attempt that registered a hand-over: its number, and an
+            // instant before its round started (the hand-over's validity starts there).
+            let mut handover: Option<(u64, Instant)> = None;
             // Why the call gives up, from the last attempt's report: `past_deadline` with
             // the time waited, or every allowed attempt used.
             let fail = |report: Box<RoundReport>,
@@ -457,9 +460,25 @@ impl Redlock {
                 // A fenced attempt's write-back ends by the call's bound too.
                 let fence_by = deadline.and_then(|d| d.checked_add(node_timeout));
                 // A fair waiter queues from its first attempt, gated; another one from its
-                // second, only to be woken.
+                // second, only to be woken. With wake-ups on, each fair attempt registers a
+                // hand-over: a release that finds the waiter at the head of the queue hands
+                // it the key, and tells its client (see `handover` below).
                 let places = match place {
-                    Some(place) if fair => (Some(place), None),
+                    Some(place) if fair => {
+                        let number = watch.as_ref().map(|watch| {
+                            let number = u64::from(attempts);
+                            watch.expect(handover_token(place.waiter, number).as_str().into());
+                            handover = Some((number, Instant::now()));
+                            number
+                        });
+                        (
+                            Some(FairPlace {
+                                handover: number,
+                                ..place
+                            }),
+                            None,
+                        )
+                    }
                     Some(place) if attempts > 1 && announced => (None, Some(place)),
                     _ => (None, None),
                 };
@@ -497,6 +516,27 @@ impl Redlock {
                             .expect("a round error carries its report"),
                     ),
                 };
+                // The nodes may have handed the key over while the round ran: a release
+                // that came after the round's command reached a node. (Never also a won
+                // round: a hand-over and a round's `SET` need a quorum each of one key.)
+                if short_lock.is_none() {
+                    if let Some(lock) = self
+                        .handed_over(
+                            watch.as_ref(),
+                            &keys[0],
+                            waiter.as_deref(),
+                            handover,
+                            (ttl, min_validity),
+                            report.elapsed.min(node_timeout),
+                        )
+                        .await
+                    {
+                        if let Some(exit) = queued.take() {
+                            exit.after_win(&lock);
+                        }
+                        return Ok(self.guard(lock, ttl, renew, attempts, start));
+                    }
+                }
                 // Refused by so many nodes for a reason that only a change of settings
                 // clears (credentials, ACL, a replica) that no quorum can form: waiting out
                 // `max_wait` would only delay the error.
@@ -575,6 +615,25 @@ impl Redlock {
                             _ = watch.released() => true,
                             _ = tokio::time::sleep(delay) => false,
                         };
+                        // Handed the key by the release that woke it: held without a round.
+                        if woken && fair {
+                            if let Some(lock) = self
+                                .handed_over(
+                                    Some(watch),
+                                    &keys[0],
+                                    waiter.as_deref(),
+                                    handover,
+                                    (ttl, min_validity),
+                                    report.elapsed.min(node_timeout),
+                                )
+                                .await
+                            {
+                                if let Some(exit) = queued.take() {
+                                    exit.after_win(&lock);
+                                }
+                                return Ok(self.guard(lock, ttl, renew, attempts, start));
+                            }
+                        }
                         // In a fair queue only the head writes, so woken waiters cannot
                         // split the vote: no spread.
                         if woken && !fair {
@@ -616,6 +675,58 @@ impl Redlock {
         span.record("outcome", outcome);
         span.record("wait_us", waited.as_micros() as u64);
         result
+    }
+
+    /// The lock that a quorum of nodes handed over to fair waiter `waiter` for its attempt
+    /// `handover` (number, and an instant before its round started), when they did and it
+    /// has at least `min_validity` left (`bounds` = TTL, minimum validity). With less, the
+    /// waiter's next round takes the key on under its own token, with a fresh TTL.
+    ///
+    /// The last nodes' messages are waited for up to `grace` (about a round trip): a lock
+    /// that every node handed over sends no leave afterwards, while one that some node did
+    /// not (yet) hand over leaves the queue there, in the background.
+    async fn handed_over(
+        &self,
+        watch: Option<&Waiter<'_>>,
+        key: &str,
+        waiter: Option<&str>,
+        handover: Option<(u64, Instant)>,
+        (ttl, min_validity): (Duration, Duration),
+        grace: Duration,
+    ) -> Option<Lock> {
+        let (watch, waiter, (number, since)) = (watch?, waiter?, handover?);
+        let mut nodes = watch.handed()?;
+        let until = Instant::now() + grace;
+        while nodes.len() < self.inner.config.nodes.len()
+            && tokio::time::timeout_at(until, watch.released())
+                .await
+                .is_ok()
+        {
+            nodes = watch.handed().unwrap_or(nodes);
+        }
+        let handed = Handover {
+            key,
+            waiter,
+            number,
+            ttl,
+            since,
+            nodes: &nodes,
+        };
+        match self.inner.core.handed_over(handed) {
+            Ok(lock) if lock.remaining().unwrap_or(Duration::ZERO) >= min_validity => {
+                tracing::debug!(
+                    nodes = nodes.len(),
+                    "the key was handed over by the release"
+                );
+                Some(lock)
+            }
+            Ok(_) | Err(_) => {
+                tracing::debug!(
+                    "a hand-over with too little validity left; a round takes the key on"
+                );
+                None
+            }
+        }
     }
 
     /// Releases a lock won with less validity than the caller's minimum, before the next

@@ -23,6 +23,11 @@
 //! client alone: only that client wakes it, so one round follows a release instead of one
 //! per client, and the other clients are not even sent the message (with many clients on
 //! one key, delivering every release to every client cost more than the waiters' rounds).
+//! A fair waiter is handed the key by the release itself (`FairPlace::handover`): the
+//! registry counts the nodes that said so, for the hand-over the waiter expects (its last
+//! attempt's), and wakes the waiter once they make a quorum; it then holds the lock
+//! without a round. A hand-over for an older attempt wakes it at once: its next round takes
+//! such a key on.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,11 +43,21 @@ use tokio::sync::{watch, Notify};
 use crate::metrics;
 
 /// One waiter's wake-up: a `Notify` permit, and whether one was handed out and not yet
-/// taken (so that a waiter who leaves without taking it passes it on).
+/// taken (so that a waiter who leaves without taking it passes it on); for a fair waiter,
+/// the hand-over it expects and the nodes that made it.
 #[derive(Debug, Default)]
 struct WakeUp {
     notify: Notify,
     pending: AtomicBool,
+    handover: Mutex<Handed>,
+}
+
+/// The hand-over a fair waiter expects (its last attempt's token), and the nodes (by index)
+/// that said they handed the key over under it.
+#[derive(Debug, Default)]
+struct Handed {
+    expected: Option<String>,
+    nodes: Vec<usize>,
 }
 
 impl WakeUp {
@@ -119,6 +134,37 @@ impl Registry {
         };
         if announced == wake_at {
             chosen.wake();
+        }
+    }
+
+    /// Node `node` handed `key` over to waiter `head` of this client under the token
+    /// `handed`. Counted when it is the hand-over the waiter expects; the waiter is woken
+    /// once a quorum of nodes made it, and by each node after that. One for an older attempt of the waiter's wakes it at
+    /// once: its next round takes the key on there.
+    fn handed(&mut self, node: usize, head: &str, handed: &str, key: &str) {
+        let Some(list) = self.waiters.get(key) else {
+            return;
+        };
+        let Some((_, slot, _)) = list
+            .iter()
+            .find(|(_, _, fair)| fair.as_deref() == Some(head))
+        else {
+            return;
+        };
+        let mut state = slot.handover.lock().expect("hand-over lock");
+        if state.expected.as_deref() != Some(handed) {
+            drop(state);
+            slot.wake();
+            return;
+        }
+        if !state.nodes.contains(&node) {
+            state.nodes.push(node);
+            // From the quorum on, each further node wakes it too: a waiter that holds the
+            // lock waits a moment for the last nodes (see `Redlock::handed_over`).
+            if state.nodes.len() >= self.quorum.max(1) {
+                drop(state);
+                slot.wake();
+            }
         }
     }
 
@@ -262,7 +308,7 @@ impl Notifier {
         let closed = watch::Sender::new(false);
         let mut started = Vec::new();
         let mut presences = Vec::new();
-        for (node, subscriber) in subscribers {
+        for (index, (node, subscriber)) in subscribers.into_iter().enumerate() {
             let subscriber = match subscriber {
                 Ok(subscriber) => subscriber,
                 Err(error) => {
@@ -272,6 +318,7 @@ impl Notifier {
             };
             let presence = Arc::new(Presence::new(node));
             let task = dispatch(
+                index,
                 subscriber.clone(),
                 channels.clone(),
                 waiters.clone(),
@@ -361,6 +408,23 @@ impl Waiter<'_> {
         self.notifier.presences.iter().all(|p| p.is_up())
     }
 
+    /// Expects a hand-over under `handed` (the token of the attempt about to start; see
+    /// `FairPlace::handover`): the nodes counted for an earlier one are forgotten.
+    pub(crate) fn expect(&self, handed: String) {
+        let mut state = self.slot.handover.lock().expect("hand-over lock");
+        state.expected = Some(handed);
+        state.nodes.clear();
+    }
+
+    /// The nodes that handed the key over under the expected token, once they make a
+    /// quorum.
+    pub(crate) fn handed(&self) -> Option<Vec<usize>> {
+        let quorum = self.notifier.waiters.lock().expect("notifier lock").quorum;
+        let state = self.slot.handover.lock().expect("hand-over lock");
+        (state.expected.is_some() && state.nodes.len() >= quorum.max(1))
+            .then(|| state.nodes.clone())
+    }
+
     /// Completes when this waiter's turn came with a release of a watched key since the
     /// last call. A turn that came while the waiter was busy is kept (as a `Notify`
     /// permit), not lost.
@@ -381,6 +445,7 @@ impl Drop for Waiter<'_> {
 /// reconnections) and hands every message to the waiters of its key. A closed connection
 /// (fred's error events) marks the subscriber down until a `SUBSCRIBE` succeeds again.
 async fn dispatch(
+    node: usize,
     subscriber: SubscriberClient,
     channels: Vec<String>,
     waiters: Arc<Mutex<Registry>>,
@@ -407,10 +472,14 @@ async fn dispatch(
                     let Some(text) = message.value.as_string() else {
                         continue;
                     };
-                    let Some((token, key, head)) = parse_release(&text) else {
+                    let Some(release) = parse_release(&text) else {
                         continue;
                     };
-                    waiters.lock().expect("notifier lock").wake(token, key, head);
+                    let mut registry = waiters.lock().expect("notifier lock");
+                    match release {
+                        Release::Handed { head, handed, key } => registry.handed(node, head, handed, key),
+                        Release::Announced { token, key, head } => registry.wake(token, key, head),
+                    }
                 }
                 // Messages were dropped: any waiter may have missed its release. Wake all.
                 Err(RecvError::Lagged(_)) => {
@@ -432,13 +501,33 @@ async fn dispatch(
     }
 }
 
-/// A release message: `"<token> <key>"`, or `"<token>\t<next waiter> <key>"` for a fair
-/// lock. Tokens and waiter ids hold no white space; keys may.
-fn parse_release(text: &str) -> Option<(&str, &str, Option<&str>)> {
+/// What a release message says.
+#[derive(Debug, PartialEq, Eq)]
+enum Release<'a> {
+    /// `"<token> <key>"`, or `"<token>\t<next waiter> <key>"`: the key was released (by
+    /// the lock with `token`), and `head` is the queue's next waiter when it has one.
+    Announced {
+        token: &'a str,
+        key: &'a str,
+        head: Option<&'a str>,
+    },
+    /// `"<token>\t<next waiter>\t<hand-over token> <key>"`: the key was handed over to the
+    /// queue's next waiter, a fair one, under `handed`.
+    Handed {
+        head: &'a str,
+        handed: &'a str,
+        key: &'a str,
+    },
+}
+
+/// Parses a release message. Tokens and waiter ids hold no white space; keys may.
+fn parse_release(text: &str) -> Option<Release<'_>> {
     let (first, key) = text.split_once(' ')?;
-    Some(match first.split_once('\t') {
-        Some((token, head)) => (token, key, Some(head)),
-        None => (first, key, None),
+    let mut parts = first.split('\t');
+    let token = parts.next()?;
+    Some(match (parts.next(), parts.next()) {
+        (Some(head), Some(handed)) => Release::Handed { head, handed, key },
+        (head, _) => Release::Announced { token, key, head },
     })
 }
 
@@ -550,13 +639,63 @@ mod tests {
     }
 
     #[test]
-    fn release_messages_parse_with_and_without_a_next_waiter() {
-        assert_eq!(parse_release("tok a key"), Some(("tok", "a key", None)));
+    fn release_messages_parse_with_and_without_a_next_waiter_or_a_hand_over() {
+        let announced = |token, key, head| Release::Announced { token, key, head };
+        assert_eq!(
+            parse_release("tok a key"),
+            Some(announced("tok", "a key", None))
+        );
         assert_eq!(
             parse_release("tok\tw1 a key"),
-            Some(("tok", "a key", Some("w1")))
+            Some(announced("tok", "a key", Some("w1")))
+        );
+        assert_eq!(
+            parse_release("tok\tw1\tw1~3 a key"),
+            Some(Release::Handed {
+                head: "w1",
+                handed: "w1~3",
+                key: "a key"
+            })
         );
         assert_eq!(parse_release("nospace"), None);
+    }
+
+    fn handed_nodes(slot: &WakeUp) -> Vec<usize> {
+        slot.handover.lock().unwrap().nodes.clone()
+    }
+
+    fn expect(slot: &WakeUp, handed: &str) {
+        let mut state = slot.handover.lock().unwrap();
+        state.expected = Some(handed.into());
+        state.nodes.clear();
+    }
+
+    #[test]
+    fn a_fair_waiter_is_woken_once_a_quorum_of_distinct_nodes_handed_it_the_key() {
+        let mut registry = Registry {
+            quorum: 3,
+            ..Registry::default()
+        };
+        let head = fair_waiter(&mut registry, 1, "k", "w1");
+        let other = fair_waiter(&mut registry, 2, "k", "w2");
+        expect(&head, "w1~2");
+        registry.handed(0, "w1", "w1~2", "k");
+        registry.handed(0, "w1", "w1~2", "k");
+        registry.handed(4, "w1", "w1~2", "k");
+        assert!(!woken(&head), "two distinct nodes are no quorum");
+        registry.handed(2, "w1", "w1~2", "k");
+        assert!(woken(&head) && !woken(&other));
+        assert_eq!(handed_nodes(&head), vec![0, 4, 2]);
+        take(&head);
+        // A hand-over for an older attempt is not counted, but wakes the waiter: its next
+        // round takes the key on.
+        registry.handed(1, "w1", "w1~1", "k");
+        assert!(woken(&head));
+        assert_eq!(handed_nodes(&head).len(), 3);
+        // Another client's waiter, or another key: nothing.
+        registry.handed(1, "w9", "w9~1", "k");
+        registry.handed(1, "w2", "w2~1", "other-key");
+        assert!(!woken(&other));
     }
 
     fn woken(slot: &WakeUp) -> bool {

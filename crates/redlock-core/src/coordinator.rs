@@ -68,7 +68,7 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     /// The prefixes of the queues' keys and of their expiry, as the release scripts take
     /// them: built once here rather than for every release.
-    pub(crate) queue_prefixes: [Value; 2],
+    pub(crate) queue_prefixes: [Value; 3],
 }
 
 /// The health check at connect: logs each connected node's settings (`node checked`, also
@@ -154,6 +154,7 @@ impl Coordinator {
                 queue_prefixes: [
                     Value::from(format!("{}queue:", config.fair_prefix)),
                     Value::from(format!("{}expiry:", config.fair_prefix)),
+                    Value::from(format!("{}handover:", config.fair_prefix)),
                 ],
                 connections: connections.into(),
                 config,

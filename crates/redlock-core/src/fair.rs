@@ -14,17 +14,34 @@
 //! waiter's last attempt (by the node's clock), and every attempt first drops the expired
 //! entries. Client clocks that disagree change the order (a waiter whose clock runs ahead
 //! queues later), never safety.
+//!
+//! Hand-over: each attempt of a fair waiter also registers a hand-over (its attempt number
+//! and TTL). A release (or a leave) that frees the key while such a waiter heads the queue
+//! sets the key to the waiter's hand-over token `"<waiter>~<number>"` there and then, and
+//! tells its client. Once a quorum of nodes has told it, the waiter holds the lock
+//! ([`Coordinator::handed_over`]) without a round of its own: a hand-off costs the release
+//! and its message. Its validity is that of the attempt that registered the hand-over
+//! (`t0 + ttl - drift`), a lower bound of each such node's expiry since every one of them
+//! set the key after that attempt reached it. The hand-over token is no round's token, so
+//! no rollback of the waiter's rounds deletes a key handed over meanwhile; a later attempt
+//! takes such a key on under its round's token. A waiter that dies after registering and is
+//! then handed the key holds it up for one TTL, as a holder that dies does.
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use fred::types::{Key, Value};
+use tokio::time::Instant;
 
 use crate::coordinator::Coordinator;
+use crate::drift::lease;
 use crate::error::{ConfigError, Error};
 use crate::lock::Lock;
-use crate::report::{NodeOutcome, RoundKind, RoundReport};
+use crate::report::{NodeOutcome, NodeReport, RoundKind, RoundReport};
 use crate::round::Command;
 use crate::scripts::FAIR_LEAVE;
+use crate::token::Token;
 
 /// A waiter's place in a key's fair queue: who it is, its ticket, and how long its entry
 /// outlives its last attempt. Give the same place to every attempt of one wait.
@@ -56,6 +73,12 @@ pub struct FairPlace<'a> {
     /// than the longest pause between two attempts of the waiter, or it loses its place;
     /// short, because a waiter that crashed holds up the queue that long.
     pub patience: Duration,
+    /// For a fair (gated) attempt: its hand-over number, unique among the attempts of this
+    /// wait (the attempt's count, say). A release that finds the waiter at the head of the
+    /// queue then hands it the key under the token `"<waiter>~<number>"`, with this
+    /// attempt's TTL; see [`Coordinator::handed_over`]. `None` (the default): releases only
+    /// announce themselves to the waiter, which runs a round of its own.
+    pub handover: Option<u64>,
 }
 
 impl<'a> FairPlace<'a> {
@@ -70,6 +93,7 @@ impl<'a> FairPlace<'a> {
             waiter,
             ticket,
             patience,
+            handover: None,
         }
     }
 
@@ -96,12 +120,38 @@ impl<'a> FairPlace<'a> {
     }
 }
 
-/// The keys of lock key `key`'s queue and of the queue's expiry.
-pub(crate) fn queue_keys(prefix: &str, key: &str) -> [Key; 2] {
+/// The keys of lock key `key`'s queue, of the queue's expiry and of its hand-overs.
+pub(crate) fn queue_keys(prefix: &str, key: &str) -> [Key; 3] {
     [
         Key::from(format!("{prefix}queue:{key}")),
         Key::from(format!("{prefix}expiry:{key}")),
+        Key::from(format!("{prefix}handover:{key}")),
     ]
+}
+
+/// The token of the key a release hands over to `waiter` for its attempt `number`.
+pub fn handover_token(waiter: &str, number: u64) -> Token {
+    Token::from_string(format!("{waiter}~{number}"))
+}
+
+/// A lock handed over to a fair waiter by the nodes' release scripts (see
+/// [`Coordinator::handed_over`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Handover<'a> {
+    /// The key.
+    pub key: &'a str,
+    /// The waiter's id, as in its [`FairPlace`].
+    pub waiter: &'a str,
+    /// The hand-over number of the attempt that registered the hand-over.
+    pub number: u64,
+    /// That attempt's TTL.
+    pub ttl: Duration,
+    /// An instant before that attempt's round sent its first command (its `t0`, or
+    /// earlier).
+    pub since: Instant,
+    /// The nodes (by index, in configuration order) that said they handed the key over
+    /// under this number.
+    pub nodes: &'a [usize],
 }
 
 impl Coordinator {
@@ -110,13 +160,28 @@ impl Coordinator {
     /// the lock or gave up, leaves at once instead of holding up the queue for its
     /// patience. With notifications on (`Config::release_channel`), a node where the key is
     /// free announces the leave to the queue's next waiter, as a release would.
+    ///
+    /// A key handed over to the waiter and not taken on (see [`FairPlace::handover`]) is
+    /// deleted, and passed on to the next waiter.
     pub async fn leave_queue(&self, key: &str, waiter: &str) -> Result<RoundReport, Error> {
-        let [queue, expiry] = queue_keys(&self.inner.config.fair_prefix, key);
+        self.leave_queue_keeping(key, waiter, None).await
+    }
+
+    /// [`leave_queue`](Self::leave_queue) by a waiter that won `keep`: a key handed over to
+    /// it is deleted only where it is not `keep`'s.
+    async fn leave_queue_keeping(
+        &self,
+        key: &str,
+        waiter: &str,
+        keep: Option<&Token>,
+    ) -> Result<RoundReport, Error> {
+        let [queue, expiry, handovers] = queue_keys(&self.inner.config.fair_prefix, key);
         let channel = self.inner.config.release_channel.as_deref().unwrap_or("");
+        let keep = keep.map_or(Value::from(""), |t| Value::String(t.as_fred().clone()));
         let command = Command::Script {
             script: &FAIR_LEAVE,
-            keys: vec![queue, expiry, Key::from(key)],
-            args: vec![Value::from(waiter), Value::from(channel)],
+            keys: vec![queue, expiry, Key::from(key), handovers],
+            args: vec![Value::from(waiter), Value::from(channel), keep],
         };
         let round = self.untimed_round(RoundKind::Leave, command, key.into());
         self.run_to_quorum(round).await
@@ -140,9 +205,12 @@ impl Coordinator {
     /// out of the queue on every node that set the key, so it leaves the queue (in the
     /// background, as [`leave_queue_in_background`](Self::leave_queue_in_background))
     /// only when some node did not, once the round's late answers are in.
+    ///
+    /// Where it leaves, a key handed over to it that is not this lock's is deleted.
     pub fn leave_queue_after_win(&self, lock: &Lock, waiter: String) -> bool {
         let report = lock.report().clone();
         let key = lock.key().to_string();
+        let token = lock.token().clone();
         self.spawn_background(|this| async move {
             let settled = report.settled().await;
             if settled
@@ -152,9 +220,74 @@ impl Coordinator {
             {
                 return;
             }
-            if let Err(e) = this.leave_queue(&key, &waiter).await {
+            if let Err(e) = this.leave_queue_keeping(&key, &waiter, Some(&token)).await {
                 tracing::debug!(error = %e, "leaving a fair queue failed; the entry expires with its patience");
             }
+        })
+    }
+}
+
+impl Coordinator {
+    /// The lock that the nodes' release scripts handed over to a fair waiter (see
+    /// [`FairPlace::handover`]), once `handover.nodes` make a quorum: no round is run. Its
+    /// token is [`handover_token`], its validity that of the attempt that registered the
+    /// hand-over (`since + ttl - drift`), and its report names the nodes that handed it over
+    /// as acquired and the others as not heard from. Only nodes that said so may be named:
+    /// the lock is only as good as those messages. Fails with [`Error::NoQuorum`] when they
+    /// are too few, and [`Error::ValidityExhausted`] when the validity has run out (a
+    /// round of the waiter's then takes the key on with a fresh TTL).
+    pub fn handed_over(&self, handover: Handover<'_>) -> Result<Lock, Error> {
+        let config = &self.inner.config;
+        let n = self.inner.connections.len();
+        let mut nodes: Vec<NodeReport> = self
+            .inner
+            .connections
+            .iter()
+            .map(|c| NodeReport::pending(c.name.clone()))
+            .collect();
+        let mut accepted = 0;
+        for &i in handover.nodes {
+            if let Some(node) = nodes.get_mut(i) {
+                if node.outcome != NodeOutcome::Acquired {
+                    node.outcome = NodeOutcome::Acquired;
+                    accepted += 1;
+                }
+            }
+        }
+        let elapsed = handover.since.elapsed();
+        let granted = lease(handover.ttl, config.drift_factor, handover.since, elapsed)
+            .filter(|_| accepted >= self.quorum());
+        let report = Box::new(RoundReport {
+            kind: RoundKind::Acquire,
+            key: Arc::from(handover.key),
+            quorum: crate::quorum::quorum(n),
+            accepted,
+            nodes,
+            elapsed,
+            validity: granted.map(|(validity, _)| validity),
+            settling: None,
+        });
+        let Some((_, valid_until)) = granted else {
+            return Err(if accepted >= report.quorum {
+                Error::ValidityExhausted {
+                    report,
+                    ttl: handover.ttl,
+                }
+            } else {
+                Error::NoQuorum { report }
+            });
+        };
+        let key: Arc<str> = Arc::from(handover.key);
+        Ok(Lock {
+            keys: Arc::from([key.clone()]),
+            name: key,
+            token: handover_token(handover.waiter, handover.number),
+            owner: None,
+            fair: true,
+            ttl: handover.ttl,
+            valid_until,
+            report: Arc::new(*report),
+            fencing_token: None,
         })
     }
 }
@@ -169,6 +302,7 @@ mod tests {
             waiter: "w",
             ticket: 1,
             patience: Duration::from_millis(1),
+            handover: None,
         };
         assert!(ok.check().is_ok());
         assert!(FairPlace { waiter: "", ..ok }.check().is_err());
@@ -192,6 +326,7 @@ mod tests {
             waiter: "w",
             ticket: u64::MAX,
             patience: Duration::from_secs(1),
+            handover: None,
         };
         assert_eq!(far.args()[1], Value::from(1i64 << 53));
         // After 2020-01-01 and exactly representable as a sorted-set score.
@@ -201,8 +336,9 @@ mod tests {
 
     #[test]
     fn queue_keys_never_collide_between_locks() {
-        let [q, e] = queue_keys("redlock:fair-", "redlock:a");
+        let [q, e, h] = queue_keys("redlock:fair-", "redlock:a");
         assert_eq!(q.as_str(), Some("redlock:fair-queue:redlock:a"));
         assert_eq!(e.as_str(), Some("redlock:fair-expiry:redlock:a"));
+        assert_eq!(h.as_str(), Some("redlock:fair-handover:redlock:a"));
     }
 }

@@ -93,7 +93,7 @@ pub use config::{
 pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
 pub use error::{ConfigError, Error};
-pub use fair::FairPlace;
+pub use fair::{handover_token, FairPlace, Handover};
 pub use fence::FencingToken;
 pub use health::{HealthProblem, NodeHealth};
 pub use inspect::{Holder, Inspection};

@@ -129,13 +129,16 @@ impl LockSpec {
         gated: bool,
         prefix: &str,
     ) -> Command {
-        let [queue, expiry] = fair::queue_keys(prefix, &self.keys[0]);
+        let [queue, expiry, handovers] = fair::queue_keys(prefix, &self.keys[0]);
         let mut args = vec![self.token_value(), Value::from(ttl_ms(ttl))];
         args.extend(place.args());
         args.push(Value::from(if gated { "1" } else { "0" }));
+        if let (true, Some(number)) = (gated, place.handover) {
+            args.push(Value::from(i64::try_from(number).unwrap_or(i64::MAX)));
+        }
         Command::Script {
             script: &FAIR_ACQUIRE,
-            keys: vec![Key::from(&*self.keys[0]), queue, expiry],
+            keys: vec![Key::from(&*self.keys[0]), queue, expiry, handovers],
             args,
         }
     }
@@ -157,10 +160,10 @@ impl LockSpec {
     }
 
     /// The compare-and-delete for this lock, publishing on `channel` when given. The
-    /// release of a plain lock also names the next live waiter of the key's queue (under
-    /// `queue_prefixes`) when it has one, so that only that waiter's client runs a round: fair
-    /// waiters and waiters queued to be woken alike.
-    pub(crate) fn release(&self, channel: Option<&str>, queue_prefixes: &[Value; 2]) -> Command {
+    /// release of a plain lock also passes the key on to the next live waiter of the key's
+    /// queue (under `queue_prefixes`) when it has one: a fair waiter is handed the key, a
+    /// waiter queued to be woken is told, on its client's channel alone.
+    pub(crate) fn release(&self, channel: Option<&str>, queue_prefixes: &[Value; 3]) -> Command {
         let (script, mut args) = self.release_script(channel);
         if self.owner.is_none() && channel.is_some() {
             args.extend(queue_prefixes.iter().cloned());

@@ -50,15 +50,13 @@ return 1"#;
 /// token lets subscribers of several nodes recognise one release). Returns 1 when something
 /// was deleted, 0 otherwise.
 ///
-/// For a plain lock, `ARGV[3]` and `ARGV[4]` are the prefixes of the queues' keys and of
-/// their expiry: when the key's queue has a waiter (fair, or queued only to be woken), the
-/// message is `"<token>\t<waiter> <key>"`, with the first waiter whose entry has not
-/// expired, so that only that waiter's client wakes up (the queue is only read here; the
-/// next queued attempt drops expired entries). When the queue has none, `ARGV[5]` = "1"
+/// For a plain lock, `ARGV[3]`, `ARGV[4]` and `ARGV[5]` are the prefixes of the queues'
+/// keys, of their expiry and of their hand-overs: when the key's queue has a live waiter
+/// (fair, or queued only to be woken), the release passes the key on to it (see
+/// `pass_on` in [`ANNOUNCE`]): a fair waiter is handed the key there and then, and either
+/// kind is told on its client's channel alone. When the queue has none, `ARGV[6]` = "1"
 /// publishes nothing: every waiter of a plain lock of one key queues. Tokens and waiter
-/// ids hold no white space, so either form parses. A waiter id of the form
-/// `"<tag>:<rest>"` routes the message to the channel `"<channel>:<tag>"`, which only the
-/// waiter's own client listens to (see `ANNOUNCE`).
+/// ids hold no white space, so every form of the message parses.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"if ARGV[3] and redis.replicate_commands then redis.replicate_commands() end
@@ -70,11 +68,9 @@ for _, key in ipairs(KEYS) do
     redis.call("DEL", key)
     deleted = deleted + 1
     if ARGV[2] ~= "" then
-      local head = nil
-      if ARGV[3] then head = next_waiter(ARGV[3] .. key, ARGV[4] .. key) end
-      if head then
-        announce(ARGV[2], ARGV[1], head, key)
-      elseif ARGV[5] ~= "1" then
+      local passed = false
+      if ARGV[3] then passed = pass_on(ARGV[2], ARGV[1], key, ARGV[3] .. key, ARGV[4] .. key, ARGV[5] .. key) end
+      if not passed and ARGV[6] ~= "1" then
         redis.call("PUBLISH", ARGV[2], ARGV[1] .. " " .. key)
       end
     end
@@ -85,12 +81,26 @@ return 0"#
     ))
 });
 
-/// The Lua helpers of the release scripts that wake a key's next queued waiter:
-/// `next_waiter(queue, expiry)` is the first waiter of the queue whose entry has not
-/// expired by the node's clock (or nil), and `announce(channel, token, waiter, key)`
-/// publishes `"<token>\t<waiter> <key>"` on the channel of the waiter's client
-/// (`"<channel>:<tag>"` for a waiter id `"<tag>:<rest>"`). The node's time is read once per
-/// script call.
+/// The Lua helpers of the scripts that free a key while waiters queue for it (releases, and
+/// a fair waiter leaving): `next_waiter(queue, expiry)` is the first waiter of the queue
+/// whose entry has not expired by the node's clock (or nil); `pass_on(channel, token, key,
+/// queue, expiry, handovers)` passes the freed key on to that waiter and tells its client,
+/// returning whether there was one.
+///
+/// A fair waiter registers a hand-over with each attempt (`"<number> <ttl ms>"` under its
+/// id in the `handovers` hash, see [`FAIR_ACQUIRE`]): `pass_on` then sets the key to
+/// `"<waiter>~<number>"` with that TTL, takes the waiter out of the queue, and publishes
+/// `"<token>\t<waiter>\t<waiter>~<number> <key>"`. The waiter holds the lock once a quorum
+/// of nodes has told it so, with the validity its attempt `<number>` would have had: that
+/// attempt registered the hand-over before any node set the key, so `t0 + ttl - drift` of
+/// the attempt is a lower bound of every such node's expiry. A waiter that only queues to
+/// be woken is told `"<token>\t<waiter> <key>"` and runs its own round. The message goes to
+/// `"<channel>:<tag>"` for a waiter id `"<tag>:<rest>"`, which only the waiter's own client
+/// listens to. The node's time is read once per script call.
+///
+/// The hand-over token is never a round's token, so no rollback of the waiter's rounds (which
+/// deletes only the round's own token) can delete a key handed over meanwhile; a later
+/// attempt of the waiter takes such a key on under its round's token instead.
 const ANNOUNCE: &str = r#"local now = nil
 local function next_waiter(queue, expiry)
   local waiters = redis.call("ZRANGE", queue, 0, 15)
@@ -105,10 +115,25 @@ local function next_waiter(queue, expiry)
   end
   return nil
 end
-local function announce(channel, token, waiter, key)
+local function pass_on(channel, token, key, queue, expiry, handovers)
+  local waiter = next_waiter(queue, expiry)
+  if not waiter then return false end
+  local message = token .. "\t" .. waiter
+  local registered = redis.call("HGET", handovers, waiter)
+  local number, ttl = nil, nil
+  if registered then number, ttl = string.match(registered, "^(%S+) (%d+)$") end
+  if number then
+    local handed = waiter .. "~" .. number
+    redis.call("SET", key, handed, "PX", ttl)
+    redis.call("ZREM", queue, waiter)
+    redis.call("ZREM", expiry, waiter)
+    redis.call("HDEL", handovers, waiter)
+    message = message .. "\t" .. handed
+  end
   local tag = string.match(waiter, "^([^:]+):")
   if tag then channel = channel .. ":" .. tag end
-  redis.call("PUBLISH", channel, token .. "\t" .. waiter .. " " .. key)
+  redis.call("PUBLISH", channel, message .. " " .. key)
+  return true
 end"#;
 
 /// A reentrant lock is a hash: field `owner` names the owner, and each hold adds a field
@@ -219,23 +244,22 @@ return results"#,
 });
 
 /// Releases of distinct plain locks of one key (not fenced), coalesced into one call per
-/// node: `ARGV[1]` = channel or "", `ARGV[2]` and `ARGV[3]` = the prefixes of the queues'
-/// keys and of their expiry, then one token per key. Each key that holds its token is
-/// deleted and, when its queue has a live waiter, the release is announced to that
-/// waiter's client as [`RELEASE`] does for a plain lock of one key. Returns one 1 (deleted)
-/// or 0 (not held) per key, in order.
+/// node: `ARGV[1]` = channel or "", `ARGV[2]`, `ARGV[3]` and `ARGV[4]` = the prefixes of
+/// the queues' keys, of their expiry and of their hand-overs, then one token per key. Each
+/// key that holds its token is deleted and, when its queue has a live waiter, passed on to
+/// it as [`RELEASE`] does for a plain lock of one key. Returns one 1 (deleted) or 0 (not
+/// held) per key, in order.
 pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}
 local results = {{}}
 for i, key in ipairs(KEYS) do
-  local token = ARGV[i + 3]
+  local token = ARGV[i + 4]
   if redis.pcall("GET", key) == token then
     redis.call("DEL", key)
     if ARGV[1] ~= "" then
-      local head = next_waiter(ARGV[2] .. key, ARGV[3] .. key)
-      if head then announce(ARGV[1], token, head, key) end
+      pass_on(ARGV[1], token, key, ARGV[2] .. key, ARGV[3] .. key, ARGV[4] .. key)
     end
     results[i] = 1
   else
@@ -328,18 +352,24 @@ return {1, {ttl, "o"}}"#,
 ///
 /// `KEYS[1]` = the lock's key, `KEYS[2]` = the queue (sorted set: waiter -> ticket),
 /// `KEYS[3]` = the queue's expiry (sorted set: waiter -> node time in ms after which the
-/// entry is dropped). `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = waiter,
-/// `ARGV[4]` = ticket, `ARGV[5]` = patience in ms, `ARGV[6]` = "1" for a gated (fair)
-/// attempt, "0" for a waiter that only queues to be woken.
+/// entry is dropped), `KEYS[4]` = the queue's hand-overs (hash: waiter -> `"<number> <ttl
+/// ms>"`). `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = waiter, `ARGV[4]` =
+/// ticket, `ARGV[5]` = patience in ms, `ARGV[6]` = "1" for a gated (fair) attempt, "0" for
+/// a waiter that only queues to be woken, `ARGV[7]` (optional) = the attempt's hand-over
+/// number.
 ///
 /// Drops the entries whose waiters stopped refreshing them, enqueues the waiter with its
-/// ticket (`ZADD NX`: the ticket of its first attempt keeps its place) and refreshes its
-/// expiry. Gated, only the head (lowest ticket, then waiter id: the same order on every
-/// node) may `SET NX`; not gated, the waiter tries `SET NX` wherever it stands, and its
-/// entry only tells the release whose client to wake. A waiter that won leaves the queue.
-/// Mutual exclusion still rests on `SET NX PX` alone: the queue only decides who tries.
-/// Both queue keys live at most `patience` past their last use. Returns 1 (set), 0 (the
-/// key is held), or `{0, 1}` (gated, and not the head).
+/// ticket (`ZADD NX`: the ticket of its first attempt keeps its place), refreshes its
+/// expiry, and registers its hand-over when given (a release that finds the waiter at the
+/// head then hands it the key, see [`ANNOUNCE`]). Gated, only the head (lowest ticket, then
+/// waiter id: the same order on every node) may `SET NX`; not gated, the waiter tries `SET
+/// NX` wherever it stands, and its entry only tells the release whose client to wake. A
+/// key that an earlier release handed to this waiter (`"<waiter>~<number>"`) is taken on
+/// under this round's token, with this round's TTL, as if this round had set it. A waiter
+/// that won leaves the queue. Mutual exclusion still rests on `SET NX PX` (and the
+/// release's compare-and-set) alone: the queue only decides who tries. The queue's keys
+/// live at most `patience` past their last use. Returns 1 (set), 0 (the key is held), or
+/// `{0, 1}` (gated, and not the head).
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"if redis.replicate_commands then redis.replicate_commands() end
@@ -347,19 +377,34 @@ local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local patience = tonumber(ARGV[5])
 local gone = redis.call("ZRANGEBYSCORE", KEYS[3], "-inf", now)
-for _, waiter in ipairs(gone) do redis.call("ZREM", KEYS[2], waiter) end
+for _, waiter in ipairs(gone) do
+  redis.call("ZREM", KEYS[2], waiter)
+  redis.call("HDEL", KEYS[4], waiter)
+end
 if #gone > 0 then redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", now) end
-redis.call("ZADD", KEYS[2], "NX", ARGV[4], ARGV[3])
-redis.call("ZADD", KEYS[3], now + patience, ARGV[3])
-local result = 0
-if ARGV[6] == "1" and redis.call("ZRANGE", KEYS[2], 0, 0)[1] ~= ARGV[3] then
-  result = {0, 1}
-elseif redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+local function leave()
   redis.call("ZREM", KEYS[2], ARGV[3])
   redis.call("ZREM", KEYS[3], ARGV[3])
-  result = 1
+  redis.call("HDEL", KEYS[4], ARGV[3])
 end
-for i = 2, 3 do
+local result = 0
+local value = redis.pcall("GET", KEYS[1])
+if type(value) == "string" and string.sub(value, 1, #ARGV[3] + 1) == ARGV[3] .. "~" then
+  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+  leave()
+  result = 1
+else
+  redis.call("ZADD", KEYS[2], "NX", ARGV[4], ARGV[3])
+  redis.call("ZADD", KEYS[3], now + patience, ARGV[3])
+  if ARGV[7] then redis.call("HSET", KEYS[4], ARGV[3], ARGV[7] .. " " .. ARGV[2]) end
+  if ARGV[6] == "1" and redis.call("ZRANGE", KEYS[2], 0, 0)[1] ~= ARGV[3] then
+    result = {0, 1}
+  elseif redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+    leave()
+    result = 1
+  end
+end
+for i = 2, 4 do
   if redis.call("PTTL", KEYS[i]) < patience and redis.call("EXISTS", KEYS[i]) == 1 then
     redis.call("PEXPIRE", KEYS[i], patience)
   end
@@ -369,11 +414,14 @@ return result"#,
 });
 
 /// Takes a waiter out of a key's queue: `KEYS[1]` = the queue, `KEYS[2]` = its expiry,
-/// `KEYS[3]` = the lock's key, `ARGV[1]` = the waiter, `ARGV[2]` = the release channel or
-/// "". When the key is free and the queue has a live waiter left, the leave is announced
-/// to that waiter's client as a release would be (`"<leaving waiter>\t<next waiter> <key>"`,
-/// see `ANNOUNCE`): a head that leaves while the key is free (its call was cancelled, or
-/// gave up, right after a release woke it) would otherwise leave the next waiter to find
+/// `KEYS[3]` = the lock's key, `KEYS[4]` = the queue's hand-overs, `ARGV[1]` = the waiter,
+/// `ARGV[2]` = the release channel or "", `ARGV[3]` = the token of the lock the waiter won
+/// (or ""). A key handed over to the waiter (`"<waiter>~<number>"`) that is not that lock's
+/// is deleted: a waiter that won by its own round, or gave up, leaves no hand-over behind.
+/// When the key is then free and the queue has a live waiter left, it is passed on to that
+/// waiter as a release would (`pass_on`, see [`ANNOUNCE`], with the leaving waiter's id as
+/// the message's token): a head that leaves while the key is free (its call was cancelled,
+/// or gave up, right after a release woke it) would otherwise leave the next waiter to find
 /// out by polling. Returns 1.
 pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
@@ -381,9 +429,14 @@ pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
 {ANNOUNCE}
 local removed = redis.call("ZREM", KEYS[1], ARGV[1])
 redis.call("ZREM", KEYS[2], ARGV[1])
+redis.call("HDEL", KEYS[4], ARGV[1])
+local value = redis.pcall("GET", KEYS[3])
+if type(value) == "string" and value ~= ARGV[3] and string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. "~" then
+  redis.call("DEL", KEYS[3])
+  removed = 1
+end
 if removed == 1 and ARGV[2] ~= "" and redis.call("EXISTS", KEYS[3]) == 0 then
-  local head = next_waiter(KEYS[1], KEYS[2])
-  if head then announce(ARGV[2], ARGV[1], head, KEYS[3]) end
+  pass_on(ARGV[2], ARGV[1], KEYS[3], KEYS[1], KEYS[2], KEYS[4])
 end
 return 1"#
     ))

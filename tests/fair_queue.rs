@@ -1050,7 +1050,10 @@ async fn a_hand_over_whose_validity_ran_out_while_queued_is_taken_on_by_a_round(
         .unwrap();
     // Its round took the key on under the round's own token, with a fresh TTL.
     let token = won.lock().token().as_str().to_string();
-    assert!(!token.contains('~'), "held under the stale hand-over: {token}");
+    assert!(
+        !token.contains('~'),
+        "held under the stale hand-over: {token}"
+    );
     assert!(won.lock().remaining().unwrap() > Duration::from_secs(1));
     assert_eq!(job_values(&set).await, vec![Some(token); 3]);
     won.release().await.unwrap();

@@ -519,8 +519,10 @@ impl Redlock {
                 // The nodes may have handed the key over while the round ran: a release
                 // that came after the round's command reached a node. (Never also a won
                 // round: a hand-over and a round's `SET` need a quorum each of one key.)
+                // One with too little validity left is taken on by a round at once (below).
+                let mut take_on = false;
                 if short_lock.is_none() {
-                    if let Some(lock) = self
+                    match self
                         .handed_over(
                             watch.as_ref(),
                             &keys[0],
@@ -531,10 +533,14 @@ impl Redlock {
                         )
                         .await
                     {
-                        if let Some(exit) = queued.take() {
-                            exit.after_win(&lock);
+                        Handed::Held(lock) => {
+                            if let Some(exit) = queued.take() {
+                                exit.after_win(&lock);
+                            }
+                            return Ok(self.guard(lock, ttl, renew, attempts, start));
                         }
-                        return Ok(self.guard(lock, ttl, renew, attempts, start));
+                        Handed::TooLate => take_on = true,
+                        Handed::Not => {}
                     }
                 }
                 // Refused by so many nodes for a reason that only a change of settings
@@ -577,7 +583,7 @@ impl Redlock {
                 // only to the queue's next waiter (to nobody when none is queued). A release
                 // that came before it finds the key free for the attempt itself; one that
                 // comes after names it when it is next.
-                if attempts == 1 && place.is_some() && !fair {
+                if (attempts == 1 && place.is_some() && !fair) || take_on {
                     continue;
                 }
                 let mut delay = backoff.next().unwrap_or(retry.max_delay);
@@ -617,7 +623,7 @@ impl Redlock {
                         };
                         // Handed the key by the release that woke it: held without a round.
                         if woken && fair {
-                            if let Some(lock) = self
+                            if let Handed::Held(lock) = self
                                 .handed_over(
                                     Some(watch),
                                     &keys[0],
@@ -679,8 +685,9 @@ impl Redlock {
 
     /// The lock that a quorum of nodes handed over to fair waiter `waiter` for its attempt
     /// `handover` (number, and an instant before its round started), when they did and it
-    /// has at least `min_validity` left (`bounds` = TTL, minimum validity). With less, the
-    /// waiter's next round takes the key on under its own token, with a fresh TTL.
+    /// has at least `min_validity` left (`bounds` = TTL, minimum validity). With less
+    /// ([`Handed::TooLate`]), the waiter's next round, at once, takes the key on under its
+    /// own token, with a fresh TTL.
     ///
     /// The last nodes' messages are waited for up to `grace` (about a round trip): a lock
     /// that every node handed over sends no leave afterwards, while one that some node did
@@ -693,9 +700,13 @@ impl Redlock {
         handover: Option<(u64, Instant)>,
         (ttl, min_validity): (Duration, Duration),
         grace: Duration,
-    ) -> Option<Lock> {
-        let (watch, waiter, (number, since)) = (watch?, waiter?, handover?);
-        let mut nodes = watch.handed()?;
+    ) -> Handed {
+        let (Some(watch), Some(waiter), Some((number, since))) = (watch, waiter, handover) else {
+            return Handed::Not;
+        };
+        let Some(mut nodes) = watch.handed() else {
+            return Handed::Not;
+        };
         let until = Instant::now() + grace;
         while nodes.len() < self.inner.config.nodes.len()
             && tokio::time::timeout_at(until, watch.released())
@@ -718,13 +729,13 @@ impl Redlock {
                     nodes = nodes.len(),
                     "the key was handed over by the release"
                 );
-                Some(lock)
+                Handed::Held(lock)
             }
             Ok(_) | Err(_) => {
                 tracing::debug!(
                     "a hand-over with too little validity left; a round takes the key on"
                 );
-                None
+                Handed::TooLate
             }
         }
     }
@@ -794,6 +805,16 @@ impl Redlock {
         let keep_alive = KeepAlive(self.inner.clone());
         LockGuard::new(shared, self.inner.core.clone(), keep_alive, attempts)
     }
+}
+
+/// Whether a fair waiter was handed the lock by the nodes' releases.
+enum Handed {
+    /// By a quorum, with enough validity left.
+    Held(Lock),
+    /// By a quorum, with too little validity left: a round takes the key on at once.
+    TooLate,
+    /// Not (yet) by a quorum.
+    Not,
 }
 
 /// A queued waiter's way out of its queue: when dropped, it takes the waiter out of the key's

@@ -1023,25 +1023,39 @@ async fn a_later_attempt_takes_a_handed_over_key_on_and_a_leave_passes_one_on() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hand_over_whose_validity_ran_out_while_queued_is_taken_on_by_a_round() {
+async fn a_hand_over_with_too_little_validity_left_is_taken_on_by_a_round() {
     let set = NodeSet::start(3).await.unwrap();
     let holder = fair_client(&set).await;
-    // With its subscribers up, this fair waiter attempts once, then only when woken (the
-    // next try would come after 10 s): its hand-over is registered with a 2 s TTL at once.
+    // A fair waiter that wants almost the whole TTL (2 s) of validity: its attempts, with
+    // its subscribers up, come every half TTL, and a hand-over counts its validity from the
+    // attempt that registered it.
     let c = client(&set, |b| {
         b.fair(true)
             .backoff(Duration::from_millis(10), Duration::from_secs(10))
             .max_wait(Duration::from_secs(60))
+            .min_validity(Duration::from_millis(1_950))
     })
     .await;
     common::subscribed(&set, 2).await;
-    let guard = holder.lock("job").await.unwrap();
+    let held = LockOptions {
+        ttl: Some(Duration::from_secs(30)),
+        renew: Some(false),
+        ..Default::default()
+    };
+    let guard = holder.lock_with("job", &held).await.unwrap();
     let waiter = c.clone();
     let waiting = tokio::spawn(async move { waiter.lock("job").await });
     queued_everywhere(&set, 1).await;
-    // Held (and renewed) past the TTL of the waiter's attempt: the hand-over's validity,
-    // counted from that attempt, has run out when the release hands the key over.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // Released 200 ms after one of the waiter's attempts (its scripts are the only ones
+    // now): the hand-over has about 1.8 s of validity left, less than the waiter's minimum.
+    let node = set.node(0);
+    let before = node.command_calls("evalsha").await.unwrap();
+    let attempted = eventually(Duration::from_secs(5), || async {
+        node.command_calls("evalsha").await.unwrap() > before
+    })
+    .await;
+    assert!(attempted, "the waiter made no attempt");
+    tokio::time::sleep(Duration::from_millis(200)).await;
     guard.release().await.unwrap();
     let won = tokio::time::timeout(Duration::from_secs(3), waiting)
         .await
@@ -1050,11 +1064,8 @@ async fn a_hand_over_whose_validity_ran_out_while_queued_is_taken_on_by_a_round(
         .unwrap();
     // Its round took the key on under the round's own token, with a fresh TTL.
     let token = won.lock().token().as_str().to_string();
-    assert!(
-        !token.contains('~'),
-        "held under the stale hand-over: {token}"
-    );
-    assert!(won.lock().remaining().unwrap() > Duration::from_secs(1));
+    assert!(!token.contains('~'), "held under the hand-over: {token}");
+    assert!(won.lock().remaining().unwrap() > Duration::from_millis(1_900));
     assert_eq!(job_values(&set).await, vec![Some(token); 3]);
     won.release().await.unwrap();
     holder.shutdown().await;

@@ -595,9 +595,13 @@ impl Redlock {
                 // that died. At the backoff's short early delays, every waiter in the queue
                 // ran a refused round per delay: with tens of waiters on a key, more rounds
                 // than the hand-offs themselves. An attempt that lost after a wake-up
-                // keeps the backoff: nothing may announce the key again.
+                // keeps the backoff: nothing may announce the key again. It tries again
+                // within half a TTL all the same: a hand-over's validity counts from the
+                // attempt that registered it, so with a TTL not much longer than
+                // `max_delay`, a waiter whose turn came late in its pause would be handed a
+                // key with little or no validity left, and need a round to take it on.
                 if fair && !woken && watch.as_ref().is_some_and(|w| w.all_subscribed()) {
-                    delay = delay.max(retry.max_delay);
+                    delay = delay.max(retry.max_delay).min(ttl / 2);
                 }
                 if let Some(d) = deadline {
                     delay = delay.min(d.saturating_duration_since(Instant::now()));

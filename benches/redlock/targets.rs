@@ -224,13 +224,26 @@ pub fn evaluate(
         2.0,
         false,
         || {
-            "A fair hand-off is the release (a round), the release's message reaching the \
-             waiters, and the head's acquisition (a round): two round trips plus the \
-             notification's delivery and the client's wake-up, with every hand-off going to \
-             another worker. The releasing worker's own next attempt and the other woken \
-             waiters' attempts are refused by the queue without writing, but they still \
-             cost the servers a script each."
-                .into()
+            let after = fair8.map_or(String::new(), |(h, c)| {
+                let after = c.handoff_after_release_returned.median_us;
+                format!(
+                    " Here the head's `lock` returned {} ({:.1} round trips) after the \
+                     release returned; the rest of the hand-off is the release call itself, \
+                     whose script does the hand-over's writes and publishes on every node \
+                     while the head's client reads the messages, on the same cores.",
+                    fmt_us(after),
+                    after / h.round_trip_us,
+                )
+            });
+            format!(
+                "A fair hand-off is the release, whose script hands the key to the queue's \
+                 head on each node, and the release's messages reaching the head's client: \
+                 the head holds the lock once a quorum of nodes told it so, without a round \
+                 of its own (one round trip plus the messages' delivery and the client's \
+                 wake-up), with every hand-off going to another worker. The releasing \
+                 worker's own next attempt is refused by the queue without writing, but it \
+                 still costs the servers a script.{after}"
+            )
         },
     ));
     for workers in crate::handoff::WORKERS {
@@ -252,8 +265,8 @@ pub fn evaluate(
                         let round_trips = left.max(0.0) / h.round_trip_us;
                         let verdict = if round_trips < 1.0 {
                             "less than the one round trip that any hand-off to another client \
-                             needs (the release's message must reach it, and its claim must \
-                             reach a quorum), so no design meets this target with this \
+                             needs (the release must reach a quorum of nodes, and their word \
+                             the next client), so no design meets this target with this \
                              critical section"
                         } else {
                             "the room a hand-off has to fit in"
@@ -275,7 +288,7 @@ pub fn evaluate(
                      released (it takes the lock again before any sleeping waiter retries), \
                      which costs it one round; the fair queue hands every lock to the oldest \
                      waiter ({:.0} % to another worker), which costs the release's \
-                     notification and the waiter's round on top. Fairness across clients is \
+                     messages reaching that waiter's client on top. Fairness across clients is \
                      what the queue buys; the sections per worker (min-max) in the table show it.{budget}",
                     share(case("rslock", workers)),
                     share(case("ours-fair", workers)),

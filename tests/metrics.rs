@@ -15,8 +15,8 @@ use fred::types::CustomCommand;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redlock_client::{Error, LostReason};
 use redlock_core::metrics::{
-    ACQUISITIONS, LATE_REPLIES, LOCKS_HELD, LOCKS_LOST, LOCK_WAIT, NODE_LATENCY, NODE_REPLIES,
-    RENEWALS, ROLLBACKS, ROUND_DURATION,
+    ACQUISITIONS, HANDOVERS, LATE_REPLIES, LOCKS_HELD, LOCKS_LOST, LOCK_WAIT, NODE_LATENCY,
+    NODE_REPLIES, RENEWALS, ROLLBACKS, ROUND_DURATION,
 };
 use redlock_core::{Config, Coordinator};
 use redlock_testkit::NodeSet;
@@ -160,7 +160,11 @@ async fn every_documented_metric_counts_what_happened() {
     b.coordinator().quiesce().await;
     let text = render(&prometheus);
 
-    for name in redlock_core::metrics::ALL {
+    // The hand-over counter is rendered once something was counted: checked below.
+    for name in redlock_core::metrics::ALL
+        .into_iter()
+        .filter(|&n| n != HANDOVERS)
+    {
         assert!(
             text.contains(&format!("# HELP {name} ")),
             "{name} described"
@@ -241,6 +245,44 @@ async fn every_documented_metric_counts_what_happened() {
     assert!(!text.contains("redlock:"), "no lock key is a label");
 
     node_labels_never_show_a_password(&prometheus).await;
+    a_fair_hand_over_is_counted(&prometheus).await;
+}
+
+/// A release that hands the key to a fair waiter of another client is counted once, as
+/// held (the waiter ran no round of its own).
+async fn a_fair_hand_over_is_counted(prometheus: &PrometheusHandle) {
+    let set = NodeSet::start(3).await.unwrap();
+    let fair = |b: redlock_client::LockConfigBuilder| b.ttl(TTL).no_renewal().fair(true);
+    let holder = client(&set, fair).await;
+    let waiter = client(&set, |b| {
+        fair(b).backoff(Duration::from_millis(10), Duration::from_secs(10))
+    })
+    .await;
+    common::subscribed(&set, 2).await;
+    let guard = holder.lock("fair").await.unwrap();
+    let waiting = tokio::spawn(async move { waiter.lock("fair").await });
+    let queued = common::eventually(Duration::from_secs(5), || async {
+        set.node(0)
+            .redis()
+            .exists("redlock:fair-queue:redlock:fair")
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(queued, "the waiter queued");
+    guard.release().await.unwrap();
+    let handed = waiting.await.unwrap().unwrap();
+    assert!(handed.lock().token().as_str().contains('~'));
+    handed.release().await.unwrap();
+    let text = render(prometheus);
+    assert!(text.contains(&format!("# HELP {HANDOVERS} ")), "described");
+    assert_eq!(
+        sample(&text, HANDOVERS, &[("outcome", "held")]),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, HANDOVERS, &[("outcome", "taken_on")]), None);
+    holder.shutdown().await;
 }
 
 /// A node whose URL carries a password is labelled by its redacted name.

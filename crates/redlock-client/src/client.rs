@@ -729,6 +729,7 @@ impl Redlock {
         };
         match self.inner.core.handed_over(handed) {
             Ok(lock) if lock.remaining().unwrap_or(Duration::ZERO) >= min_validity => {
+                metrics::handover(true);
                 tracing::debug!(
                     nodes = nodes.len(),
                     "the key was handed over by the release"
@@ -736,6 +737,7 @@ impl Redlock {
                 Handed::Held(lock)
             }
             Ok(_) | Err(_) => {
+                metrics::handover(false);
                 tracing::debug!(
                     "a hand-over with too little validity left; a round takes the key on"
                 );

@@ -8,7 +8,7 @@
 
 use metrics::{Key, Label, Level, Metadata};
 use redlock_core::metrics::{
-    ACQUISITIONS, LOCKS_HELD, LOCKS_LOST, LOCK_WAIT, RENEWALS, SUBSCRIBERS_DOWN,
+    ACQUISITIONS, HANDOVERS, LOCKS_HELD, LOCKS_LOST, LOCK_WAIT, RENEWALS, SUBSCRIBERS_DOWN,
 };
 use tokio::time::Instant;
 
@@ -115,6 +115,17 @@ static RENEWAL_LABELS: [[Label; 1]; 3] = [
 
 pub(crate) fn renewal(outcome: Renewal) {
     count(RENEWALS, &RENEWAL_LABELS[outcome as usize]);
+}
+
+static HANDOVER_LABELS: [[Label; 1]; 2] = [
+    [Label::from_static_parts("outcome", "held")],
+    [Label::from_static_parts("outcome", "taken_on")],
+];
+
+/// A key a quorum of nodes handed over to a fair waiter: held without a round, or (too
+/// little validity left) taken on by the waiter's next round.
+pub(crate) fn handover(held: bool) {
+    count(HANDOVERS, &HANDOVER_LABELS[usize::from(!held)]);
 }
 
 /// The `reason` label of a lost lock.

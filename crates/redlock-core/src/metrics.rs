@@ -70,10 +70,14 @@ pub const LOCKS_HELD: &str = "redlock_locks_held";
 /// on) not subscribed now: not connected yet, disconnected, or failing to subscribe within
 /// the node timeout. Waiters do not hear releases through them and wait out their backoff.
 pub const SUBSCRIBERS_DOWN: &str = "redlock_subscribers_down";
+/// Counter: keys handed over to one of `redlock-client`'s fair waiters by a quorum of
+/// nodes' releases. Label `outcome`: `held` (the waiter holds the lock without a round),
+/// `taken_on` (too little validity was left: the waiter's next round took the key on).
+pub const HANDOVERS: &str = "redlock_handovers_total";
 
 /// Every name above, in the order of the table: for dashboards and tests that check each
 /// one is exported.
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 12] = [
     ACQUISITIONS,
     LOCK_WAIT,
     ROUND_DURATION,
@@ -85,6 +89,7 @@ pub const ALL: [&str; 11] = [
     LOCKS_LOST,
     LOCKS_HELD,
     SUBSCRIBERS_DOWN,
+    HANDOVERS,
 ];
 
 /// Describes every metric to the installed recorder (unit and help text). Called once per
@@ -122,6 +127,10 @@ pub fn describe() {
     );
     describe_counter!(RENEWALS, "Automatic renewals of held locks, by outcome.");
     describe_counter!(LOCKS_LOST, "Locks lost while held, by reason.");
+    describe_counter!(
+        HANDOVERS,
+        "Keys handed over to a fair waiter by a quorum of releases, by outcome."
+    );
     describe_gauge!(
         LOCKS_HELD,
         "Locks held now (live guards not released or lost)."

@@ -305,19 +305,21 @@ pub fn evaluate(
                 true,
                 || match subject {
                     "ours" => format!(
-                        "Without the queue, a release wakes the oldest waiter of each of the \
-                         {workers} clients at once; their rounds split the votes and the losers \
-                         roll back and back off, while polling waiters sleep and the releasing \
-                         worker takes the lock again ({polling_share:.0} % of polling's \
-                         hand-offs go to another worker). The fair queue (`fair = true`) is \
-                         the remedy: only the next waiter wakes, and only the head writes."
+                        "Waiters queue on the nodes only to be woken: a release is announced \
+                         to the client of the queue's oldest waiter alone, whose woken round \
+                         mostly finds the key taken back by the releasing worker, while \
+                         polling waiters sleep and the releasing worker takes the lock again \
+                         ({polling_share:.0} % of polling's hand-offs go to another worker). \
+                         What the notifications add is the release script's look at the \
+                         queue, its message, and that woken round, on the cores the releasing \
+                         worker shares."
                     ),
                     _ => format!(
                         "Polling hands {:.0} % of its locks back to the worker that just \
                          released them, at the cost of one round; the fair queue hands every \
-                         lock to the oldest waiter, which costs the release's message and that \
-                         waiter's round on top. The sections per worker (min-max) show what \
-                         that buys.",
+                         lock to the oldest waiter, which costs the release's hand-over and \
+                         its messages reaching that waiter's client on top. The sections per \
+                         worker (min-max) show what that buys.",
                         100.0 - polling_share
                     ),
                 },

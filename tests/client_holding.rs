@@ -171,6 +171,8 @@ async fn a_dropped_guard_is_released_in_the_background() {
     let set = NodeSet::start(3).await.unwrap();
     let c = client(&set, |b| b.ttl(Duration::from_secs(30))).await;
     let guard = c.lock("forgotten").await.unwrap();
+    // Won at a quorum: wait for the last node's answer before reading the nodes.
+    guard.lock().report().settled().await;
     assert_eq!(set.nodes_holding("redlock:forgotten").await.len(), 3);
     drop(guard);
     // A 30 s TTL: only the background release can free it within this bound.

@@ -455,6 +455,8 @@ async fn unix_socket_nodes_mix_with_tcp_nodes() {
     every_path(&client, &set).await;
     // Every node voted: the unix ones are not silently left out.
     let guard = client.lock("all").await.unwrap();
+    // Won at a quorum: wait for the last node's answer before reading the nodes.
+    guard.lock().report().settled().await;
     assert_eq!(set.nodes_holding("redlock:all").await, vec![0, 1, 2]);
     guard.release().await.unwrap();
     client.shutdown().await;
@@ -481,6 +483,8 @@ async fn a_password_unix_socket_node_works_and_a_wrong_password_is_a_typed_auth_
     let client = connect(builder(unix.clone())).await;
     every_path(&client, &set).await;
     let guard = client.lock("all").await.unwrap();
+    // Won at a quorum: wait for the last node's answer before reading the nodes.
+    guard.lock().report().settled().await;
     assert_eq!(set.nodes_holding("redlock:all").await, vec![0, 1, 2]);
     guard.release().await.unwrap();
     client.shutdown().await;

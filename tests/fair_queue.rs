@@ -841,6 +841,26 @@ async fn announcing_coordinator(set: &NodeSet) -> redlock_core::Coordinator {
     redlock_core::Coordinator::connect(config).await.unwrap()
 }
 
+/// A fair waiter's settings: with its subscribers up, it tries again only after 10 s (or
+/// half its TTL) unless woken.
+fn patient(b: redlock_client::LockConfigBuilder) -> redlock_client::LockConfigBuilder {
+    b.fair(true)
+        .backoff(Duration::from_millis(10), Duration::from_secs(10))
+        .max_wait(Duration::from_secs(60))
+}
+
+/// Starts `c`'s wait for `redlock:job` (held by another client), once it is queued on
+/// every node.
+async fn start_waiting(
+    set: &NodeSet,
+    c: &Redlock,
+) -> tokio::task::JoinHandle<Result<redlock_client::LockGuard, Error>> {
+    let waiter = c.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("job").await });
+    queued_everywhere(set, 1).await;
+    waiting
+}
+
 /// A fair attempt of waiter `waiter` on `redlock:job` that registers hand-over `number`.
 fn fair_attempt<'a>(
     key: &'a [&'a str],
@@ -864,18 +884,10 @@ fn fair_attempt<'a>(
 async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own() {
     let set = NodeSet::start(3).await.unwrap();
     let holder = fair_client(&set).await;
-    // A fair waiter that, with its subscribers up, tries again only every 10 s unless woken.
-    let c = client(&set, |b| {
-        b.fair(true)
-            .backoff(Duration::from_millis(10), Duration::from_secs(10))
-            .max_wait(Duration::from_secs(60))
-    })
-    .await;
+    let c = client(&set, patient).await;
     common::subscribed(&set, 2).await;
     let guard = holder.lock("job").await.unwrap();
-    let waiter = c.clone();
-    let waiting = tokio::spawn(async move { waiter.lock("job").await });
-    queued_everywhere(&set, 1).await;
+    let waiting = start_waiting(&set, &c).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let rounds = set.node(0).command_calls("evalsha").await.unwrap();
     guard.release().await.unwrap();
@@ -1030,10 +1042,7 @@ async fn a_hand_over_with_too_little_validity_left_is_taken_on_by_a_round() {
     // its subscribers up, come every half TTL, and a hand-over counts its validity from the
     // attempt that registered it.
     let c = client(&set, |b| {
-        b.fair(true)
-            .backoff(Duration::from_millis(10), Duration::from_secs(10))
-            .max_wait(Duration::from_secs(60))
-            .min_validity(Duration::from_millis(1_950))
+        patient(b).min_validity(Duration::from_millis(1_950))
     })
     .await;
     common::subscribed(&set, 2).await;
@@ -1043,9 +1052,7 @@ async fn a_hand_over_with_too_little_validity_left_is_taken_on_by_a_round() {
         ..Default::default()
     };
     let guard = holder.lock_with("job", &held).await.unwrap();
-    let waiter = c.clone();
-    let waiting = tokio::spawn(async move { waiter.lock("job").await });
-    queued_everywhere(&set, 1).await;
+    let waiting = start_waiting(&set, &c).await;
     // Released 200 ms after one of the waiter's attempts (its scripts are the only ones
     // now): the hand-over has about 1.8 s of validity left, less than the waiter's minimum.
     let node = set.node(0);

@@ -520,19 +520,20 @@ impl Redlock {
                 // that came after the round's command reached a node. (Never also a won
                 // round: a hand-over and a round's `SET` need a quorum each of one key.)
                 // One with too little validity left is taken on by a round at once (below).
+                let grace = report.elapsed.min(node_timeout);
+                let handed = || {
+                    self.handed_over(
+                        watch.as_ref(),
+                        &keys[0],
+                        waiter.as_deref(),
+                        handover,
+                        (ttl, min_validity),
+                        grace,
+                    )
+                };
                 let mut take_on = false;
                 if short_lock.is_none() {
-                    match self
-                        .handed_over(
-                            watch.as_ref(),
-                            &keys[0],
-                            waiter.as_deref(),
-                            handover,
-                            (ttl, min_validity),
-                            report.elapsed.min(node_timeout),
-                        )
-                        .await
-                    {
+                    match handed().await {
                         Handed::Held(lock) => {
                             if let Some(exit) = queued.take() {
                                 exit.after_win(&lock);
@@ -627,17 +628,7 @@ impl Redlock {
                         };
                         // Handed the key by the release that woke it: held without a round.
                         if woken && fair {
-                            if let Handed::Held(lock) = self
-                                .handed_over(
-                                    Some(watch),
-                                    &keys[0],
-                                    waiter.as_deref(),
-                                    handover,
-                                    (ttl, min_validity),
-                                    report.elapsed.min(node_timeout),
-                                )
-                                .await
-                            {
+                            if let Handed::Held(lock) = handed().await {
                                 if let Some(exit) = queued.take() {
                                     exit.after_win(&lock);
                                 }

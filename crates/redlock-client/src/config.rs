@@ -60,7 +60,8 @@ pub struct LockConfig {
     /// letting them sleep out their backoff delay. A waiter for a plain lock of one key
     /// (not fenced) queues on the nodes from its second attempt on, which follows the
     /// first at once (ungated, unless `fair`), and the release wakes the oldest queued
-    /// waiter, on its client's own channel; with nobody queued it is announced to nobody.
+    /// waiter, on its client's own channel (a `fair` one is handed the key as well); with
+    /// nobody queued it is announced to nobody.
     /// A waiter whose woken attempts keep losing (the releasing holder takes the key back
     /// at once) leaves the queue and polls once its pause after a wake-up has grown to
     /// `retry.max_delay` (see [`RetryPolicy`]).
@@ -81,12 +82,16 @@ pub struct LockConfig {
     /// waiter try (see [`redlock_core::FairPlace`]), so waiters no longer split the votes
     /// and a releasing holder cannot take the lock straight back while others wait. A
     /// waiter whose process died holds up the queue for at most its patience
-    /// (`2 × retry.max_delay + 4 × node_timeout`). A waiter is woken when its turn comes
-    /// (the release announces itself to the queue's head), so while every wake-up
-    /// subscriber is up it tries again between wake-ups only at `retry.max_delay`, which
-    /// keeps its place and finds a key whose holder expired. Costs each attempt a script
-    /// instead of `SET NX`, and a won lock that did not hear from every node one more
-    /// command per node in the background (leaving the queue).
+    /// (`2 × retry.max_delay + 4 × node_timeout`). With `notify` on, the release hands
+    /// the key to the queue's head there and then, and tells its client: the head holds
+    /// the lock once a quorum of nodes said so, without a round of its own, with the
+    /// validity of its last attempt (see [`redlock_core::Coordinator::handed_over`]). So
+    /// while every wake-up subscriber is up, a waiter tries again between hand-overs only
+    /// at `retry.max_delay` or half the TTL, whichever is shorter, which keeps its place,
+    /// keeps a hand-over's validity, and finds a key whose holder expired. Costs each
+    /// attempt a script instead of `SET NX`, and a won lock that did not hear from every
+    /// node one more command per node in the background (leaving the queue). Calls that
+    /// cannot queue for the same key find it free only when no fair waiter queues for it.
     /// Not for `lock_many`, `lock_reentrant` or fenced locks (they ignore it; asked per
     /// call, see `LockOptions::fair`, it is an error). Defaults to `false`.
     pub fair: bool,

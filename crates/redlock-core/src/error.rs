@@ -137,9 +137,10 @@ pub enum ConfigError {
         /// What the lock was: "several keys", "a reentrant lock" or "a fenced lock".
         what: &'static str,
     },
-    /// A fair acquisition's waiter id is empty or has white space, or its patience is zero.
+    /// A fair acquisition's waiter id is empty or has white space or `~`, or its patience
+    /// is zero.
     #[error(
-        "a fair acquisition needs a waiter id that is not empty and has no white space, and a patience above zero"
+        "a fair acquisition needs a waiter id that is not empty and has no white space or '~', and a patience above zero"
     )]
     FairPlace,
     /// A reentrant lock was requested with an empty owner.

@@ -61,7 +61,7 @@ use crate::token::Token;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FairPlace<'a> {
     /// Who waits: unique among the waiters of the key (a random id per wait), without
-    /// white space. An id `"<tag>:<rest>"` has the release that names it as the queue's
+    /// white space or `~`. An id `"<tag>:<rest>"` has the release that names it as the queue's
     /// next waiter published on `"<release channel>:<tag>"` instead of the shared release
     /// channel, so that only the waiter's own client hears it (`redlock-client` tags its
     /// waiters with a random id per client).
@@ -98,8 +98,12 @@ impl<'a> FairPlace<'a> {
     }
 
     pub(crate) fn check(&self) -> Result<(), ConfigError> {
+        // `~` separates a waiter id from its hand-over number in a hand-over token: with
+        // it, one waiter's id could begin another's token, and the first would take that
+        // key on (or delete it) as its own.
         if self.waiter.is_empty()
             || self.waiter.contains(char::is_whitespace)
+            || self.waiter.contains('~')
             || self.patience.is_zero()
         {
             return Err(ConfigError::FairPlace);
@@ -308,6 +312,13 @@ mod tests {
         assert!(FairPlace { waiter: "", ..ok }.check().is_err());
         assert!(FairPlace {
             waiter: "a b",
+            ..ok
+        }
+        .check()
+        .is_err());
+        // "a" would own "a~1~2", waiter "a~1"'s hand-over token, by its prefix.
+        assert!(FairPlace {
+            waiter: "a~1",
             ..ok
         }
         .check()

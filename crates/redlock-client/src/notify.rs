@@ -139,8 +139,8 @@ impl Registry {
 
     /// Node `node` handed `key` over to waiter `head` of this client under the token
     /// `handed`. Counted when it is the hand-over the waiter expects; the waiter is woken
-    /// once a quorum of nodes made it, and by each node after that. One for an older attempt of the waiter's wakes it at
-    /// once: its next round takes the key on there.
+    /// once a quorum of nodes made it, and by each node after that. One for an older
+    /// attempt of the waiter's wakes it at once: its next round takes the key on there.
     fn handed(&mut self, node: usize, head: &str, handed: &str, key: &str) {
         let Some(list) = self.waiters.get(key) else {
             return;
@@ -284,6 +284,8 @@ pub(crate) struct Notifier {
     closed: watch::Sender<bool>,
     /// Bounds each pub/sub step: waiting for the connection, `SUBSCRIBE`, `QUIT`.
     timeout: Duration,
+    /// The node set's quorum (the registry's, read without its lock).
+    quorum: usize,
 }
 
 impl Notifier {
@@ -296,8 +298,9 @@ impl Notifier {
         channel: &str,
         timeout: Duration,
     ) -> Notifier {
+        let quorum = redlock_core::quorum(subscribers.len());
         let waiters = Arc::new(Mutex::new(Registry {
-            quorum: redlock_core::quorum(subscribers.len()),
+            quorum,
             ..Registry::default()
         }));
         // This client's own channel, beside the shared one: a fair release names its next
@@ -343,6 +346,7 @@ impl Notifier {
             presences,
             closed,
             timeout,
+            quorum,
         }
     }
 
@@ -419,9 +423,8 @@ impl Waiter<'_> {
     /// The nodes that handed the key over under the expected token, once they make a
     /// quorum.
     pub(crate) fn handed(&self) -> Option<Vec<usize>> {
-        let quorum = self.notifier.waiters.lock().expect("notifier lock").quorum;
         let state = self.slot.handover.lock().expect("hand-over lock");
-        (state.expected.is_some() && state.nodes.len() >= quorum.max(1))
+        (state.expected.is_some() && state.nodes.len() >= self.notifier.quorum.max(1))
             .then(|| state.nodes.clone())
     }
 

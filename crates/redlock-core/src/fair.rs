@@ -242,7 +242,7 @@ impl Coordinator {
     /// round of the waiter's then takes the key on with a fresh TTL).
     pub fn handed_over(&self, handover: Handover<'_>) -> Result<Lock, Error> {
         let config = &self.inner.config;
-        let n = self.inner.connections.len();
+        let quorum = self.quorum();
         let mut nodes: Vec<NodeReport> = self
             .inner
             .connections
@@ -260,11 +260,11 @@ impl Coordinator {
         }
         let elapsed = handover.since.elapsed();
         let granted = lease(handover.ttl, config.drift_factor, handover.since, elapsed)
-            .filter(|_| accepted >= self.quorum());
+            .filter(|_| accepted >= quorum);
         let report = Box::new(RoundReport {
             kind: RoundKind::Acquire,
             key: Arc::from(handover.key),
-            quorum: crate::quorum::quorum(n),
+            quorum,
             accepted,
             nodes,
             elapsed,
@@ -272,7 +272,7 @@ impl Coordinator {
             settling: None,
         });
         let Some((_, valid_until)) = granted else {
-            return Err(if accepted >= report.quorum {
+            return Err(if accepted >= quorum {
                 Error::ValidityExhausted {
                     report,
                     ttl: handover.ttl,

@@ -889,7 +889,10 @@ async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own
     let guard = holder.lock("job").await.unwrap();
     let waiting = start_waiting(&set, &c).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let rounds = set.node(0).command_calls("evalsha").await.unwrap();
+    let mut scripts = Vec::new();
+    for node in set.iter() {
+        scripts.push(node.command_calls("evalsha").await.unwrap());
+    }
     guard.release().await.unwrap();
     let handed = tokio::time::timeout(Duration::from_secs(3), waiting)
         .await
@@ -897,16 +900,28 @@ async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own
         .unwrap()
         .unwrap();
     // The key holds the hand-over token of the waiter's only attempt on every node, and the
-    // waiter sent no script after the release (the release itself is one).
+    // waiter ran no round after the release. A node whose message came after the head's
+    // grace is left in the background (a script, but no round); every node whose message
+    // counted saw no script after the release but the release itself.
     let token = handed.lock().token().as_str().to_string();
     assert!(token.ends_with("~1"), "not a hand-over: {token}");
     assert_eq!(job_values(&set).await, vec![Some(token); 3]);
     assert_eq!(
-        set.node(0).command_calls("evalsha").await.unwrap() - rounds,
+        handed.attempts(),
         1,
         "the head ran a round after the release"
     );
-    assert!(handed.lock().report().accepted >= 2);
+    let report = handed.lock().report().clone();
+    assert!(report.accepted >= 2);
+    for (i, node) in set.iter().enumerate() {
+        if report.nodes[i].outcome == redlock_core::NodeOutcome::Acquired {
+            assert_eq!(
+                node.command_calls("evalsha").await.unwrap() - scripts[i],
+                1,
+                "node {i} saw a script of the head after the release"
+            );
+        }
+    }
     handed.release().await.unwrap();
     holder.shutdown().await;
     c.shutdown().await;
@@ -1077,5 +1092,74 @@ async fn a_hand_over_with_too_little_validity_left_is_taken_on_by_a_round() {
     won.release().await.unwrap();
     holder.shutdown().await;
     c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+/// A quorum of hand-overs that came while the waiter's own round was out, with too little
+/// validity left once the round came back (lost: it was refused before the release), is
+/// taken on by a round at once. The waiter's own stale hand-over holds the key meanwhile:
+/// sleeping its delay first (half its TTL here) would keep everyone out that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_that_came_during_the_waiters_round_too_late_is_taken_on_at_once() {
+    use redlock_testkit::LinkFault;
+
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    let holder = announcing_coordinator(&set).await;
+    let held = holder
+        .acquire("redlock:job", Duration::from_secs(30))
+        .await
+        .unwrap();
+    // A fair waiter (through the links) that wants 59 s of its 60 s TTL; with its
+    // subscribers up and not woken, it would try again only after 30 s.
+    let config = redlock_client::LockConfig::builder()
+        .nodes(links.urls(0))
+        .ttl(Duration::from_secs(60))
+        .min_validity(Duration::from_secs(59))
+        .node_timeout(Duration::from_secs(5))
+        .fair(true)
+        .backoff(Duration::from_millis(10), Duration::from_secs(60))
+        .max_wait(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let c = Redlock::connect(config).await.unwrap();
+    common::subscribed(&set, 1).await;
+    // The round's replies are read into a 1.5 s delay line; what the nodes send after the
+    // fault is lifted (the hand-over messages) passes at once on nodes 0 and 1, and 1.5 s
+    // late on node 2.
+    let late = LinkFault::Latency {
+        to_server: Duration::ZERO,
+        to_client: Duration::from_millis(1_500),
+    };
+    links.set_client(0, late);
+    let waiting = start_waiting(&set, &c).await;
+    // (The replies were sent as the scripts ran; a moment for the links to read them.)
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    links.link(0, 0).set(LinkFault::Pass);
+    links.link(0, 1).set(LinkFault::Pass);
+    holder.release(&held).await.unwrap();
+    // Two nodes' hand-overs are heard before the round comes back lost; the third comes
+    // while the waiter waits for it after the round. By then the hand-over has about 57.7 s
+    // of validity left, less than the waiter's minimum: its next round takes the key on.
+    let won = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter slept instead of taking the handed-over key on")
+        .unwrap()
+        .unwrap();
+    let token = won.lock().token().as_str().to_string();
+    assert!(!token.contains('~'), "held under the hand-over: {token}");
+    assert_eq!(won.attempts(), 2);
+    links.link(0, 2).set(LinkFault::Pass);
+    let everywhere = eventually(Duration::from_secs(5), || async {
+        job_values(&set).await == vec![Some(token.clone()); 3]
+    })
+    .await;
+    assert!(
+        everywhere,
+        "the round did not take the key on on every node"
+    );
+    won.release().await.unwrap();
+    c.shutdown().await;
+    holder.close().await;
     no_keys_left(&set).await;
 }

@@ -261,12 +261,20 @@ async fn a_fair_hand_over_is_counted(prometheus: &PrometheusHandle) {
     common::subscribed(&set, 2).await;
     let guard = holder.lock("fair").await.unwrap();
     let waiting = tokio::spawn(async move { waiter.lock("fair").await });
+    // Queued on every node: where it was not yet, the release would free the key and the
+    // waiter's round would take it there, with a round of its own.
     let queued = common::eventually(Duration::from_secs(5), || async {
-        set.node(0)
-            .redis()
-            .exists("redlock:fair-queue:redlock:fair")
-            .await
-            .unwrap()
+        for node in set.iter() {
+            let there: bool = node
+                .redis()
+                .exists("redlock:fair-queue:redlock:fair")
+                .await
+                .unwrap();
+            if !there {
+                return false;
+            }
+        }
+        true
     })
     .await;
     assert!(queued, "the waiter queued");

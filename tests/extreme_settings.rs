@@ -187,7 +187,10 @@ async fn empty_keys_and_unusable_tokens_are_typed_errors() {
 
     let core = c.coordinator();
     let ttl = Duration::from_secs(2);
-    for bad in ["", "two words", "line\nbreak"] {
+    // "worker-1~7" is what a release writes when it hands a key to fair waiter `worker-1`,
+    // whose next attempt takes such a key on as its own: a caller's lock under it would
+    // have two holders.
+    for bad in ["", "two words", "line\nbreak", "worker-1~7"] {
         let token = Token::from_string(bad);
         let err = core
             .acquire_with_token("token", token.clone(), ttl)
@@ -201,6 +204,17 @@ async fn empty_keys_and_unusable_tokens_are_typed_errors() {
             "{bad:?}: {err}"
         );
         assert!(core.acquire_many(&["t1", "t2"], token, ttl).await.is_err());
+    }
+    // A handed-over lock's token has a '~': releasing by it is allowed.
+    let handed = Token::from_string("worker-1~7");
+    if let Err(e) = c.release_token("token", &handed).await {
+        assert!(
+            !matches!(
+                e,
+                Error::InvalidConfig(InvalidConfig::Core(ConfigError::InvalidToken { .. }))
+            ),
+            "{e}"
+        );
     }
     // Nothing reached the nodes (the prefix alone was never locked either).
     for node in set.iter() {

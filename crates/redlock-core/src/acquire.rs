@@ -37,7 +37,10 @@ pub struct Acquisition<'a> {
     pub keys: &'a [&'a str],
     /// For a reentrant lock (one key only): its owner.
     pub owner: Option<&'a str>,
-    /// The token stored under the keys. Defaults to a fresh random one.
+    /// The token stored under the keys. Defaults to a fresh random one. A caller's token
+    /// may not contain `~`: a value `"<waiter>~<number>"` is a key handed over to fair
+    /// waiter `<waiter>` (see [`FairPlace::handover`]), which that waiter's next attempt
+    /// takes on as its own.
     pub token: Token,
     /// The lock's TTL.
     pub ttl: Duration,
@@ -182,6 +185,15 @@ impl Coordinator {
             if let Some(what) = shape {
                 return Err(ConfigError::FairShape { what }.into());
             }
+        }
+        // Only the nodes' release scripts write hand-over tokens (`"<waiter>~<number>"`): a
+        // lock whose token looked like one would be taken on by that fair waiter's next
+        // attempt while its holder still held it.
+        if what.token.as_str().contains('~') {
+            return Err(ConfigError::InvalidToken {
+                reason: "it contains '~', which marks a key handed over to a fair waiter".into(),
+            }
+            .into());
         }
         let mut spec = LockSpec::new(what.keys, what.token, what.owner.map(Arc::from))?;
         spec.fair = what.fair.is_some();

@@ -23,7 +23,9 @@ impl Token {
 
     /// A token from a caller's own value (for example one stored to release a lock from
     /// another process). It must be unique per acquisition: reusing a token lets two
-    /// attempts pass for one owner.
+    /// attempts pass for one owner. An acquisition refuses a token with `~` in it (the mark
+    /// of a key handed over to a fair waiter); a release or extension takes one, such as a
+    /// handed-over lock's token.
     pub fn from_string(value: impl Into<String>) -> Self {
         Token(Str::from(value.into()))
     }

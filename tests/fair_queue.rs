@@ -1171,3 +1171,86 @@ async fn a_hand_over_that_came_during_the_waiters_round_too_late_is_taken_on_at_
     holder.close().await;
     no_keys_left(&set).await;
 }
+
+/// A patience past a year is refused before anything is sent: the nodes could not expire
+/// the queue's keys after it (`PEXPIRE` out of range fails the script after its writes),
+/// and they would stay forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_patience_past_a_year_is_a_typed_error_and_leaves_no_key() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_millis(500)).await;
+    let key = ["redlock:job"];
+    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
+    for patience in [
+        redlock_core::MAX_TTL + Duration::from_secs(1),
+        Duration::MAX,
+    ] {
+        let place = FairPlace {
+            waiter: "w:1",
+            ticket: 1,
+            patience,
+            handover: None,
+        };
+        let err = core
+            .acquire_with(Acquisition {
+                fair: Some(place),
+                ..Acquisition::new(&key, Duration::from_secs(5))
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, redlock_core::Error::Config(ConfigError::FairPlace)),
+            "{err}"
+        );
+    }
+    core.release(&held).await.unwrap();
+    core.quiesce().await;
+    no_keys_left(&set).await;
+}
+
+/// A client with the longest `max_delay` there is still waits in the fair queue: the
+/// patience it derives (twice `max_delay`, and more) is capped at a year.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_client_with_an_extreme_max_delay_still_queues() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = fair_client(&set).await;
+    let c = client(&set, |b| {
+        b.fair(true)
+            .backoff(Duration::from_millis(10), Duration::MAX)
+            .max_wait(Duration::from_secs(60))
+    })
+    .await;
+    common::subscribed(&set, 2).await;
+    let guard = holder.lock("job").await.unwrap();
+    // One attempt while the key is held: refused and queued on every node, where the
+    // queue's keys expire after the patience (it used to fail with a server error after
+    // queuing: the patience was out of `PEXPIRE`'s range, and those keys had no expiry).
+    let once = LockOptions {
+        retry: Some(RetryPolicy {
+            max_attempts: Some(1),
+            max_delay: Duration::MAX,
+            ..RetryPolicy::default()
+        }),
+        ..Default::default()
+    };
+    let refused = c.lock_with("job", &once).await.unwrap_err();
+    let report = refused.report().expect("a round's report");
+    assert!(
+        report
+            .nodes
+            .iter()
+            .all(|n| !matches!(n.outcome, redlock_core::NodeOutcome::ServerError(_))),
+        "{refused}"
+    );
+    let waiting = start_waiting(&set, &c).await;
+    guard.release().await.unwrap();
+    let won = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter did not get the key")
+        .unwrap()
+        .unwrap();
+    won.release().await.unwrap();
+    holder.shutdown().await;
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}

@@ -193,12 +193,15 @@ impl LockConfig {
     /// How long a fair waiter's queue entry outlives its last attempt: twice the longest
     /// pause between two attempts (a backoff delay, then the release of a round won below
     /// `min_validity`, then the next round), so a live waiter never loses its place; a
-    /// waiter that died holds up the queue that long at most.
+    /// waiter that died holds up the queue that long at most. At most a year
+    /// ([`redlock_core::MAX_TTL`], the longest patience the core takes), whatever
+    /// `max_delay` is.
     pub(crate) fn fair_patience_for(&self, retry: &crate::RetryPolicy) -> Duration {
         retry
             .max_delay
             .saturating_mul(2)
             .saturating_add(self.node_timeout.saturating_mul(4))
+            .min(redlock_core::MAX_TTL)
     }
 
     /// The renewal interval: `renewal.renew_after`, or a third of the TTL.

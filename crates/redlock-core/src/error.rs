@@ -140,7 +140,7 @@ pub enum ConfigError {
     /// A fair acquisition's waiter id is empty or has white space or `~`, or its patience
     /// is zero.
     #[error(
-        "a fair acquisition needs a waiter id that is not empty and has no white space or '~', and a patience above zero"
+        "a fair acquisition needs a waiter id that is not empty and has no white space or '~', and a patience above zero and at most a year"
     )]
     FairPlace,
     /// A reentrant lock was requested with an empty owner.

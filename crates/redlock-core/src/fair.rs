@@ -34,6 +34,7 @@ use std::sync::Arc;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
+use crate::config::MAX_TTL;
 use crate::coordinator::Coordinator;
 use crate::drift::lease;
 use crate::error::{ConfigError, Error};
@@ -71,7 +72,8 @@ pub struct FairPlace<'a> {
     pub ticket: u64,
     /// How long the entry stays on a node after the waiter's last attempt there. Longer
     /// than the longest pause between two attempts of the waiter, or it loses its place;
-    /// short, because a waiter that crashed holds up the queue that long.
+    /// short, because a waiter that crashed holds up the queue that long. At most
+    /// [`MAX_TTL`](crate::MAX_TTL) (a year): the nodes keep the queue's keys that long.
     pub patience: Duration,
     /// For a fair (gated) attempt: its hand-over number, unique among the attempts of this
     /// wait (the attempt's count, say). A release that finds the waiter at the head of the
@@ -105,6 +107,9 @@ impl<'a> FairPlace<'a> {
             || self.waiter.contains(char::is_whitespace)
             || self.waiter.contains('~')
             || self.patience.is_zero()
+            // The nodes expire the queue's keys after the patience: past Redis's range, the
+            // script's `PEXPIRE` fails after its writes, and keys without expiry stay.
+            || self.patience > MAX_TTL
         {
             return Err(ConfigError::FairPlace);
         }
@@ -329,6 +334,20 @@ mod tests {
         }
         .check()
         .is_err());
+        assert!(FairPlace {
+            patience: MAX_TTL,
+            ..ok
+        }
+        .check()
+        .is_ok());
+        for past in [MAX_TTL + Duration::from_millis(1), Duration::MAX] {
+            assert!(FairPlace {
+                patience: past,
+                ..ok
+            }
+            .check()
+            .is_err());
+        }
     }
 
     #[test]

@@ -186,15 +186,7 @@ impl Coordinator {
                 return Err(ConfigError::FairShape { what }.into());
             }
         }
-        // Only the nodes' release scripts write hand-over tokens (`"<waiter>~<number>"`): a
-        // lock whose token looked like one would be taken on by that fair waiter's next
-        // attempt while its holder still held it.
-        if what.token.as_str().contains('~') {
-            return Err(ConfigError::InvalidToken {
-                reason: "it contains '~', which marks a key handed over to a fair waiter".into(),
-            }
-            .into());
-        }
+        what.token.check_not_handover()?;
         let mut spec = LockSpec::new(what.keys, what.token, what.owner.map(Arc::from))?;
         spec.fair = what.fair.is_some();
         if let Some(key) = what.keys.iter().find(|k| config.is_reserved(k)) {

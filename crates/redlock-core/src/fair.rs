@@ -105,7 +105,7 @@ impl<'a> FairPlace<'a> {
         // key on (or delete it) as its own.
         if self.waiter.is_empty()
             || self.waiter.contains(char::is_whitespace)
-            || self.waiter.contains('~')
+            || self.waiter.contains(HANDOVER_MARK)
             || self.patience.is_zero()
             // The nodes expire the queue's keys after the patience: past Redis's range, the
             // script's `PEXPIRE` fails after its writes, and keys without expiry stay.
@@ -138,9 +138,13 @@ pub(crate) fn queue_keys(prefix: &str, key: &str) -> [Key; 3] {
     ]
 }
 
+/// What separates a waiter id from its attempt number in a hand-over token (the scripts
+/// write the same character): neither waiter ids nor callers' tokens may hold it.
+pub(crate) const HANDOVER_MARK: char = '~';
+
 /// The token of the key a release hands over to `waiter` for its attempt `number`.
 pub fn handover_token(waiter: &str, number: u64) -> Token {
-    Token::from_string(format!("{waiter}~{number}"))
+    Token::from_string(format!("{waiter}{HANDOVER_MARK}{number}"))
 }
 
 /// A lock handed over to a fair waiter by the nodes' release scripts (see

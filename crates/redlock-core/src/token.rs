@@ -5,6 +5,7 @@ use std::fmt;
 use fred::bytes_utils::Str;
 
 use crate::error::ConfigError;
+use crate::fair::HANDOVER_MARK;
 
 /// A random value that identifies one acquisition attempt.
 ///
@@ -56,6 +57,20 @@ impl Token {
             reason: reason.into(),
         })
     }
+
+    /// Checks a caller's token for an acquisition, beside [`check`](Self::check): no `~`.
+    /// Only the nodes' release scripts write hand-over tokens (`"<waiter>~<number>"`, see
+    /// [`handover_token`](crate::handover_token)), and a lock whose token looked like one
+    /// would be taken on by that fair waiter's next attempt while its holder still held it.
+    /// Releases and extensions take such a token: a handed-over lock's.
+    pub(crate) fn check_not_handover(&self) -> Result<(), ConfigError> {
+        if self.0.contains(HANDOVER_MARK) {
+            return Err(ConfigError::InvalidToken {
+                reason: "it contains '~', which marks a key handed over to a fair waiter".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The longest caller-given token, in bytes: far more than any unique identifier needs, and
@@ -86,6 +101,17 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.as_str().len(), 32);
         assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn an_acquisition_token_may_not_look_like_a_hand_over() {
+        assert!(Token::random().check_not_handover().is_ok());
+        assert!(Token::from_string("worker-1~7").check().is_ok());
+        assert!(matches!(
+            Token::from_string("worker-1~7").check_not_handover(),
+            Err(ConfigError::InvalidToken { .. })
+        ));
+        assert!(crate::handover_token("w", 1).check_not_handover().is_err());
     }
 
     #[test]

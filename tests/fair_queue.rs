@@ -1185,19 +1185,11 @@ async fn a_patience_past_a_year_is_a_typed_error_and_leaves_no_key() {
         redlock_core::MAX_TTL + Duration::from_secs(1),
         Duration::MAX,
     ] {
-        let place = FairPlace {
-            waiter: "w:1",
-            ticket: 1,
-            patience,
-            handover: None,
-        };
-        let err = core
-            .acquire_with(Acquisition {
-                fair: Some(place),
-                ..Acquisition::new(&key, Duration::from_secs(5))
-            })
-            .await
-            .unwrap_err();
+        let mut attempt = fair_attempt(&key, "w:1", 1, Token::random());
+        if let Some(place) = &mut attempt.fair {
+            place.patience = patience;
+        }
+        let err = core.acquire_with(attempt).await.unwrap_err();
         assert!(
             matches!(err, redlock_core::Error::Config(ConfigError::FairPlace)),
             "{err}"

@@ -108,7 +108,7 @@ pub enum ConfigError {
         key: String,
     },
     /// A caller-given token cannot be stored and recognised safely.
-    #[error("the lock token is not usable: {reason}; use Token::random(), or a unique value of printable characters without spaces")]
+    #[error("the lock token is not usable: {reason}; use Token::random(), or a unique value of printable characters without spaces (and, to acquire with, without '~')")]
     InvalidToken {
         /// What is wrong with it.
         reason: String,

@@ -56,13 +56,7 @@ impl Connection {
     pub(crate) fn new(endpoint: Endpoint, config: &Config) -> Result<Connection, ConfigError> {
         let timeout = config.node_timeout;
         let client = factory::round_client(&endpoint, config)?;
-        let options = Options {
-            max_attempts: Some(1),
-            timeout: Some(timeout),
-            fail_fast: true,
-            ..Default::default()
-        };
-        let cmd = client.with_options(&options);
+        let cmd = client.with_options(&command_options(timeout));
         let last_error = Arc::new(Mutex::new(None));
         // Subscribed before the first connection attempt, so that none of its errors is
         // missed. The password only lives in the task, to be masked should an error echo it.
@@ -192,6 +186,7 @@ impl Connection {
             .bounded(
                 async {
                     let evalsha = CustomCommand::new_static("EVALSHA", None, false);
+                    let start = Instant::now();
                     match self
                         .cmd
                         .custom::<Value, Value>(evalsha, script_args(script.sha(), keys, args))
@@ -200,7 +195,14 @@ impl Connection {
                         Err(e) if e.details().starts_with("NOSCRIPT") => {
                             sent = "EVAL";
                             let eval = CustomCommand::new_static("EVAL", None, false);
-                            self.cmd
+                            // fred's own timeout for the second step ends with the first's
+                            // (see `bounded`): the time left, at least a millisecond.
+                            let left = self
+                                .timeout
+                                .saturating_sub(start.elapsed())
+                                .max(Duration::from_millis(1));
+                            self.client
+                                .with_options(&command_options(left))
                                 .custom::<Value, Value>(
                                     eval,
                                     script_args(script.source(), keys, args),
@@ -259,14 +261,23 @@ impl Connection {
             .await
     }
 
-    /// fred's own timeout covers commands it has written; this one also covers time spent
-    /// before that (a connection being re-established), and uses tokio's clock.
+    /// A command under fred's own timeout (the node timeout, from the per-command
+    /// options), with a backstop a moment later.
+    ///
+    /// fred's timeout must be the one that ends the command: it marks the command as timed
+    /// out, and fred then never writes it. A command that is abandoned unmarked (its future
+    /// dropped) stays in fred's queue when it was sent just as the connection dropped (fred
+    /// still reads it as up for a moment), and fred writes it once the connection is back,
+    /// however long after: an acquisition written then sets a key that no rollback deletes,
+    /// since every rollback of its round was over by then. This library's own timeout, the
+    /// backstop, used to end a moment before fred's (it starts first) and left such
+    /// commands unmarked.
     async fn bounded<T>(
         &self,
         fut: impl std::future::Future<Output = Result<T, FredError>>,
         command: &'static str,
     ) -> Result<T, NodeOutcome> {
-        match tokio::time::timeout(self.timeout, fut).await {
+        match tokio::time::timeout(self.timeout + BACKSTOP_MARGIN, fut).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(self.failure(&e, command)),
             Err(_) => Err(NodeOutcome::TimedOut),
@@ -289,6 +300,23 @@ impl Connection {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+}
+
+/// How long after fred's timeout of a command [`Connection::bounded`]'s backstop ends it:
+/// enough to let fred's timer (which starts a moment later) fire first, whatever the
+/// timer wheel's millisecond rounding.
+const BACKSTOP_MARGIN: Duration = Duration::from_millis(20);
+
+/// The per-command options of every command a round sends: no replay (one attempt: an
+/// unanswered command is ambiguous, and cleaned up by compare-and-delete), fred's timeout,
+/// and failing at once while the connection is down.
+fn command_options(timeout: Duration) -> Options {
+    Options {
+        max_attempts: Some(1),
+        timeout: Some(timeout),
+        fail_fast: true,
+        ..Default::default()
     }
 }
 

@@ -93,12 +93,14 @@ async fn no_keys_left(set: &NodeSet) {
     assert!(left.is_empty(), "keys left behind: {left:?}");
 }
 
-/// Every key under the default prefix on every node: locks and queues.
+/// Every key under the default prefix on every node: locks and queues (not the fencing
+/// counter, which outlives every lock by design).
 async fn keys_left(set: &NodeSet) -> Vec<String> {
     let mut keys = Vec::new();
     for node in set.iter() {
         keys.extend(node.redis().keys("redlock:*").await.unwrap());
     }
+    keys.retain(|key| key != "redlock:fencing-counter");
     keys
 }
 
@@ -262,7 +264,7 @@ async fn the_order_holds_with_a_node_down() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fair_takes_only_plain_locks_of_one_key_and_reserves_its_keys() {
+async fn fair_takes_locks_of_one_key_and_reserves_its_keys() {
     let set = NodeSet::start(3).await.unwrap();
     let c = fair_client(&set).await;
     let fair = LockOptions {
@@ -277,13 +279,22 @@ async fn fair_takes_only_plain_locks_of_one_key_and_reserves_its_keys() {
         ),
         "{err}"
     );
+    // A fenced or reentrant lock of one key queues too.
     let fenced = LockOptions {
         fenced: Some(true),
         ..fair.clone()
     };
-    let err = c.lock_with("job", &fenced).await.unwrap_err();
-    assert!(err.to_string().contains("fenced"), "{err}");
-    // The client's `fair` does not apply to other shapes: they work as before.
+    let g = c.lock_with("job", &fenced).await.unwrap();
+    assert!(g.fencing_token().is_some());
+    g.release().await.unwrap();
+    let owner = redlock_client::Owner::new();
+    c.lock_reentrant("job", &owner, &fair)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // The client's `fair` does not apply to several keys: they work as before.
     c.lock_many(&["a", "b"], &LockOptions::default())
         .await
         .unwrap()
@@ -1242,6 +1253,108 @@ async fn a_fair_client_with_an_extreme_max_delay_still_queues() {
         .unwrap()
         .unwrap();
     won.release().await.unwrap();
+    holder.shutdown().await;
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+/// What a waiter of [`every_shape_of_one_key_waits_its_turn_in_one_queue`] takes: a plain, reentrant or fenced lock.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    Plain,
+    Reentrant,
+    Fenced,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_shape_of_one_key_waits_its_turn_in_one_queue() {
+    // Reentrant and fenced waiters queue with plain ones, in arrival order. They used to
+    // take no place: every release handed the key to the next plain waiter, so they got
+    // it only once no plain waiter queued.
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = fair_client(&set).await;
+    let guard = holder.lock("job").await.unwrap();
+    let shapes = [
+        Shape::Reentrant,
+        Shape::Fenced,
+        Shape::Plain,
+        Shape::Reentrant,
+    ];
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, shape) in shapes.into_iter().enumerate() {
+        let c = fair_client(&set).await;
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let none = LockOptions::default();
+            let owner = redlock_client::Owner::new();
+            let g = match shape {
+                Shape::Plain => c.lock("job").await,
+                Shape::Reentrant => c.lock_reentrant("job", &owner, &none).await,
+                Shape::Fenced => {
+                    let fenced = LockOptions {
+                        fenced: Some(true),
+                        ..none
+                    };
+                    c.lock_with("job", &fenced).await
+                }
+            }
+            .unwrap();
+            order.lock().unwrap().push((i, g.fencing_token().is_some()));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.release().await.unwrap();
+            c.shutdown().await;
+        }));
+        queued_everywhere(&set, i as i64 + 1).await;
+        // Tickets are wall-clock milliseconds: keep the next one strictly later.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    guard.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    holder.shutdown().await;
+    let order = order.lock().unwrap().clone();
+    assert_eq!(
+        order,
+        [(0, false), (1, true), (2, false), (3, false)],
+        "(waiter, fenced) in the order they held the lock"
+    );
+    no_keys_left(&set).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentrant_owner_adds_a_hold_out_of_turn_and_its_last_release_hands_the_key_on() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = fair_client(&set).await;
+    // Not woken, the waiter would try again only after 10 s (see `patient`).
+    let c = client(&set, |b| patient(b).ttl(Duration::from_secs(30))).await;
+    common::subscribed(&set, 2).await;
+    let owner = redlock_client::Owner::new();
+    let none = LockOptions::default();
+    let first = holder.lock_reentrant("job", &owner, &none).await.unwrap();
+    let waiting = start_waiting(&set, &c).await;
+    // The owner holds the key: its next hold needs no turn, though a waiter queues.
+    let second = tokio::time::timeout(
+        Duration::from_secs(3),
+        holder.lock_reentrant("job", &owner, &none),
+    )
+    .await
+    .expect("the owner waited behind the queue")
+    .unwrap();
+    assert_eq!(second.attempts(), 1);
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    // The last hold's release hands the key to the queue's head, as a plain release does.
+    let handed = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the head was not handed the key")
+        .unwrap()
+        .unwrap();
+    let token = handed.lock().token().as_str().to_string();
+    assert!(token.ends_with("~1"), "not a hand-over: {token}");
+    assert_eq!(handed.attempts(), 1);
+    handed.release().await.unwrap();
     holder.shutdown().await;
     c.shutdown().await;
     no_keys_left(&set).await;

@@ -35,8 +35,8 @@ pub struct LockOptions {
     /// the client's `fencing`.
     pub fenced: Option<bool>,
     /// Whether this lock waits in the key's fair queue (see [`LockConfig::fair`]). Defaults
-    /// to the client's `fair` for a plain lock of one key that is not fenced, and to `false`
-    /// otherwise; `Some(true)` for any other lock is an error.
+    /// to the client's `fair` for a lock of one key (plain or reentrant, fenced or not), and
+    /// to `false` for `lock_many`, where `Some(true)` is an error.
     pub fair: Option<bool>,
     /// The least validity an acquisition must leave for this call (see
     /// [`LockConfig::min_validity`]). Defaults to the client's `min_validity`.
@@ -353,7 +353,7 @@ impl Redlock {
         let fenced = options.fenced.unwrap_or(config.fencing);
         let fair = match (options.fair, target) {
             (Some(fair), _) => fair,
-            (None, LockShape::One(_)) => config.fair && !fenced,
+            (None, LockShape::One(_) | LockShape::Reentrant(..)) => config.fair,
             (None, _) => false,
         };
         let ttl = match options.ttl {
@@ -465,7 +465,10 @@ impl Redlock {
                 // it the key, and tells its client (see `handover` below).
                 let places = match place {
                     Some(place) if fair => {
-                        let number = watch.as_ref().map(|watch| {
+                        // Only a plain lock is handed over (a reentrant hold or a fencing
+                        // token needs a round): the others are woken and run one.
+                        let hands_over = matches!(target, LockShape::One(_)) && !fenced;
+                        let number = watch.as_ref().filter(|_| hands_over).map(|watch| {
                             let number = u64::from(attempts);
                             watch.expect(handover_token(place.waiter, number).as_str().into());
                             handover = Some((number, Instant::now()));

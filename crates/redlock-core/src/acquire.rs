@@ -47,8 +47,12 @@ pub struct Acquisition<'a> {
     /// Whether the lock gets a fencing token ([`Lock::fencing_token`]). It costs one more
     /// round trip: the token's write-back. Defaults to `false`.
     pub fenced: bool,
-    /// For a fair acquisition: the waiter's place in the key's queue ([`FairPlace`]). Only a
-    /// plain lock of one key, not fenced, can wait in a queue. Defaults to `None`.
+    /// For a fair acquisition: the waiter's place in the key's queue ([`FairPlace`]). A lock
+    /// of one key (plain or reentrant, fenced or not) can wait in a queue; a lock over
+    /// several keys cannot ([`ConfigError::FairShape`]). Only a plain lock's attempt, not
+    /// fenced, registers the place's [`handover`](FairPlace::handover): a release hands
+    /// such a waiter the key, and tells the others (which then run a round). Defaults to
+    /// `None`.
     pub fair: Option<FairPlace<'a>>,
     /// For a waiter that is not fair: its place in the key's queue all the same, only so
     /// that the release of the key wakes the oldest waiter's client instead of every
@@ -173,16 +177,8 @@ impl Coordinator {
         let place = what.fair.or(what.queued);
         if let Some(place) = &place {
             place.check()?;
-            let shape = if what.keys.len() != 1 {
-                Some("several keys")
-            } else if what.owner.is_some() {
-                Some("a reentrant lock")
-            } else if what.fenced {
-                Some("a fenced lock")
-            } else {
-                None
-            };
-            if let Some(what) = shape {
+            if what.keys.len() != 1 {
+                let what = "several keys";
                 return Err(ConfigError::FairShape { what }.into());
             }
         }
@@ -209,9 +205,13 @@ impl Coordinator {
         let round = Round {
             kind: RoundKind::Acquire,
             command: match &place {
-                Some(place) => {
-                    spec.acquire_queued(ttl, place, what.fair.is_some(), &config.fair_prefix)
-                }
+                Some(place) => spec.acquire_queued(
+                    ttl,
+                    place,
+                    what.fair.is_some(),
+                    &config.fair_prefix,
+                    fence_key,
+                ),
                 None => spec.acquire(ttl, fence_key),
             },
             requests: vec![spec.acquire_request(ttl)],

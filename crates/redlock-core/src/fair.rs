@@ -26,6 +26,11 @@
 //! no rollback of the waiter's rounds deletes a key handed over meanwhile; a later attempt
 //! takes such a key on under its round's token. A waiter that dies after registering and is
 //! then handed the key holds it up for one TTL, as a holder that dies does.
+//!
+//! Reentrant and fenced locks of one key queue the same way, gated by the same queue, but
+//! are not handed the key: a release that finds one at the head frees the key and tells
+//! its client, and its round (the head's: the only one let through) takes it. A reentrant
+//! owner that already holds the key adds a hold without waiting for its turn.
 
 use std::time::Duration;
 
@@ -79,7 +84,9 @@ pub struct FairPlace<'a> {
     /// wait (the attempt's count, say). A release that finds the waiter at the head of the
     /// queue then hands it the key under the token `"<waiter>~<number>"`, with this
     /// attempt's TTL; see [`Coordinator::handed_over`]. `None` (the default): releases only
-    /// announce themselves to the waiter, which runs a round of its own.
+    /// announce themselves to the waiter, which runs a round of its own. Only a plain lock
+    /// of one key, not fenced, is handed over: the attempt of a reentrant or fenced lock
+    /// ignores it (a hold, or a fencing token, needs the waiter's own round).
     pub handover: Option<u64>,
 }
 

@@ -12,7 +12,8 @@ use crate::fair::{self, FairPlace};
 use crate::lock::Lock;
 use crate::round::{Command, Request, Undo};
 use crate::scripts::{
-    Script, ACQUIRE_MANY, FAIR_ACQUIRE, FENCED_ACQUIRE_MANY, FENCED_ACQUIRE_ONE,
+    Script, ACQUIRE_MANY, FAIR_ACQUIRE, FAIR_REENTRANT_ACQUIRE, FENCED_ACQUIRE_MANY,
+    FENCED_ACQUIRE_ONE, FENCED_FAIR_ACQUIRE, FENCED_FAIR_REENTRANT_ACQUIRE,
     FENCED_REENTRANT_ACQUIRE, REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE,
 };
 use crate::token::Token;
@@ -119,28 +120,48 @@ impl LockSpec {
         }
     }
 
-    /// The acquisition of this (plain, one-key) lock by a waiter with a place in the key's
-    /// queue: the queue script, which lets only the head `SET NX` when `gated` (a fair
-    /// acquisition, see [`FairPlace`]), and otherwise only enqueues the waiter to be woken.
+    /// The acquisition of this lock of one key (plain or reentrant, fenced with
+    /// `fence_key`) by a waiter with a place in the key's queue: the queue script, which
+    /// lets only the head take the key when `gated` (a fair acquisition, see
+    /// [`FairPlace`]), and otherwise only enqueues the waiter to be woken. Only a plain
+    /// lock's gated attempt registers the place's hand-over.
     pub(crate) fn acquire_queued(
         &self,
         ttl: Duration,
         place: &FairPlace<'_>,
         gated: bool,
         prefix: &str,
+        fence_key: Option<&str>,
     ) -> Command {
         let [queue, expiry, handovers] = fair::queue_keys(prefix, &self.keys[0]);
         let mut args = vec![self.token_value(), Value::from(ttl_ms(ttl))];
         args.extend(place.args());
         args.push(Value::from(if gated { "1" } else { "0" }));
-        if let (true, Some(number)) = (gated, place.handover) {
-            args.push(Value::from(i64::try_from(number).unwrap_or(i64::MAX)));
+        args.push(match place.handover {
+            // A hand-over sets the key to a string under a token no round chose: no
+            // fencing token, no reentrant hold. Only the shape whose waiters all queue.
+            Some(number) if gated && self.waiters_queue() => {
+                Value::from(i64::try_from(number).unwrap_or(i64::MAX))
+            }
+            _ => Value::from(""),
+        });
+        if let Some(owner) = &self.owner {
+            args.push(Value::from(&**owner));
         }
-        Command::Script {
-            script: &FAIR_ACQUIRE,
-            keys: vec![Key::from(&*self.keys[0]), queue, expiry, handovers],
-            args,
-        }
+        let mut keys = vec![Key::from(&*self.keys[0]), queue, expiry, handovers];
+        let script = match (&self.owner, fence_key) {
+            (None, None) => &*FAIR_ACQUIRE,
+            (Some(_), None) => &*FAIR_REENTRANT_ACQUIRE,
+            (None, Some(fence_key)) => {
+                keys.push(Key::from(fence_key));
+                &*FENCED_FAIR_ACQUIRE
+            }
+            (Some(_), Some(fence_key)) => {
+                keys.push(Key::from(fence_key));
+                &*FENCED_FAIR_REENTRANT_ACQUIRE
+            }
+        };
+        Command::Script { script, keys, args }
     }
 
     /// The acquisition's request: it asks for `ttl`, and is undone by a compare-and-delete
@@ -160,14 +181,16 @@ impl LockSpec {
     }
 
     /// The compare-and-delete for this lock, publishing on `channel` when given. The
-    /// release of a plain lock also passes the key on to the next live waiter of the key's
-    /// queue (under `queue_prefixes`) when it has one: a fair waiter is handed the key, a
-    /// waiter queued to be woken is told, on its client's channel alone.
+    /// release also passes each key it frees on to the next live waiter of the key's queue
+    /// (under `queue_prefixes`) when it has one: a fair waiter of a plain lock is handed the
+    /// key, any other waiter is told, on its client's channel alone.
     pub(crate) fn release(&self, channel: Option<&str>, queue_prefixes: &[Value; 3]) -> Command {
         let (script, mut args) = self.release_script(channel);
-        if self.owner.is_none() && channel.is_some() {
+        if channel.is_some() {
             args.extend(queue_prefixes.iter().cloned());
-            args.push(Value::from(if self.waiters_queue() { "1" } else { "0" }));
+            if self.owner.is_none() {
+                args.push(Value::from(if self.waiters_queue() { "1" } else { "0" }));
+            }
         }
         self.script(script, args)
     }

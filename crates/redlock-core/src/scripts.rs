@@ -148,36 +148,63 @@ end"#;
 /// type before it reads or writes a field. Adding a hold never shortens the key's TTL, which
 /// the other holds of the same owner count on.
 pub(crate) static REENTRANT_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(REENTRANT_ACQUIRE_BODY));
+    LazyLock::new(|| Script::new(REENTRANT_ACQUIRE_BODY.as_str()));
 
-const REENTRANT_ACQUIRE_BODY: &str = r#"local kind = redis.call("TYPE", KEYS[1]).ok
-if kind == "none" then
-  redis.call("HSET", KEYS[1], "owner", ARGV[1], "hold:" .. ARGV[2], 1)
-  redis.call("PEXPIRE", KEYS[1], ARGV[3])
-  return 1
+static REENTRANT_ACQUIRE_BODY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"local owner, token, ttl = ARGV[1], ARGV[2], ARGV[3]
+{REENTRANT_STEPS}
+if held() or take() then return 1 end
+return 0"#
+    )
+});
+
+/// The two steps of a reentrant acquisition of `KEYS[1]` by `owner`, hold `token`, for
+/// `ttl` ms (Lua locals the script sets first): `held()` adds a hold when the owner
+/// already has the key (never shortening its TTL), `take()` takes the key when it is free.
+/// Each returns whether it did.
+const REENTRANT_STEPS: &str = r#"local function held()
+  if redis.call("TYPE", KEYS[1]).ok ~= "hash" then return false end
+  if redis.call("HGET", KEYS[1], "owner") ~= owner then return false end
+  redis.call("HSET", KEYS[1], "hold:" .. token, 1)
+  if redis.call("PTTL", KEYS[1]) < tonumber(ttl) then
+    redis.call("PEXPIRE", KEYS[1], ttl)
+  end
+  return true
 end
-if kind ~= "hash" then return 0 end
-if redis.call("HGET", KEYS[1], "owner") ~= ARGV[1] then return 0 end
-redis.call("HSET", KEYS[1], "hold:" .. ARGV[2], 1)
-if redis.call("PTTL", KEYS[1]) < tonumber(ARGV[3]) then
-  redis.call("PEXPIRE", KEYS[1], ARGV[3])
-end
-return 1"#;
+local function take()
+  if redis.call("EXISTS", KEYS[1]) == 1 then return false end
+  redis.call("HSET", KEYS[1], "owner", owner, "hold:" .. token, 1)
+  redis.call("PEXPIRE", KEYS[1], ttl)
+  return true
+end"#;
 
 /// `KEYS[1]` = key, `ARGV[1]` = owner, `ARGV[2]` = hold token, `ARGV[3]` = channel or "":
-/// drops one hold; deletes the key (and publishes) when it was the last. Returns 1 when the
-/// hold was there, 0 otherwise.
+/// drops one hold; deletes the key when it was the last. Returns 1 when the hold was
+/// there, 0 otherwise.
+///
+/// A key it deletes is passed on, when `ARGV[4]`, `ARGV[5]` and `ARGV[6]` (the prefixes of
+/// the queues' keys, of their expiry and of their hand-overs) are given and the key's queue
+/// has a live waiter, as [`RELEASE`] does (a fair waiter of a plain lock is handed the
+/// key, any other is told on its client's channel); otherwise the release is published on
+/// the channel for every client (reentrant waiters that are not fair do not queue).
 pub(crate) static REENTRANT_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local owner = redis.pcall("HGET", KEYS[1], "owner")
+    Script::new(format!(
+        r#"if ARGV[4] and redis.replicate_commands then redis.replicate_commands() end
+{ANNOUNCE}
+local owner = redis.pcall("HGET", KEYS[1], "owner")
 if owner ~= ARGV[1] then return 0 end
 if redis.call("HDEL", KEYS[1], "hold:" .. ARGV[2]) == 0 then return 0 end
 if redis.call("HLEN", KEYS[1]) <= 1 then
   redis.call("DEL", KEYS[1])
-  if ARGV[3] ~= "" then redis.call("PUBLISH", ARGV[3], ARGV[2] .. " " .. KEYS[1]) end
+  if ARGV[3] ~= "" then
+    local passed = false
+    if ARGV[4] then passed = pass_on(ARGV[3], ARGV[2], KEYS[1], ARGV[4] .. KEYS[1], ARGV[5] .. KEYS[1], ARGV[6] .. KEYS[1]) end
+    if not passed then redis.call("PUBLISH", ARGV[3], ARGV[2] .. " " .. KEYS[1]) end
+  end
 end
-return 1"#,
-    )
+return 1"#
+    ))
 });
 
 /// Extends several locks in one call. `ARGV[1]` is ignored (reserved); then five arguments
@@ -278,7 +305,7 @@ return 0"#;
 /// A fenced acquisition: `body` (an acquisition script answering 1 or 0) with the node's
 /// fencing counter read in the same call, so fencing costs the acquisition no round trip.
 /// The counter's key comes last in `KEYS` and is taken off before `body` runs. Returns
-/// `{done, counter}`, `counter` being -1 when the node has no counter (never fenced, or it
+/// `{done, counter}` (`done` 0 also for a fair waiter that is not the head), `counter` being -1 when the node has no counter (never fenced, or it
 /// lost its data): such a node is not counted until a write-back seeds it again.
 fn fenced(body: &str) -> Script {
     Script::new(format!(
@@ -287,6 +314,7 @@ local function acquire()
 {body}
 end
 local done = acquire()
+if type(done) == "table" then done = 0 end
 local counter = redis.pcall("GET", fence_key)
 if type(counter) ~= "string" then return {{done, -1}} end
 return {{done, tonumber(counter) or -1}}"#
@@ -297,7 +325,7 @@ pub(crate) static FENCED_ACQUIRE_ONE: LazyLock<Script> = LazyLock::new(|| fenced
 pub(crate) static FENCED_ACQUIRE_MANY: LazyLock<Script> =
     LazyLock::new(|| fenced(ACQUIRE_MANY_BODY));
 pub(crate) static FENCED_REENTRANT_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| fenced(REENTRANT_ACQUIRE_BODY));
+    LazyLock::new(|| fenced(&REENTRANT_ACQUIRE_BODY));
 
 /// The write-back of a fencing token: `KEYS[1]` = the node's fencing counter, `ARGV[1]` =
 /// the token. Raise-only: the counter is set only when it is missing (this seeds a node
@@ -355,23 +383,56 @@ return {1, {ttl, "o"}}"#,
 /// entry is dropped), `KEYS[4]` = the queue's hand-overs (hash: waiter -> `"<number> <ttl
 /// ms>"`). `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = waiter, `ARGV[4]` =
 /// ticket, `ARGV[5]` = patience in ms, `ARGV[6]` = "1" for a gated (fair) attempt, "0" for
-/// a waiter that only queues to be woken, `ARGV[7]` (optional) = the attempt's hand-over
-/// number.
+/// a waiter that only queues to be woken, `ARGV[7]` = the attempt's hand-over number or
+/// "" (a plain lock's only), and for a reentrant lock ([`FAIR_REENTRANT_ACQUIRE`])
+/// `ARGV[8]` = its owner.
 ///
 /// Drops the entries whose waiters stopped refreshing them, enqueues the waiter with its
 /// ticket (`ZADD NX`: the ticket of its first attempt keeps its place), refreshes its
 /// expiry, and registers its hand-over when given (a release that finds the waiter at the
 /// head then hands it the key, see [`ANNOUNCE`]). Gated, only the head (lowest ticket, then
-/// waiter id: the same order on every node) may `SET NX`; not gated, the waiter tries `SET
-/// NX` wherever it stands, and its entry only tells the release whose client to wake. A
-/// key that an earlier release handed to this waiter (`"<waiter>~<number>"`) is taken on
-/// under this round's token, with this round's TTL, as if this round had set it. A waiter
-/// that won leaves the queue. Mutual exclusion still rests on `SET NX PX` (and the
-/// release's compare-and-set) alone: the queue only decides who tries. The queue's keys
-/// live at most `patience` past their last use. Returns 1 (set), 0 (the key is held), or
-/// `{0, 1}` (gated, and not the head).
-pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+/// waiter id: the same order on every node) may take the key; not gated, the waiter tries
+/// wherever it stands, and its entry only tells the release whose client to wake. A key
+/// the waiter already holds needs no turn: for a plain lock, one that an earlier release
+/// handed to this waiter (`"<waiter>~<number>"`) is taken on under this round's token, with
+/// this round's TTL, as if this round had set it; for a reentrant lock, a key its owner
+/// holds gets one more hold. A waiter that won leaves the queue. Mutual exclusion still
+/// rests on `SET NX PX` (and the release's compare-and-set) alone: the queue only decides
+/// who tries. The queue's keys live at most `patience` past their last use. Returns 1
+/// (taken), 0 (the key is held), or `{0, 1}` (gated, and not the head).
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(fair(PLAIN_STEPS)));
+/// [`FAIR_ACQUIRE`] for a reentrant lock (the steps of [`REENTRANT_ACQUIRE`]).
+pub(crate) static FAIR_REENTRANT_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(fair(FAIR_REENTRANT_STEPS.as_str())));
+/// [`FAIR_ACQUIRE`], fenced: the node's fencing counter is read in the same call.
+pub(crate) static FENCED_FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| fenced(&fair(PLAIN_STEPS)));
+/// [`FAIR_REENTRANT_ACQUIRE`], fenced.
+pub(crate) static FENCED_FAIR_REENTRANT_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| fenced(&fair(FAIR_REENTRANT_STEPS.as_str())));
+
+/// A plain lock's steps in a fair acquisition: `held()` takes on a key handed over to the
+/// waiter, `take()` is `SET NX`.
+const PLAIN_STEPS: &str = r#"local function held()
+  local value = redis.pcall("GET", KEYS[1])
+  if type(value) ~= "string" or string.sub(value, 1, #ARGV[3] + 1) ~= ARGV[3] .. "~" then return false end
+  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+  return true
+end
+local function take()
+  if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return true end
+  return false
+end"#;
+
+static FAIR_REENTRANT_STEPS: LazyLock<String> = LazyLock::new(|| {
+    format!("local owner, token, ttl = ARGV[8], ARGV[1], ARGV[2]\n{REENTRANT_STEPS}")
+});
+
+/// The body of a fair acquisition whose `steps` define `held()` (the waiter holds the key
+/// already: no turn needed) and `take()` (take the free key), each returning whether it
+/// did (see [`FAIR_ACQUIRE`]).
+fn fair(steps: &str) -> String {
+    format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
 local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -387,19 +448,18 @@ local function leave()
   redis.call("ZREM", KEYS[3], ARGV[3])
   redis.call("HDEL", KEYS[4], ARGV[3])
 end
+{steps}
 local result = 0
-local value = redis.pcall("GET", KEYS[1])
-if type(value) == "string" and string.sub(value, 1, #ARGV[3] + 1) == ARGV[3] .. "~" then
-  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+if held() then
   leave()
   result = 1
 else
   redis.call("ZADD", KEYS[2], "NX", ARGV[4], ARGV[3])
   redis.call("ZADD", KEYS[3], now + patience, ARGV[3])
-  if ARGV[7] then redis.call("HSET", KEYS[4], ARGV[3], ARGV[7] .. " " .. ARGV[2]) end
+  if ARGV[7] ~= "" then redis.call("HSET", KEYS[4], ARGV[3], ARGV[7] .. " " .. ARGV[2]) end
   if ARGV[6] == "1" and redis.call("ZRANGE", KEYS[2], 0, 0)[1] ~= ARGV[3] then
-    result = {0, 1}
-  elseif redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+    result = {{0, 1}}
+  elseif take() then
     leave()
     result = 1
   end
@@ -409,9 +469,9 @@ for i = 2, 4 do
     redis.call("PEXPIRE", KEYS[i], patience)
   end
 end
-return result"#,
+return result"#
     )
-});
+}
 
 /// Takes a waiter out of a key's queue: `KEYS[1]` = the queue, `KEYS[2]` = its expiry,
 /// `KEYS[3]` = the lock's key, `KEYS[4]` = the queue's hand-overs, `ARGV[1]` = the waiter,
@@ -443,7 +503,7 @@ return 1"#
 });
 
 /// Every script, for preloading.
-pub(crate) fn all() -> [&'static Script; 15] {
+pub(crate) fn all() -> [&'static Script; 18] {
     [
         &ACQUIRE_MANY,
         &ACQUIRE_BATCH,
@@ -459,6 +519,9 @@ pub(crate) fn all() -> [&'static Script; 15] {
         &FENCE_READ,
         &INSPECT,
         &FAIR_ACQUIRE,
+        &FAIR_REENTRANT_ACQUIRE,
+        &FENCED_FAIR_ACQUIRE,
+        &FENCED_FAIR_REENTRANT_ACQUIRE,
         &FAIR_LEAVE,
     ]
 }

@@ -1359,3 +1359,47 @@ async fn a_reentrant_owner_adds_a_hold_out_of_turn_and_its_last_release_hands_th
     c.shutdown().await;
     no_keys_left(&set).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owners_other_waiter_is_woken_when_the_owner_takes_the_key() {
+    // Two calls of one owner wait in the queue behind a holder. The first one's turn
+    // comes with the release; the second may then add a hold at once, and is woken for
+    // it instead of trying again only after `max_delay` (10 s here).
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = fair_client(&set).await;
+    let c = client(&set, |b| patient(b).ttl(Duration::from_secs(30))).await;
+    common::subscribed(&set, 2).await;
+    let guard = holder.lock("job").await.unwrap();
+    let owner = redlock_client::Owner::new();
+    let mut calls = Vec::new();
+    for queued in 1..=2 {
+        let (c, owner) = (c.clone(), owner.clone());
+        calls.push(tokio::spawn(async move {
+            c.lock_reentrant("job", &owner, &LockOptions::default())
+                .await
+        }));
+        queued_everywhere(&set, queued).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    guard.release().await.unwrap();
+    let mut holds = Vec::new();
+    for call in calls {
+        let hold = tokio::time::timeout(Duration::from_secs(3), call)
+            .await
+            .expect("the owner's call waited for a turn it did not need")
+            .unwrap()
+            .unwrap();
+        holds.push(hold);
+    }
+    // Each was refused once (the key was held) and won at its next attempt.
+    assert_eq!(
+        holds.iter().map(|h| h.attempts()).collect::<Vec<_>>(),
+        [2, 2]
+    );
+    for hold in holds {
+        hold.release().await.unwrap();
+    }
+    holder.shutdown().await;
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}

@@ -408,11 +408,13 @@ impl Redlock {
             let node_timeout = config.node_timeout;
             let mut backoff = retry.backoff();
             // Registered before the first attempt, so a release during it is not missed.
-            let watch = self
-                .inner
-                .notifier
-                .as_ref()
-                .map(|n| n.watch(&keys, waiter.as_deref()));
+            let watch = self.inner.notifier.as_ref().map(|n| {
+                let owner = match target {
+                    LockShape::Reentrant(_, owner) => Some(owner.as_str()),
+                    _ => None,
+                };
+                n.watch(&keys, waiter.as_deref(), owner)
+            });
             let mut attempts = 0u32;
             // Attempts after a wake-up that lost, in this call: each doubles the window the
             // next woken attempt's pause is drawn from (see below).
@@ -500,6 +502,9 @@ impl Redlock {
                             // where it set the key: leave only where it did not.
                             if let Some(exit) = queued.take() {
                                 exit.after_win(&lock);
+                            }
+                            if let Some(watch) = &watch {
+                                watch.owner_holds();
                             }
                             return Ok(self.guard(lock, ttl, renew, attempts, start));
                         }

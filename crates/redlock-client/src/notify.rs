@@ -44,12 +44,14 @@ use crate::metrics;
 
 /// One waiter's wake-up: a `Notify` permit, and whether one was handed out and not yet
 /// taken (so that a waiter who leaves without taking it passes it on); for a fair waiter,
-/// the hand-over it expects and the nodes that made it.
+/// the hand-over it expects and the nodes that made it; for a reentrant lock's waiter, its
+/// owner.
 #[derive(Debug, Default)]
 struct WakeUp {
     notify: Notify,
     pending: AtomicBool,
     handover: Mutex<Handed>,
+    owner: Option<Arc<str>>,
 }
 
 /// The hand-over a fair waiter expects (its last attempt's token), and the nodes (by index)
@@ -356,11 +358,20 @@ impl Notifier {
     }
 
     /// Registers a waiter for `keys`, with its id in the key's fair queue when it waits in
-    /// one; it is woken when any of them is released (a fair release: when it is the
-    /// queue's next waiter), and removed when the returned value is dropped.
-    pub(crate) fn watch(&self, keys: &[String], fair: Option<&str>) -> Waiter<'_> {
+    /// one, and its owner for a reentrant lock; it is woken when any of them is released (a
+    /// fair release: when it is the queue's next waiter), or when its owner took the key
+    /// (see [`Waiter::owner_holds`]), and removed when the returned value is dropped.
+    pub(crate) fn watch(
+        &self,
+        keys: &[String],
+        fair: Option<&str>,
+        owner: Option<&str>,
+    ) -> Waiter<'_> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(WakeUp::default());
+        let slot = Arc::new(WakeUp {
+            owner: owner.map(Arc::from),
+            ..WakeUp::default()
+        });
         let fair: Option<Arc<str>> = fair.map(Arc::from);
         let mut registry = self.waiters.lock().expect("notifier lock");
         for key in keys {
@@ -426,6 +437,24 @@ impl Waiter<'_> {
         let state = self.slot.handover.lock().expect("hand-over lock");
         (state.expected.is_some() && state.nodes.len() >= self.notifier.quorum.max(1))
             .then(|| state.nodes.clone())
+    }
+
+    /// This waiter's owner (a reentrant lock's) now holds its key: the owner's other
+    /// waiters for the key in this client are woken, since each of them can add a hold at
+    /// once, without its turn in a fair queue (without the wake-up, a fair one would try
+    /// again only after `max_delay`).
+    pub(crate) fn owner_holds(&self) {
+        let Some(owner) = &self.slot.owner else {
+            return;
+        };
+        let registry = self.notifier.waiters.lock().expect("notifier lock");
+        for key in &self.keys {
+            for (id, slot, _) in registry.waiters.get(key).into_iter().flatten() {
+                if *id != self.id && slot.owner.as_ref() == Some(owner) {
+                    slot.wake();
+                }
+            }
+        }
     }
 
     /// Completes when this waiter's turn came with a release of a watched key since the

@@ -264,22 +264,20 @@ async fn the_order_holds_with_a_node_down() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fair_takes_locks_of_one_key_and_reserves_its_keys() {
+async fn fair_takes_every_shape_of_lock_and_reserves_its_keys() {
     let set = NodeSet::start(3).await.unwrap();
     let c = fair_client(&set).await;
     let fair = LockOptions {
         fair: Some(true),
         ..Default::default()
     };
-    let err = c.lock_many(&["a", "b"], &fair).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::InvalidConfig(InvalidConfig::Core(ConfigError::FairShape { .. }))
-        ),
-        "{err}"
-    );
-    // A fenced or reentrant lock of one key queues too.
+    // Every shape queues: several keys, fenced, reentrant.
+    c.lock_many(&["a", "b"], &fair)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let fenced = LockOptions {
         fenced: Some(true),
         ..fair.clone()
@@ -289,13 +287,6 @@ async fn fair_takes_locks_of_one_key_and_reserves_its_keys() {
     g.release().await.unwrap();
     let owner = redlock_client::Owner::new();
     c.lock_reentrant("job", &owner, &fair)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    // The client's `fair` does not apply to several keys: they work as before.
-    c.lock_many(&["a", "b"], &LockOptions::default())
         .await
         .unwrap()
         .release()
@@ -1258,25 +1249,28 @@ async fn a_fair_client_with_an_extreme_max_delay_still_queues() {
     no_keys_left(&set).await;
 }
 
-/// What a waiter of [`every_shape_of_one_key_waits_its_turn_in_one_queue`] takes: a plain, reentrant or fenced lock.
+/// What a waiter of [`every_shape_waits_its_turn_in_one_queue`] takes: a plain, reentrant,
+/// fenced lock, or one over `redlock:job` and another key.
 #[derive(Debug, Clone, Copy)]
 enum Shape {
     Plain,
     Reentrant,
     Fenced,
+    Many,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_shape_of_one_key_waits_its_turn_in_one_queue() {
-    // Reentrant and fenced waiters queue with plain ones, in arrival order. They used to
-    // take no place: every release handed the key to the next plain waiter, so they got
-    // it only once no plain waiter queued.
+async fn every_shape_waits_its_turn_in_one_queue() {
+    // Reentrant, fenced and multi-key waiters queue with plain ones, in arrival order.
+    // They used to take no place: every release handed the key to the next plain waiter,
+    // so they got it only once no plain waiter queued.
     let set = NodeSet::start(3).await.unwrap();
     let holder = fair_client(&set).await;
     let guard = holder.lock("job").await.unwrap();
     let shapes = [
         Shape::Reentrant,
         Shape::Fenced,
+        Shape::Many,
         Shape::Plain,
         Shape::Reentrant,
     ];
@@ -1298,6 +1292,7 @@ async fn every_shape_of_one_key_waits_its_turn_in_one_queue() {
                     };
                     c.lock_with("job", &fenced).await
                 }
+                Shape::Many => c.lock_many(&["job", "other"], &none).await,
             }
             .unwrap();
             order.lock().unwrap().push((i, g.fencing_token().is_some()));
@@ -1317,7 +1312,7 @@ async fn every_shape_of_one_key_waits_its_turn_in_one_queue() {
     let order = order.lock().unwrap().clone();
     assert_eq!(
         order,
-        [(0, false), (1, true), (2, false), (3, false)],
+        [(0, false), (1, true), (2, false), (3, false), (4, false)],
         "(waiter, fenced) in the order they held the lock"
     );
     no_keys_left(&set).await;
@@ -1401,5 +1396,87 @@ async fn an_owners_other_waiter_is_woken_when_the_owner_takes_the_key() {
     }
     holder.shutdown().await;
     c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+/// How many waiters the queue of `redlock:<key>` holds on node `node`.
+async fn queue_length(set: &NodeSet, node: usize, key: &str) -> i64 {
+    let r = raw(&set.node(node).url()).await;
+    let reply: Value = r
+        .custom(
+            CustomCommand::new_static("ZCARD", None, false),
+            vec![format!("redlock:fair-queue:redlock:{key}")],
+        )
+        .await
+        .unwrap();
+    r.quit().await.unwrap();
+    reply.as_i64().unwrap_or(-1)
+}
+
+/// Waits until `n` waiters are queued for `redlock:<key>` on every node.
+async fn queued_for(set: &NodeSet, key: &str, n: i64) {
+    let ok = eventually(Duration::from_secs(10), || async {
+        for node in 0..set.len() {
+            if queue_length(set, node, key).await != n {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert!(ok, "expected {n} queued waiters for {key} on each node");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_over_several_keys_takes_its_turn_on_each_and_those_behind_it_wait() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = fair_client(&set).await;
+    let (a, b) = (
+        holder.lock("a").await.unwrap(),
+        holder.lock("b").await.unwrap(),
+    );
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    // First a waiter for both keys, then one for each key alone.
+    // Each waiter's keys, then how many wait for each key once it queued.
+    let waits = [
+        (vec!["a", "b"], vec![("a", 1), ("b", 1)]),
+        (vec!["a"], vec![("a", 2)]),
+        (vec!["b"], vec![("b", 2)]),
+    ];
+    for (keys, queued) in waits {
+        let c = fair_client(&set).await;
+        let order = order.clone();
+        let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        tasks.push(tokio::spawn(async move {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let g = c.lock_many(&keys, &LockOptions::default()).await.unwrap();
+            order.lock().unwrap().push(keys.join("+"));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.release().await.unwrap();
+            c.shutdown().await;
+        }));
+        for (key, n) in queued {
+            queued_for(&set, key, n).await;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // `a` is free now, but its head waits for `b` too: the waiter behind it for `a` alone
+    // does not go first.
+    a.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "{:?}",
+        order.lock().unwrap()
+    );
+    b.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order[0], "a+b", "{order:?}");
+    assert_eq!(order.len(), 3, "{order:?}");
+    holder.shutdown().await;
     no_keys_left(&set).await;
 }

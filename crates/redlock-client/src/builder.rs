@@ -175,7 +175,7 @@ impl LockConfigBuilder {
         self
     }
 
-    /// Sets whether locks of one key go to their waiters in arrival order, across clients (see
+    /// Sets whether locks go to their waiters in arrival order, across clients (see
     /// [`LockConfig::fair`]). Defaults to `false`.
     #[must_use]
     pub fn fair(mut self, fair: bool) -> Self {

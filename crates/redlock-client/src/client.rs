@@ -34,9 +34,8 @@ pub struct LockOptions {
     /// Whether this lock gets a fencing token ([`LockGuard::fencing_token`]). Defaults to
     /// the client's `fencing`.
     pub fenced: Option<bool>,
-    /// Whether this lock waits in the key's fair queue (see [`LockConfig::fair`]). Defaults
-    /// to the client's `fair` for a lock of one key (plain or reentrant, fenced or not), and
-    /// to `false` for `lock_many`, where `Some(true)` is an error.
+    /// Whether this lock waits in its keys' fair queues (see [`LockConfig::fair`]). Defaults
+    /// to the client's `fair`.
     pub fair: Option<bool>,
     /// The least validity an acquisition must leave for this call (see
     /// [`LockConfig::min_validity`]). Defaults to the client's `min_validity`.
@@ -353,8 +352,7 @@ impl Redlock {
         let fenced = options.fenced.unwrap_or(config.fencing);
         let fair = match (options.fair, target) {
             (Some(fair), _) => fair,
-            (None, LockShape::One(_) | LockShape::Reentrant(..)) => config.fair,
-            (None, _) => false,
+            (None, _) => config.fair,
         };
         let ttl = match options.ttl {
             // The configured TTL was checked at connect (renewal rule included).
@@ -491,7 +489,7 @@ impl Redlock {
                     // Made only once: a `QueueExit` that is dropped leaves the queue.
                     queued.get_or_insert_with(|| QueueExit {
                         core: &self.inner.core,
-                        key: &keys[0],
+                        keys: &keys,
                         waiter,
                     });
                 }
@@ -822,12 +820,12 @@ enum Handed {
     Not,
 }
 
-/// A queued waiter's way out of its queue: when dropped, it takes the waiter out of the key's
-/// queue on every node in the background, so that the waiters behind it need not wait for
-/// its entry to expire.
+/// A queued waiter's way out of its queues: when dropped, it takes the waiter out of each
+/// of its keys' queues on every node in the background, so that the waiters behind it need
+/// not wait for its entries to expire.
 struct QueueExit<'a> {
     core: &'a Coordinator,
-    key: &'a str,
+    keys: &'a [String],
     waiter: &'a str,
 }
 
@@ -843,8 +841,10 @@ impl QueueExit<'_> {
 
 impl Drop for QueueExit<'_> {
     fn drop(&mut self) {
-        self.core
-            .leave_queue_in_background(self.key.to_string(), self.waiter.to_string());
+        for key in self.keys {
+            self.core
+                .leave_queue_in_background(key.clone(), self.waiter.to_string());
+        }
     }
 }
 

@@ -77,25 +77,26 @@ pub struct LockConfig {
     /// `LockOptions::fenced`. The counter lives under `{key_prefix}fencing-counter` on
     /// each node. Defaults to `false`.
     pub fencing: bool,
-    /// Give locks of one key (plain, reentrant or fenced) to their waiters in the order they
-    /// began waiting, across clients and processes: a waiter queue per key on every node lets only the oldest
-    /// waiter try (see [`redlock_core::FairPlace`]), so waiters no longer split the votes
+    /// Give locks (plain, reentrant, fenced or over several keys) to their waiters in the
+    /// order they began waiting, across clients and processes: a waiter queue per key on
+    /// every node lets only the oldest waiter try (see [`redlock_core::FairPlace`]), so
+    /// waiters no longer split the votes
     /// and a releasing holder cannot take the lock straight back while others wait. A
     /// waiter whose process died holds up the queue for at most its patience
     /// (`2 × retry.max_delay + 4 × node_timeout`). With `notify` on, the release hands
     /// the key to the queue's head there and then, and tells its client: the head holds
     /// the lock once a quorum of nodes said so, without a round of its own, with the
     /// validity of its last attempt (see [`redlock_core::Coordinator::handed_over`]); a
-    /// reentrant or fenced head is told, and its round (the only one let through) takes
-    /// the key. A reentrant owner that holds the key already adds a hold at once. So
+    /// reentrant, fenced or multi-key head is told, and its round (the only one let
+    /// through) takes the key. A reentrant owner that holds the key already adds a hold at once. So
     /// while every wake-up subscriber is up, a waiter tries again between hand-overs only
     /// at `retry.max_delay` or half the TTL, whichever is shorter, which keeps its place,
     /// keeps a hand-over's validity, and finds a key whose holder expired. Costs each
     /// attempt a script instead of `SET NX`, and a won lock that did not hear from every
-    /// node one more command per node in the background (leaving the queue). Not for
-    /// `lock_many` (it ignores it; asked per call, see `LockOptions::fair`, it is an
-    /// error), whose calls find a key that fair waiters queue for free only when none
-    /// does. Defaults to `false`.
+    /// node one more command per node in the background (leaving the queue). A lock over
+    /// several keys waits in each key's queue, and takes its keys once it heads all of
+    /// them: a key it heads stays idle meanwhile, for the waiters behind it. Defaults to
+    /// `false`.
     pub fair: bool,
     /// The least validity an acquisition must leave (DistributedLock's `MinValidityTime`):
     /// a round that wins with less left is released at once and counts as a lost attempt,

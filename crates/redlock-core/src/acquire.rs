@@ -47,12 +47,12 @@ pub struct Acquisition<'a> {
     /// Whether the lock gets a fencing token ([`Lock::fencing_token`]). It costs one more
     /// round trip: the token's write-back. Defaults to `false`.
     pub fenced: bool,
-    /// For a fair acquisition: the waiter's place in the key's queue ([`FairPlace`]). A lock
-    /// of one key (plain or reentrant, fenced or not) can wait in a queue; a lock over
-    /// several keys cannot ([`ConfigError::FairShape`]). Only a plain lock's attempt, not
-    /// fenced, registers the place's [`handover`](FairPlace::handover): a release hands
-    /// such a waiter the key, and tells the others (which then run a round). Defaults to
-    /// `None`.
+    /// For a fair acquisition: the waiter's place in its keys' queues ([`FairPlace`]). Every
+    /// shape of lock waits in them: plain, reentrant or over several keys (which must head
+    /// the queue of each of its keys), fenced or not. Only a plain lock of one key's
+    /// attempt, not fenced, registers the place's [`handover`](FairPlace::handover): a
+    /// release hands such a waiter the key, and tells the others (which then run a
+    /// round). Defaults to `None`.
     pub fair: Option<FairPlace<'a>>,
     /// For a waiter that is not fair: its place in the key's queue all the same, only so
     /// that the release of the key wakes the oldest waiter's client instead of every
@@ -177,10 +177,6 @@ impl Coordinator {
         let place = what.fair.or(what.queued);
         if let Some(place) = &place {
             place.check()?;
-            if what.keys.len() != 1 {
-                let what = "several keys";
-                return Err(ConfigError::FairShape { what }.into());
-            }
         }
         what.token.check_not_handover()?;
         let mut spec = LockSpec::new(what.keys, what.token, what.owner.map(Arc::from))?;

@@ -128,15 +128,6 @@ pub enum ConfigError {
         /// The key.
         key: String,
     },
-    /// A fair (or queued) acquisition was asked for a lock it does not support: only a
-    /// lock of one key (plain or reentrant, fenced or not) waits in a key's queue.
-    #[error(
-        "a fair or queued acquisition takes a lock of one key, not {what}: turn `fair` off (and leave `queued` unset) for this lock"
-    )]
-    FairShape {
-        /// What the lock was: "several keys".
-        what: &'static str,
-    },
     /// A fair acquisition's waiter id is empty or has white space or `~`, or its patience
     /// is zero.
     #[error(

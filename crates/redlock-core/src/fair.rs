@@ -221,15 +221,15 @@ impl Coordinator {
 }
 
 impl Coordinator {
-    /// After `waiter` won `lock` with a place in the key's queue: the winning script took it
-    /// out of the queue on every node that set the key, so it leaves the queue (in the
+    /// After `waiter` won `lock` with a place in its keys' queues: the winning script took it
+    /// out of them on every node that set the keys, so it leaves each queue (in the
     /// background, as [`leave_queue_in_background`](Self::leave_queue_in_background))
     /// only when some node did not, once the round's late answers are in.
     ///
     /// Where it leaves, a key handed over to it that is not this lock's is deleted.
     pub fn leave_queue_after_win(&self, lock: &Lock, waiter: String) -> bool {
         let report = lock.report().clone();
-        let key = lock.key().to_string();
+        let keys = lock.keys.clone();
         let token = lock.token().clone();
         self.spawn_background(|this| async move {
             let settled = report.settled().await;
@@ -240,8 +240,13 @@ impl Coordinator {
             {
                 return;
             }
-            if let Err(e) = this.leave_queue_keeping(&key, &waiter, Some(&token)).await {
-                tracing::debug!(error = %e, "leaving a fair queue failed; the entry expires with its patience");
+            let leaves = keys
+                .iter()
+                .map(|key| this.leave_queue_keeping(key, &waiter, Some(&token)));
+            for left in futures::future::join_all(leaves).await {
+                if let Err(e) = left {
+                    tracing::debug!(error = %e, "leaving a fair queue failed; the entry expires with its patience");
+                }
             }
         })
     }

@@ -12,9 +12,10 @@ use crate::fair::{self, FairPlace};
 use crate::lock::Lock;
 use crate::round::{Command, Request, Undo};
 use crate::scripts::{
-    Script, ACQUIRE_MANY, FAIR_ACQUIRE, FAIR_REENTRANT_ACQUIRE, FENCED_ACQUIRE_MANY,
-    FENCED_ACQUIRE_ONE, FENCED_FAIR_ACQUIRE, FENCED_FAIR_REENTRANT_ACQUIRE,
-    FENCED_REENTRANT_ACQUIRE, REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE,
+    Script, ACQUIRE_MANY, FAIR_ACQUIRE, FAIR_ACQUIRE_MANY, FAIR_REENTRANT_ACQUIRE,
+    FENCED_ACQUIRE_MANY, FENCED_ACQUIRE_ONE, FENCED_FAIR_ACQUIRE, FENCED_FAIR_ACQUIRE_MANY,
+    FENCED_FAIR_REENTRANT_ACQUIRE, FENCED_REENTRANT_ACQUIRE, REENTRANT_ACQUIRE, REENTRANT_RELEASE,
+    RELEASE,
 };
 use crate::token::Token;
 
@@ -120,11 +121,11 @@ impl LockSpec {
         }
     }
 
-    /// The acquisition of this lock of one key (plain or reentrant, fenced with
-    /// `fence_key`) by a waiter with a place in the key's queue: the queue script, which
-    /// lets only the head take the key when `gated` (a fair acquisition, see
-    /// [`FairPlace`]), and otherwise only enqueues the waiter to be woken. Only a plain
-    /// lock's gated attempt registers the place's hand-over.
+    /// The acquisition of this lock (plain, reentrant or over several keys, fenced with
+    /// `fence_key`) by a waiter with a place in its keys' queues: the queue script, which
+    /// lets only the head of every one of them take the keys when `gated` (a fair
+    /// acquisition, see [`FairPlace`]), and otherwise only enqueues the waiter to be woken.
+    /// Only a plain lock of one key's gated attempt registers the place's hand-over.
     pub(crate) fn acquire_queued(
         &self,
         ttl: Duration,
@@ -133,7 +134,6 @@ impl LockSpec {
         prefix: &str,
         fence_key: Option<&str>,
     ) -> Command {
-        let [queue, expiry, handovers] = fair::queue_keys(prefix, &self.keys[0]);
         let mut args = vec![self.token_value(), Value::from(ttl_ms(ttl))];
         args.extend(place.args());
         args.push(Value::from(if gated { "1" } else { "0" }));
@@ -148,19 +148,21 @@ impl LockSpec {
         if let Some(owner) = &self.owner {
             args.push(Value::from(&**owner));
         }
-        let mut keys = vec![Key::from(&*self.keys[0]), queue, expiry, handovers];
-        let script = match (&self.owner, fence_key) {
-            (None, None) => &*FAIR_ACQUIRE,
-            (Some(_), None) => &*FAIR_REENTRANT_ACQUIRE,
-            (None, Some(fence_key)) => {
-                keys.push(Key::from(fence_key));
-                &*FENCED_FAIR_ACQUIRE
-            }
-            (Some(_), Some(fence_key)) => {
-                keys.push(Key::from(fence_key));
-                &*FENCED_FAIR_REENTRANT_ACQUIRE
-            }
+        let mut keys = self.fred_keys();
+        for key in self.keys.iter() {
+            keys.extend(fair::queue_keys(prefix, key));
+        }
+        let script = match (&self.owner, self.keys.len() > 1, fence_key) {
+            (Some(_), _, None) => &*FAIR_REENTRANT_ACQUIRE,
+            (Some(_), _, Some(_)) => &*FENCED_FAIR_REENTRANT_ACQUIRE,
+            (None, false, None) => &*FAIR_ACQUIRE,
+            (None, false, Some(_)) => &*FENCED_FAIR_ACQUIRE,
+            (None, true, None) => &*FAIR_ACQUIRE_MANY,
+            (None, true, Some(_)) => &*FENCED_FAIR_ACQUIRE_MANY,
         };
+        if let Some(fence_key) = fence_key {
+            keys.push(Key::from(fence_key));
+        }
         Command::Script { script, keys, args }
     }
 

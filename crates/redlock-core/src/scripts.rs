@@ -376,40 +376,48 @@ return {1, {ttl, "o"}}"#,
     )
 });
 
-/// The fair acquisition of one key: a waiter queue per key on every node gates who may try.
+/// The fair acquisition: a waiter queue per key on every node gates who may try.
 ///
-/// `KEYS[1]` = the lock's key, `KEYS[2]` = the queue (sorted set: waiter -> ticket),
-/// `KEYS[3]` = the queue's expiry (sorted set: waiter -> node time in ms after which the
-/// entry is dropped), `KEYS[4]` = the queue's hand-overs (hash: waiter -> `"<number> <ttl
-/// ms>"`). `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = waiter, `ARGV[4]` =
-/// ticket, `ARGV[5]` = patience in ms, `ARGV[6]` = "1" for a gated (fair) attempt, "0" for
-/// a waiter that only queues to be woken, `ARGV[7]` = the attempt's hand-over number or
-/// "" (a plain lock's only), and for a reentrant lock ([`FAIR_REENTRANT_ACQUIRE`])
+/// `KEYS` = the lock's `n` keys, then for each of them its queue (sorted set: waiter ->
+/// ticket), the queue's expiry (sorted set: waiter -> node time in ms after which the entry
+/// is dropped) and its hand-overs (hash: waiter -> `"<number> <ttl ms>"`), so `4n` keys.
+/// `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = waiter, `ARGV[4]` = ticket,
+/// `ARGV[5]` = patience in ms, `ARGV[6]` = "1" for a gated (fair) attempt, "0" for a waiter
+/// that only queues to be woken, `ARGV[7]` = the attempt's hand-over number or "" (a plain
+/// lock of one key's only), and for a reentrant lock ([`FAIR_REENTRANT_ACQUIRE`])
 /// `ARGV[8]` = its owner.
 ///
-/// Drops the entries whose waiters stopped refreshing them, enqueues the waiter with its
-/// ticket (`ZADD NX`: the ticket of its first attempt keeps its place), refreshes its
-/// expiry, and registers its hand-over when given (a release that finds the waiter at the
-/// head then hands it the key, see [`ANNOUNCE`]). Gated, only the head (lowest ticket, then
-/// waiter id: the same order on every node) may take the key; not gated, the waiter tries
-/// wherever it stands, and its entry only tells the release whose client to wake. A key
-/// the waiter already holds needs no turn: for a plain lock, one that an earlier release
-/// handed to this waiter (`"<waiter>~<number>"`) is taken on under this round's token, with
-/// this round's TTL, as if this round had set it; for a reentrant lock, a key its owner
-/// holds gets one more hold. A waiter that won leaves the queue. Mutual exclusion still
-/// rests on `SET NX PX` (and the release's compare-and-set) alone: the queue only decides
-/// who tries. The queue's keys live at most `patience` past their last use. Returns 1
-/// (taken), 0 (the key is held), or `{0, 1}` (gated, and not the head).
+/// Drops the entries whose waiters stopped refreshing them, enqueues the waiter in every
+/// key's queue with its ticket (`ZADD NX`: the ticket of its first attempt keeps its
+/// place), refreshes its expiry, and registers its hand-over when given (a release that
+/// finds the waiter at the head then hands it the key, see [`ANNOUNCE`]). Gated, only a
+/// waiter that heads every one of its keys' queues (lowest ticket, then waiter id: the same
+/// order on every node and in every queue, so the oldest waiter heads all of its queues and
+/// waiters of overlapping keys cannot wait for each other) may take the keys; not gated,
+/// the waiter tries wherever it stands, and its entry only tells the release whose client
+/// to wake. A key the waiter already holds needs no turn: for a plain lock, one that an
+/// earlier release handed to this waiter (`"<waiter>~<number>"`) is taken on under this
+/// round's token, with this round's TTL, as if this round had set it; for a reentrant
+/// lock, a key its owner holds gets one more hold. A waiter that won leaves the queues.
+/// Mutual exclusion still rests on `SET NX PX` (and the release's compare-and-set) alone:
+/// the queue only decides who tries. The queues' keys live at most `patience` past their
+/// last use. Returns 1 (taken), 0 (a key is held), or `{0, 1}` (gated, and not the head).
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(fair(PLAIN_STEPS)));
 /// [`FAIR_ACQUIRE`] for a reentrant lock (the steps of [`REENTRANT_ACQUIRE`]).
 pub(crate) static FAIR_REENTRANT_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(fair(FAIR_REENTRANT_STEPS.as_str())));
+/// [`FAIR_ACQUIRE`] for a lock over several keys: all of them or none (as [`ACQUIRE_MANY`]).
+pub(crate) static FAIR_ACQUIRE_MANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(fair(MANY_STEPS)));
 /// [`FAIR_ACQUIRE`], fenced: the node's fencing counter is read in the same call.
 pub(crate) static FENCED_FAIR_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| fenced(&fair(PLAIN_STEPS)));
 /// [`FAIR_REENTRANT_ACQUIRE`], fenced.
 pub(crate) static FENCED_FAIR_REENTRANT_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| fenced(&fair(FAIR_REENTRANT_STEPS.as_str())));
+/// [`FAIR_ACQUIRE_MANY`], fenced.
+pub(crate) static FENCED_FAIR_ACQUIRE_MANY: LazyLock<Script> =
+    LazyLock::new(|| fenced(&fair(MANY_STEPS)));
 
 /// A plain lock's steps in a fair acquisition: `held()` takes on a key handed over to the
 /// waiter, `take()` is `SET NX`.
@@ -424,29 +432,50 @@ local function take()
   return false
 end"#;
 
+/// A lock over several keys' steps in a fair acquisition: nothing is held without a turn,
+/// and `take()` sets every key or none.
+const MANY_STEPS: &str = r#"local function held() return false end
+local function take()
+  for i = 1, n do
+    if redis.call("EXISTS", KEYS[i]) == 1 then return false end
+  end
+  for i = 1, n do redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2]) end
+  return true
+end"#;
+
 static FAIR_REENTRANT_STEPS: LazyLock<String> = LazyLock::new(|| {
     format!("local owner, token, ttl = ARGV[8], ARGV[1], ARGV[2]\n{REENTRANT_STEPS}")
 });
 
 /// The body of a fair acquisition whose `steps` define `held()` (the waiter holds the key
-/// already: no turn needed) and `take()` (take the free key), each returning whether it
-/// did (see [`FAIR_ACQUIRE`]).
+/// already: no turn needed) and `take()` (take the free keys), each returning whether it
+/// did, over the lock's `n` keys (see [`FAIR_ACQUIRE`]).
 fn fair(steps: &str) -> String {
     format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
 local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local patience = tonumber(ARGV[5])
-local gone = redis.call("ZRANGEBYSCORE", KEYS[3], "-inf", now)
-for _, waiter in ipairs(gone) do
-  redis.call("ZREM", KEYS[2], waiter)
-  redis.call("HDEL", KEYS[4], waiter)
+local n = #KEYS / 4
+local function queue(i)
+  return KEYS[n + 3 * i - 2], KEYS[n + 3 * i - 1], KEYS[n + 3 * i]
 end
-if #gone > 0 then redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", now) end
+for i = 1, n do
+  local waiters, expiry, handovers = queue(i)
+  local gone = redis.call("ZRANGEBYSCORE", expiry, "-inf", now)
+  for _, waiter in ipairs(gone) do
+    redis.call("ZREM", waiters, waiter)
+    redis.call("HDEL", handovers, waiter)
+  end
+  if #gone > 0 then redis.call("ZREMRANGEBYSCORE", expiry, "-inf", now) end
+end
 local function leave()
-  redis.call("ZREM", KEYS[2], ARGV[3])
-  redis.call("ZREM", KEYS[3], ARGV[3])
-  redis.call("HDEL", KEYS[4], ARGV[3])
+  for i = 1, n do
+    local waiters, expiry, handovers = queue(i)
+    redis.call("ZREM", waiters, ARGV[3])
+    redis.call("ZREM", expiry, ARGV[3])
+    redis.call("HDEL", handovers, ARGV[3])
+  end
 end
 {steps}
 local result = 0
@@ -454,17 +483,22 @@ if held() then
   leave()
   result = 1
 else
-  redis.call("ZADD", KEYS[2], "NX", ARGV[4], ARGV[3])
-  redis.call("ZADD", KEYS[3], now + patience, ARGV[3])
-  if ARGV[7] ~= "" then redis.call("HSET", KEYS[4], ARGV[3], ARGV[7] .. " " .. ARGV[2]) end
-  if ARGV[6] == "1" and redis.call("ZRANGE", KEYS[2], 0, 0)[1] ~= ARGV[3] then
+  local head = true
+  for i = 1, n do
+    local waiters, expiry, handovers = queue(i)
+    redis.call("ZADD", waiters, "NX", ARGV[4], ARGV[3])
+    redis.call("ZADD", expiry, now + patience, ARGV[3])
+    if ARGV[7] ~= "" then redis.call("HSET", handovers, ARGV[3], ARGV[7] .. " " .. ARGV[2]) end
+    if redis.call("ZRANGE", waiters, 0, 0)[1] ~= ARGV[3] then head = false end
+  end
+  if ARGV[6] == "1" and not head then
     result = {{0, 1}}
   elseif take() then
     leave()
     result = 1
   end
 end
-for i = 2, 4 do
+for i = n + 1, #KEYS do
   if redis.call("PTTL", KEYS[i]) < patience and redis.call("EXISTS", KEYS[i]) == 1 then
     redis.call("PEXPIRE", KEYS[i], patience)
   end
@@ -503,7 +537,7 @@ return 1"#
 });
 
 /// Every script, for preloading.
-pub(crate) fn all() -> [&'static Script; 18] {
+pub(crate) fn all() -> [&'static Script; 20] {
     [
         &ACQUIRE_MANY,
         &ACQUIRE_BATCH,
@@ -520,8 +554,10 @@ pub(crate) fn all() -> [&'static Script; 18] {
         &INSPECT,
         &FAIR_ACQUIRE,
         &FAIR_REENTRANT_ACQUIRE,
+        &FAIR_ACQUIRE_MANY,
         &FENCED_FAIR_ACQUIRE,
         &FENCED_FAIR_REENTRANT_ACQUIRE,
+        &FENCED_FAIR_ACQUIRE_MANY,
         &FAIR_LEAVE,
     ]
 }

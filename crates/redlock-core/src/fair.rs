@@ -27,10 +27,13 @@
 //! takes such a key on under its round's token. A waiter that dies after registering and is
 //! then handed the key holds it up for one TTL, as a holder that dies does.
 //!
-//! Reentrant and fenced locks of one key queue the same way, gated by the same queue, but
+//! Reentrant, fenced and multi-key locks queue the same way, gated by the same queues, but
 //! are not handed the key: a release that finds one at the head frees the key and tells
 //! its client, and its round (the head's: the only one let through) takes it. A reentrant
-//! owner that already holds the key adds a hold without waiting for its turn.
+//! owner that already holds the key adds a hold without waiting for its turn. A lock over
+//! several keys waits in each key's queue and may try once it heads all of them; one
+//! ticket orders every queue, so the oldest waiter heads all of its queues, and waiters of
+//! overlapping keys cannot wait for each other.
 
 use std::time::Duration;
 

@@ -387,15 +387,16 @@ return {1, {ttl, "o"}}"#,
 /// lock of one key's only), and for a reentrant lock ([`FAIR_REENTRANT_ACQUIRE`])
 /// `ARGV[8]` = its owner.
 ///
-/// Drops the entries whose waiters stopped refreshing them, enqueues the waiter in every
-/// key's queue with its ticket (`ZADD NX`: the ticket of its first attempt keeps its
-/// place), refreshes its expiry, and registers its hand-over when given (a release that
-/// finds the waiter at the head then hands it the key, see [`ANNOUNCE`]). Gated, only a
-/// waiter that heads every one of its keys' queues (lowest ticket, then waiter id: the same
-/// order on every node and in every queue, so the oldest waiter heads all of its queues and
-/// waiters of overlapping keys cannot wait for each other) may take the keys; not gated,
-/// the waiter tries wherever it stands, and its entry only tells the release whose client
-/// to wake. A key the waiter already holds needs no turn: for a plain lock, one that an
+/// Drops the entries whose waiters stopped refreshing them. When no key has a queue (nobody
+/// waits) and the keys are free, takes them at once without queuing. Otherwise enqueues
+/// the waiter in every key's queue with its ticket (`ZADD NX`: the ticket of its first
+/// attempt keeps its place), refreshes its expiry, and registers its hand-over when given
+/// (a release that finds the waiter at the head then hands it the key, see [`ANNOUNCE`]).
+/// Gated, only a waiter that heads every one of its keys' queues (lowest ticket, then
+/// waiter id: the same order on every node and in every queue, so the oldest waiter heads
+/// all of its queues and waiters of overlapping keys cannot wait for each other) may take
+/// the keys; not gated, the waiter tries wherever it stands, and its entry only tells the
+/// release whose client to wake. A key the waiter already holds needs no turn: for a plain lock, one that an
 /// earlier release handed to this waiter (`"<waiter>~<number>"`) is taken on under this
 /// round's token, with this round's TTL, as if this round had set it; for a reentrant
 /// lock, a key its owner holds gets one more hold. A waiter that won leaves the queues.
@@ -478,11 +479,19 @@ local function leave()
   end
 end
 {steps}
-local result = 0
 if held() then
   leave()
-  result = 1
-else
+  return 1
+end
+local queued = false
+for i = 1, n do
+  if redis.call("EXISTS", KEYS[n + 3 * i - 2]) == 1 then queued = true end
+end
+-- Nobody queues for any of the keys: no turn to wait for, so a free lock is taken
+-- without entering (and leaving) the queues.
+if not queued and take() then return 1 end
+local result = 0
+do
   local head = true
   for i = 1, n do
     local waiters, expiry, handovers = queue(i)
@@ -493,7 +502,7 @@ else
   end
   if ARGV[6] == "1" and not head then
     result = {{0, 1}}
-  elseif take() then
+  elseif queued and take() then
     leave()
     result = 1
   end

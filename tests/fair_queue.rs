@@ -869,6 +869,21 @@ async fn start_waiting(
     waiting
 }
 
+/// The guard a waiting `lock` call returns within 3 s, and its token, which must be the
+/// hand-over token of the call's first attempt (`"<waiter>~1"`).
+async fn handed_over_at_first_attempt(
+    waiting: tokio::task::JoinHandle<Result<redlock_client::LockGuard, Error>>,
+) -> (redlock_client::LockGuard, String) {
+    let handed = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the head was not handed the key")
+        .unwrap()
+        .unwrap();
+    let token = handed.lock().token().as_str().to_string();
+    assert!(token.ends_with("~1"), "not a hand-over: {token}");
+    (handed, token)
+}
+
 /// A fair attempt of waiter `waiter` on `redlock:job` that registers hand-over `number`.
 fn fair_attempt<'a>(
     key: &'a [&'a str],
@@ -904,17 +919,11 @@ async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own
         scripts.push(node.command_calls("evalsha").await.unwrap());
     }
     guard.release().await.unwrap();
-    let handed = tokio::time::timeout(Duration::from_secs(3), waiting)
-        .await
-        .expect("the head was not handed the key")
-        .unwrap()
-        .unwrap();
+    let (handed, token) = handed_over_at_first_attempt(waiting).await;
     // The key holds the hand-over token of the waiter's only attempt on every node, and the
     // waiter ran no round after the release. A node whose message came after the head's
     // grace is left in the background (a script, but no round); every node whose message
     // counted saw no script after the release but the release itself.
-    let token = handed.lock().token().as_str().to_string();
-    assert!(token.ends_with("~1"), "not a hand-over: {token}");
     assert_eq!(job_values(&set).await, vec![Some(token); 3]);
     assert_eq!(
         handed.attempts(),
@@ -1341,13 +1350,7 @@ async fn a_reentrant_owner_adds_a_hold_out_of_turn_and_its_last_release_hands_th
     first.release().await.unwrap();
     second.release().await.unwrap();
     // The last hold's release hands the key to the queue's head, as a plain release does.
-    let handed = tokio::time::timeout(Duration::from_secs(3), waiting)
-        .await
-        .expect("the head was not handed the key")
-        .unwrap()
-        .unwrap();
-    let token = handed.lock().token().as_str().to_string();
-    assert!(token.ends_with("~1"), "not a hand-over: {token}");
+    let (handed, _) = handed_over_at_first_attempt(waiting).await;
     assert_eq!(handed.attempts(), 1);
     handed.release().await.unwrap();
     holder.shutdown().await;

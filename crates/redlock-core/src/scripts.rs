@@ -305,8 +305,9 @@ return 0"#;
 /// A fenced acquisition: `body` (an acquisition script answering 1 or 0) with the node's
 /// fencing counter read in the same call, so fencing costs the acquisition no round trip.
 /// The counter's key comes last in `KEYS` and is taken off before `body` runs. Returns
-/// `{done, counter}` (`done` 0 also for a fair waiter that is not the head), `counter` being -1 when the node has no counter (never fenced, or it
-/// lost its data): such a node is not counted until a write-back seeds it again.
+/// `{done, counter}` (`done` 0 also for a fair waiter that is not the head), `counter`
+/// being -1 when the node has no counter (never fenced, or it lost its data): such a node
+/// is not counted until a write-back seeds it again.
 fn fenced(body: &str) -> Script {
     Script::new(format!(
         r#"local fence_key = table.remove(KEYS)

@@ -449,6 +449,17 @@ static FAIR_REENTRANT_STEPS: LazyLock<String> = LazyLock::new(|| {
     format!("local owner, token, ttl = ARGV[8], ARGV[1], ARGV[2]\n{REENTRANT_STEPS}")
 });
 
+/// `drop_expired(queue, expiry, handovers, now)`: takes the waiters whose entries expired by
+/// `now` (node time in ms) out of a key's queue and hand-overs.
+const DROP_EXPIRED: &str = r#"local function drop_expired(waiters, expiry, handovers, now)
+  local gone = redis.call("ZRANGEBYSCORE", expiry, "-inf", now)
+  for _, waiter in ipairs(gone) do
+    redis.call("ZREM", waiters, waiter)
+    redis.call("HDEL", handovers, waiter)
+  end
+  if #gone > 0 then redis.call("ZREMRANGEBYSCORE", expiry, "-inf", now) end
+end"#;
+
 /// The body of a fair acquisition whose `steps` define `held()` (the waiter holds the key
 /// already: no turn needed) and `take()` (take the free keys), each returning whether it
 /// did, over the lock's `n` keys (see [`FAIR_ACQUIRE`]).
@@ -462,14 +473,10 @@ local n = #KEYS / 4
 local function queue(i)
   return KEYS[n + 3 * i - 2], KEYS[n + 3 * i - 1], KEYS[n + 3 * i]
 end
+{DROP_EXPIRED}
 for i = 1, n do
   local waiters, expiry, handovers = queue(i)
-  local gone = redis.call("ZRANGEBYSCORE", expiry, "-inf", now)
-  for _, waiter in ipairs(gone) do
-    redis.call("ZREM", waiters, waiter)
-    redis.call("HDEL", handovers, waiter)
-  end
-  if #gone > 0 then redis.call("ZREMRANGEBYSCORE", expiry, "-inf", now) end
+  drop_expired(waiters, expiry, handovers, now)
 end
 local function leave()
   for i = 1, n do
@@ -520,8 +527,11 @@ return result"#
 /// Takes a waiter out of a key's queue: `KEYS[1]` = the queue, `KEYS[2]` = its expiry,
 /// `KEYS[3]` = the lock's key, `KEYS[4]` = the queue's hand-overs, `ARGV[1]` = the waiter,
 /// `ARGV[2]` = the release channel or "", `ARGV[3]` = the token of the lock the waiter won
-/// (or ""). A key handed over to the waiter (`"<waiter>~<number>"`) that is not that lock's
-/// is deleted: a waiter that won by its own round, or gave up, leaves no hand-over behind.
+/// (or ""). Drops the entries that expired first, as an acquisition does: a leave after
+/// which only expired entries are left deletes the queue's keys instead of leaving them to
+/// their expiry. A key handed over to the waiter (`"<waiter>~<number>"`) that is not that
+/// lock's is deleted: a waiter that won by its own round, or gave up, leaves no hand-over
+/// behind.
 /// When the key is then free and the queue has a live waiter left, it is passed on to that
 /// waiter as a release would (`pass_on`, see [`ANNOUNCE`], with the leaving waiter's id as
 /// the message's token): a head that leaves while the key is free (its call was cancelled,
@@ -531,6 +541,9 @@ pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}
+{DROP_EXPIRED}
+local time = redis.call("TIME")
+drop_expired(KEYS[1], KEYS[2], KEYS[4], tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
 local removed = redis.call("ZREM", KEYS[1], ARGV[1])
 redis.call("ZREM", KEYS[2], ARGV[1])
 redis.call("HDEL", KEYS[4], ARGV[1])

@@ -493,7 +493,7 @@ if held() then
 end
 local queued = false
 for i = 1, n do
-  if redis.call("EXISTS", KEYS[n + 3 * i - 2]) == 1 then queued = true end
+  if redis.call("EXISTS", (queue(i))) == 1 then queued = true end
 end
 -- Nobody queues for any of the keys: no turn to wait for, so a free lock is taken
 -- without entering (and leaving) the queues.
@@ -543,7 +543,8 @@ pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
 {ANNOUNCE}
 {DROP_EXPIRED}
 local time = redis.call("TIME")
-drop_expired(KEYS[1], KEYS[2], KEYS[4], tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
+now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+drop_expired(KEYS[1], KEYS[2], KEYS[4], now)
 local removed = redis.call("ZREM", KEYS[1], ARGV[1])
 redis.call("ZREM", KEYS[2], ARGV[1])
 redis.call("HDEL", KEYS[4], ARGV[1])

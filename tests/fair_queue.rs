@@ -726,7 +726,8 @@ async fn a_fair_win_on_every_node_sends_no_leave() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_win_leaves_the_queue_on_the_node_that_refused_it() {
     // Node 2 holds a stranger's key, so the winning round queues the waiter there without
-    // taking it out: the waiter leaves that node's queue after its win.
+    // taking it out: the waiter leaves that node's queue after its win, and only that
+    // node's (the others took it out with the win).
     let set = NodeSet::start(3).await.unwrap();
     let stranger = raw(&set.node(2).url()).await;
     let _: () = stranger
@@ -734,9 +735,24 @@ async fn a_fair_win_leaves_the_queue_on_the_node_that_refused_it() {
         .await
         .unwrap();
     let c = fair_client(&set).await;
+    let scripts = || async {
+        let mut calls = Vec::new();
+        for node in set.iter() {
+            calls.push(node.command_calls("evalsha").await.unwrap());
+        }
+        calls
+    };
+    let before = scripts().await;
     let guard = c.lock("job").await.unwrap();
     c.coordinator().quiesce().await;
     assert_eq!(queue_lengths(&set).await, [0, 0, 0]);
+    let after = scripts().await;
+    let sent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(
+        sent,
+        [1, 1, 2],
+        "scripts per node: the win, and a leave on node 2 only"
+    );
     guard.release().await.unwrap();
     let _: () = stranger.del("redlock:job").await.unwrap();
     stranger.quit().await.unwrap();
@@ -930,8 +946,8 @@ async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own
     guard.release().await.unwrap();
     let (handed, token) = handed_over_at_first_attempt(waiting).await;
     // The key holds the hand-over token of the waiter's only attempt on every node, and the
-    // waiter ran no round after the release. A node whose message came after the head's
-    // grace is left in the background (a script, but no round); every node whose message
+    // waiter ran no round after the release. A node whose message came after the quorum's
+    // is left in the background (a script, but no round); every node whose message
     // counted saw no script after the release but the release itself.
     assert_eq!(job_values(&set).await, vec![Some(token); 3]);
     assert_eq!(

@@ -526,7 +526,6 @@ impl Redlock {
                 // that came after the round's command reached a node. (Never also a won
                 // round: a hand-over and a round's `SET` need a quorum each of one key.)
                 // One with too little validity left is taken on by a round at once (below).
-                let grace = report.elapsed.min(node_timeout);
                 let handed = || {
                     self.handed_over(
                         watch.as_ref(),
@@ -534,12 +533,11 @@ impl Redlock {
                         waiter.as_deref(),
                         handover,
                         (ttl, min_validity),
-                        grace,
                     )
                 };
                 let mut take_on = false;
                 if short_lock.is_none() {
-                    match handed().await {
+                    match handed() {
                         Handed::Held(lock) => {
                             if let Some(exit) = queued.take() {
                                 exit.after_win(&lock);
@@ -634,7 +632,7 @@ impl Redlock {
                         };
                         // Handed the key by the release that woke it: held without a round.
                         if woken && fair {
-                            if let Handed::Held(lock) = handed().await {
+                            if let Handed::Held(lock) = handed() {
                                 if let Some(exit) = queued.take() {
                                     exit.after_win(&lock);
                                 }
@@ -690,32 +688,25 @@ impl Redlock {
     /// ([`Handed::TooLate`]), the waiter's next round, at once, takes the key on under its
     /// own token, with a fresh TTL.
     ///
-    /// The last nodes' messages are waited for up to `grace` (about a round trip): a lock
-    /// that every node handed over sends no leave afterwards, while one that some node did
-    /// not (yet) hand over leaves the queue there, in the background.
-    async fn handed_over(
+    /// The lock is held from the quorum's messages on, without waiting for the last nodes'
+    /// (a wait bounded by a timer costs up to a millisecond of the timer's resolution, more
+    /// than the whole hand-over): the nodes whose message has not come yet are left in the
+    /// background ([`QueueExit::after_win`]), a no-op script where the key was handed over
+    /// meanwhile.
+    fn handed_over(
         &self,
         watch: Option<&Waiter<'_>>,
         key: &str,
         waiter: Option<&str>,
         handover: Option<(u64, Instant)>,
         (ttl, min_validity): (Duration, Duration),
-        grace: Duration,
     ) -> Handed {
         let (Some(watch), Some(waiter), Some((number, since))) = (watch, waiter, handover) else {
             return Handed::Not;
         };
-        let Some(mut nodes) = watch.handed() else {
+        let Some(nodes) = watch.handed() else {
             return Handed::Not;
         };
-        let until = Instant::now() + grace;
-        while nodes.len() < self.inner.config.nodes.len()
-            && tokio::time::timeout_at(until, watch.released())
-                .await
-                .is_ok()
-        {
-            nodes = watch.handed().unwrap_or(nodes);
-        }
         let handed = Handover {
             key,
             waiter,

@@ -161,9 +161,9 @@ impl Registry {
         }
         if !state.nodes.contains(&node) {
             state.nodes.push(node);
-            // From the quorum on, each further node wakes it too: a waiter that holds the
-            // lock waits a moment for the last nodes (see `Redlock::handed_over`).
-            if state.nodes.len() >= self.quorum.max(1) {
+            // Woken once, at the quorum: the waiter then holds the lock and does not wait
+            // for the last nodes (see `Redlock::handed_over`), which are still counted.
+            if state.nodes.len() == self.quorum.max(1) {
                 drop(state);
                 slot.wake();
             }
@@ -719,11 +719,15 @@ mod tests {
         assert!(woken(&head) && !woken(&other));
         assert_eq!(handed_nodes(&head), vec![0, 4, 2]);
         take(&head);
+        // The last nodes are counted, without waking it again.
+        registry.handed(3, "w1", "w1~2", "k");
+        assert!(!woken(&head), "woken again past the quorum");
+        assert_eq!(handed_nodes(&head), vec![0, 4, 2, 3]);
         // A hand-over for an older attempt is not counted, but wakes the waiter: its next
         // round takes the key on.
         registry.handed(1, "w1", "w1~1", "k");
         assert!(woken(&head));
-        assert_eq!(handed_nodes(&head).len(), 3);
+        assert_eq!(handed_nodes(&head).len(), 4);
         // Another client's waiter, or another key: nothing.
         registry.handed(1, "w9", "w9~1", "k");
         registry.handed(1, "w2", "w2~1", "other-key");

@@ -198,16 +198,22 @@ impl Coordinator {
         waiter: &str,
         keep: Option<&Token>,
     ) -> Result<RoundReport, Error> {
+        let command = self.leave_command(key, waiter, keep);
+        let round = self.untimed_round(RoundKind::Leave, command, key.into());
+        self.run_to_quorum(round).await
+    }
+
+    /// The `FAIR_LEAVE` script call that takes `waiter` out of `key`'s queue (keeping a key
+    /// handed over to it under `keep`).
+    fn leave_command(&self, key: &str, waiter: &str, keep: Option<&Token>) -> Command {
         let [queue, expiry, handovers] = queue_keys(&self.inner.config.fair_prefix, key);
         let channel = self.inner.config.release_channel.as_deref().unwrap_or("");
         let keep = keep.map_or(Value::from(""), |t| Value::String(t.as_fred().clone()));
-        let command = Command::Script {
+        Command::Script {
             script: &FAIR_LEAVE,
             keys: vec![queue, expiry, Key::from(key), handovers],
             args: vec![Value::from(waiter), Value::from(channel), keep],
-        };
-        let round = self.untimed_round(RoundKind::Leave, command, key.into());
-        self.run_to_quorum(round).await
+        }
     }
 
     /// [`leave_queue`](Self::leave_queue) without waiting, for a waiter that cannot await
@@ -224,10 +230,12 @@ impl Coordinator {
 }
 
 impl Coordinator {
-    /// After `waiter` won `lock` with a place in its keys' queues: the winning script took it
-    /// out of them on every node that set the keys, so it leaves each queue (in the
-    /// background, as [`leave_queue_in_background`](Self::leave_queue_in_background))
-    /// only when some node did not, once the round's late answers are in.
+    /// After `waiter` won `lock` with a place in its keys' queues: the winning script (or
+    /// the release that handed the key over) took it out of them on every node that set the
+    /// keys, so it leaves each queue (in the background, counted as background work like
+    /// [`leave_queue_in_background`](Self::leave_queue_in_background)) only on the nodes
+    /// that did not, or did not say so, once the round's late answers are in. One try per
+    /// node, bounded by the node timeout: an entry not taken out expires with its patience.
     ///
     /// Where it leaves, a key handed over to it that is not this lock's is deleted.
     pub fn leave_queue_after_win(&self, lock: &Lock, waiter: String) -> bool {
@@ -236,19 +244,28 @@ impl Coordinator {
         let token = lock.token().clone();
         self.spawn_background(|this| async move {
             let settled = report.settled().await;
-            if settled
+            let missed: Vec<_> = settled
                 .nodes
                 .iter()
-                .all(|node| node.outcome == NodeOutcome::Acquired)
-            {
+                .zip(this.inner.connections.iter())
+                .filter(|(node, _)| node.outcome != NodeOutcome::Acquired)
+                .map(|(_, connection)| connection)
+                .collect();
+            if missed.is_empty() {
                 return;
             }
-            let leaves = keys
+            let commands: Vec<Command> = keys
                 .iter()
-                .map(|key| this.leave_queue_keeping(key, &waiter, Some(&token)));
-            for left in futures::future::join_all(leaves).await {
-                if let Err(e) = left {
-                    tracing::debug!(error = %e, "leaving a fair queue failed; the entry expires with its patience");
+                .map(|key| this.leave_command(key, &waiter, Some(&token)))
+                .collect();
+            let leaves = commands.iter().flat_map(|command| {
+                missed.iter().map(move |connection| async move {
+                    (connection, command.send(connection, None).await)
+                })
+            });
+            for (connection, left) in futures::future::join_all(leaves).await {
+                if let Err(outcome) = left {
+                    tracing::debug!(node = %connection.name, ?outcome, "leaving a fair queue failed; the entry expires with its patience");
                 }
             }
         })

@@ -268,7 +268,13 @@ pub async fn run_with(
     result.explained = explained;
     result.acquisitions = lab.history.acquisitions();
     result.fenced = lab.history.fenced_acquisitions();
-    if scenario.fencing != Fencing::Off && result.fenced == 0 && result.error.is_none() {
+    // A workload without fenced operations (`--mix fair=1`) cannot take a token: nothing
+    // for the rule to check, and nothing missing either.
+    if scenario.fencing != Fencing::Off
+        && result.fenced == 0
+        && result.error.is_none()
+        && options.workload.may_fence()
+    {
         result.violations.push(Violation::Rule(
             "fencing was on, but no acquisition got a fencing token: the token rule checked \
              nothing"

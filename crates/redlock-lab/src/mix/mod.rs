@@ -199,6 +199,17 @@ impl Default for Workload {
     }
 }
 
+impl Workload {
+    /// Whether a fenced client running it can take a fencing token: every operation but
+    /// [`Op::Fair`] (always unfenced) locks as the client is configured.
+    pub fn may_fence(&self) -> bool {
+        match self {
+            Workload::Plain => true,
+            Workload::Mix(mix) => mix.weights.iter().any(|&(op, w)| w > 0 && op != Op::Fair),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +221,14 @@ mod tests {
         assert!(Mix::parse("plain=0", 5).is_err());
         assert!(Mix::parse("steal=1", 5).is_err());
         assert!(Mix::parse("plain", 5).is_err());
+    }
+
+    #[test]
+    fn only_a_mix_of_fair_locks_alone_cannot_fence() {
+        assert!(Workload::Plain.may_fence());
+        assert!(Workload::default().may_fence());
+        assert!(Workload::Mix(Mix::parse("fair=1, plain=1", 5).unwrap()).may_fence());
+        assert!(!Workload::Mix(Mix::parse("fair=1", 5).unwrap()).may_fence());
     }
 
     #[test]

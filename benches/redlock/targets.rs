@@ -212,7 +212,7 @@ pub fn evaluate(
         fair8.map(|(h, c)| {
             (
                 format!(
-                    "{} = {:.1} round trips of {}, {:.0} % to another worker",
+                    "{} = {:.2} round trips of {}, {:.0} % to another worker",
                     fmt_us(c.handoff.median_us),
                     c.median_round_trips,
                     fmt_us(h.round_trip_us),

@@ -735,18 +735,11 @@ async fn a_fair_win_leaves_the_queue_on_the_node_that_refused_it() {
         .await
         .unwrap();
     let c = fair_client(&set).await;
-    let scripts = || async {
-        let mut calls = Vec::new();
-        for node in set.iter() {
-            calls.push(node.command_calls("evalsha").await.unwrap());
-        }
-        calls
-    };
-    let before = scripts().await;
+    let before = script_calls(&set).await;
     let guard = c.lock("job").await.unwrap();
     c.coordinator().quiesce().await;
     assert_eq!(queue_lengths(&set).await, [0, 0, 0]);
-    let after = scripts().await;
+    let after = script_calls(&set).await;
     let sent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     assert_eq!(
         sent,
@@ -863,6 +856,15 @@ async fn job_values(set: &NodeSet) -> Vec<Option<String>> {
     values
 }
 
+/// The scripts each node of `set` has run so far (`EVALSHA` calls), in node order.
+async fn script_calls(set: &NodeSet) -> Vec<u64> {
+    let mut calls = Vec::new();
+    for node in set.iter() {
+        calls.push(node.command_calls("evalsha").await.unwrap());
+    }
+    calls
+}
+
 /// A core coordinator for `set` whose releases announce themselves (and so hand keys over).
 async fn announcing_coordinator(set: &NodeSet) -> redlock_core::Coordinator {
     let config = redlock_core::Config {
@@ -939,10 +941,7 @@ async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own
     let guard = holder.lock("job").await.unwrap();
     let waiting = start_waiting(&set, &c).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let mut scripts = Vec::new();
-    for node in set.iter() {
-        scripts.push(node.command_calls("evalsha").await.unwrap());
-    }
+    let scripts = script_calls(&set).await;
     guard.release().await.unwrap();
     let (handed, token) = handed_over_at_first_attempt(waiting).await;
     // The key holds the hand-over token of the waiter's only attempt on every node, and the

@@ -983,6 +983,44 @@ async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own
     no_keys_left(&set).await;
 }
 
+/// A release that hands the key to the head on fewer nodes than a quorum (here the other
+/// nodes had lost their queue, as a node restarted without persistence does; in the fault
+/// lab, a client that cannot hear some nodes met the same) leaves the key handed to the head
+/// there, out of everyone else's reach. The head, woken by the first of those nodes, waits
+/// for the rest at most a node timeout and then takes the key on with a round, instead of
+/// sleeping its fair delay (10 s here) while nobody can have the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_handed_the_key_by_fewer_than_a_quorum_takes_it_on_at_once() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = fair_client(&set).await;
+    let c = client(&set, |b| patient(b).ttl(Duration::from_secs(30))).await;
+    common::subscribed(&set, 2).await;
+    let guard = holder.lock("job").await.unwrap();
+    let waiting = start_waiting(&set, &c).await;
+    for node in set.iter().skip(1) {
+        for key in ["queue", "expiry", "handover"] {
+            node.del(&format!("redlock:fair-{key}:redlock:job"))
+                .await
+                .unwrap();
+        }
+    }
+    guard.release().await.unwrap();
+    let won = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the head slept while the key was handed to it on one node alone")
+        .unwrap()
+        .unwrap();
+    // Its second attempt took the key on where it was handed over, and the free nodes.
+    assert_eq!(won.attempts(), 2);
+    let token = won.lock().token().as_str().to_string();
+    assert!(!token.contains('~'), "held under the hand-over: {token}");
+    assert_eq!(job_values(&set).await, vec![Some(token); 3]);
+    won.release().await.unwrap();
+    holder.shutdown().await;
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_of_the_waiters_round_cannot_delete_a_key_handed_over_meanwhile() {
     let set = NodeSet::start(3).await.unwrap();

@@ -632,7 +632,27 @@ impl Redlock {
                         };
                         // Handed the key by the release that woke it: held without a round.
                         if woken && fair {
-                            if let Handed::Held(lock) = handed() {
+                            let mut held = handed();
+                            if matches!(held, Handed::Not) && watch.handed_partly() {
+                                // Woken by the first nodes that handed it the key: the
+                                // others normally follow within a round trip, but one that
+                                // will not would leave the key handed to this waiter on
+                                // these, out of everyone's reach, until this waiter's
+                                // next attempt (see `Waiter::handed_partly`). So it waits
+                                // for the rest at most a node timeout, then tries again at
+                                // once: its round takes the keys handed to it on (a lost
+                                // round's rollback passes them on to the next waiter).
+                                let mut grace = node_timeout;
+                                if let Some(d) = deadline {
+                                    grace = grace.min(d.saturating_duration_since(Instant::now()));
+                                }
+                                tokio::select! {
+                                    _ = watch.released() => {}
+                                    _ = tokio::time::sleep(grace) => {}
+                                }
+                                held = handed();
+                            }
+                            if let Handed::Held(lock) = held {
                                 if let Some(exit) = queued.take() {
                                     exit.after_win(&lock);
                                 }

@@ -141,8 +141,9 @@ impl Registry {
 
     /// Node `node` handed `key` over to waiter `head` of this client under the token
     /// `handed`. Counted when it is the hand-over the waiter expects; the waiter is woken
-    /// once a quorum of nodes made it, and by each node after that. One for an older
-    /// attempt of the waiter's wakes it at once: its next round takes the key on there.
+    /// by the first node that made it (to bound its wait for the others, see
+    /// [`Waiter::handed_partly`]) and once a quorum did. One for an older attempt of the
+    /// waiter's wakes it at once: its next round takes the key on there.
     fn handed(&mut self, node: usize, head: &str, handed: &str, key: &str) {
         let Some(list) = self.waiters.get(key) else {
             return;
@@ -161,9 +162,11 @@ impl Registry {
         }
         if !state.nodes.contains(&node) {
             state.nodes.push(node);
-            // Woken once, at the quorum: the waiter then holds the lock and does not wait
-            // for the last nodes (see `Redlock::handed_over`), which are still counted.
-            if state.nodes.len() == self.quorum.max(1) {
+            // Woken at the first node and at the quorum: the waiter then holds the lock and
+            // does not wait for the last nodes (see `Redlock::handed_over`), which are
+            // still counted.
+            let counted = state.nodes.len();
+            if counted == 1 || counted == self.quorum.max(1) {
                 drop(state);
                 slot.wake();
             }
@@ -439,6 +442,19 @@ impl Waiter<'_> {
             .then(|| state.nodes.clone())
     }
 
+    /// Whether some nodes, fewer than a quorum, handed the key over under the expected
+    /// token: the waiter heads the queue, and the others' messages are normally a moment
+    /// behind. A node that freed the key without handing it over (its queue had lost the
+    /// waiter's entry), or whose messages cannot reach this client, leaves the key handed to
+    /// this waiter on the others, where nobody else can take it, until the waiter's next
+    /// attempt takes it on: the waiter bounds its wait for the rest.
+    pub(crate) fn handed_partly(&self) -> bool {
+        let state = self.slot.handover.lock().expect("hand-over lock");
+        state.expected.is_some()
+            && !state.nodes.is_empty()
+            && state.nodes.len() < self.notifier.quorum.max(1)
+    }
+
     /// This waiter's owner (a reentrant lock's) now holds its key: the owner's other
     /// waiters for the key in this client are woken, since each of them can add a hold at
     /// once, without its turn in a fair queue (without the wake-up, a fair one would try
@@ -703,7 +719,7 @@ mod tests {
     }
 
     #[test]
-    fn a_fair_waiter_is_woken_once_a_quorum_of_distinct_nodes_handed_it_the_key() {
+    fn a_fair_waiter_is_woken_by_the_first_node_and_the_quorum_that_handed_it_the_key() {
         let mut registry = Registry {
             quorum: 3,
             ..Registry::default()
@@ -711,7 +727,10 @@ mod tests {
         let head = fair_waiter(&mut registry, 1, "k", "w1");
         let other = fair_waiter(&mut registry, 2, "k", "w2");
         expect(&head, "w1~2");
+        // The first node wakes it, to bound its wait for the others.
         registry.handed(0, "w1", "w1~2", "k");
+        assert!(woken(&head) && !woken(&other));
+        take(&head);
         registry.handed(0, "w1", "w1~2", "k");
         registry.handed(4, "w1", "w1~2", "k");
         assert!(!woken(&head), "two distinct nodes are no quorum");

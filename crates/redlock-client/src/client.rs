@@ -545,7 +545,24 @@ impl Redlock {
                             return Ok(self.guard(lock, ttl, renew, attempts, start));
                         }
                         Handed::TooLate => take_on = true,
-                        Handed::Not => {}
+                        // Some nodes handed it the key while its round was out, and the
+                        // round took the key on others (where the release had come first)
+                        // but lost, so its rollback passed those on to the next waiter: no
+                        // message will come from them, and the key is out of everyone's
+                        // reach where it was handed over. The next round, at once, takes
+                        // those on, or its rollback passes them on too.
+                        Handed::Not => {
+                            take_on = watch.as_ref().is_some_and(|w| w.handed_partly())
+                                && report
+                                    .nodes
+                                    .iter()
+                                    .any(|n| n.outcome == redlock_core::NodeOutcome::Acquired);
+                            if take_on {
+                                if let Some(watch) = &watch {
+                                    watch.forget_wake();
+                                }
+                            }
+                        }
                     }
                 }
                 // Refused by so many nodes for a reason that only a change of settings

@@ -473,6 +473,15 @@ impl Waiter<'_> {
         }
     }
 
+    /// Drops a wake-up that came while the waiter was busy (the first node of a hand-over,
+    /// say), once the waiter has acted on what woke it: its next wait is not cut short.
+    pub(crate) fn forget_wake(&self) {
+        use futures::FutureExt;
+        if self.slot.notify.notified().now_or_never().is_some() {
+            self.slot.pending.store(false, Ordering::SeqCst);
+        }
+    }
+
     /// Completes when this waiter's turn came with a release of a watched key since the
     /// last call. A turn that came while the waiter was busy is kept (as a `Notify`
     /// permit), not lost.

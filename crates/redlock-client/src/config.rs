@@ -83,7 +83,9 @@ pub struct LockConfig {
     /// waiters no longer split the votes
     /// and a releasing holder cannot take the lock straight back while others wait. A
     /// waiter whose process died holds up the queue for at most its patience
-    /// (`2 × retry.max_delay + 4 × node_timeout`). With `notify` on, the release hands
+    /// (`2 × retry.max_delay + 4 × node_timeout`), and so does, on a node, a waiter that could
+    /// not leave the queue there (the link was down when its call ended): a release there
+    /// within that time hands the key to its entry, where it stays for one TTL. With `notify` on, the release hands
     /// the key to the queue's head there and then, and tells its client: the head holds
     /// the lock once a quorum of nodes said so, without a round of its own, with the
     /// validity of its last attempt (see [`redlock_core::Coordinator::handed_over`]). Told

@@ -117,6 +117,25 @@ impl Lab {
         }
     }
 
+    /// How long a fair waiter's queue entry outlives its last attempt with the lab's
+    /// client configuration ([`LockConfig::fair_patience`]); zero if the configuration is
+    /// refused (the scenario then fails on connecting anyway).
+    pub fn fair_patience(&self) -> Duration {
+        self.config(0)
+            .build()
+            .map_or(Duration::ZERO, |config| config.fair_patience())
+    }
+
+    /// How long the clients must go on contending after link faults that can cut off a
+    /// waiter's leave (a blackhole, refused connections, a partition) before the leftover
+    /// scan: a waiter whose call ended while it could not reach a node leaves its queue
+    /// entry there for its patience, and a release in that time hands the key to that
+    /// entry, where it stays for a TTL (as with a waiter that died). Both are documented
+    /// bounds, so the scan must come after them.
+    pub fn leave_settle(&self) -> Duration {
+        self.fair_patience() + self.max_ttl()
+    }
+
     /// Node `n`'s name, for fault descriptions.
     fn name(&self, n: usize) -> &str {
         self.nodes().name(n)

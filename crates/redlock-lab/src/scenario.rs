@@ -316,10 +316,7 @@ async fn heal(lab: &Lab) {
 async fn leftovers_after_fair_queues_expire(lab: &Lab) -> Vec<Leftover> {
     let found = leftovers(lab).await;
     let fair = lab.full_key("fair-");
-    let patience = match lab.config(0).build() {
-        Ok(config) => config.fair_patience(),
-        Err(_) => return found,
-    };
+    let patience = lab.fair_patience();
     let wait = found
         .iter()
         .filter(|l| l.key.starts_with(&fair))

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use redlock_testkit::LinkFault;
 use tokio::time::{sleep, Instant};
 
-use super::super::contend_under;
+use super::super::{contend_under, contend_under_then};
 use crate::error::LabError;
 use crate::lab::Lab;
 use crate::scenario::Outcome;
@@ -21,39 +21,46 @@ const FLAP: Duration = Duration::from_millis(250);
 /// Every client's links to nodes 3 and 4 go down and up every 250 ms for the run but its last
 /// two TTLs, out of step (node 4 flaps half a period later), going down alternately as a blackhole
 /// (requests and replies dropped on the open connections) and as refused connections
-/// (resets).
+/// (resets). The clients go on until [`Lab::leave_settle`] has passed since the last flap:
+/// a fair waiter whose leave a flap cut off may be handed the key there meanwhile.
 pub(super) fn minority_links_flapping(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    Box::pin(contend_under(lab, 3, async {
-        // Flapping stops two TTLs before the clients do: a release that found a link down
-        // leaves its key there to expire with its TTL (the library does not retry it), and
-        // the leftover scan after the run must only find keys nobody could account for.
-        let until = Instant::now() + lab.timing.run_for.saturating_sub(lab.timing.ttl * 2);
-        let mut now = [LinkFault::Pass; 2];
-        let mut step = 0u64;
-        while Instant::now() < until {
+    let tail = lab.leave_settle();
+    Box::pin(contend_under_then(
+        lab,
+        3,
+        async {
+            // Flapping stops two TTLs before the clients do: a release that found a link down
+            // leaves its key there to expire with its TTL (the library does not retry it), and
+            // the leftover scan after the run must only find keys nobody could account for.
+            let until = Instant::now() + lab.timing.run_for.saturating_sub(lab.timing.ttl * 2);
+            let mut now = [LinkFault::Pass; 2];
+            let mut step = 0u64;
+            while Instant::now() < until {
+                for (i, n) in [3, 4].into_iter().enumerate() {
+                    // Phases of two steps (one FLAP): down, up, down, up...; node 4 a step late.
+                    let phase = (step + i as u64) / 2;
+                    let fault = match (phase % 2, phase / 2 % 2) {
+                        (1, _) => LinkFault::Pass,
+                        (_, 0) => LinkFault::Blackhole,
+                        _ => LinkFault::Refuse,
+                    };
+                    if fault != now[i] {
+                        lab.node_links(n, fault);
+                        now[i] = fault;
+                    }
+                }
+                sleep(FLAP / 2).await;
+                step += 1;
+            }
             for (i, n) in [3, 4].into_iter().enumerate() {
-                // Phases of two steps (one FLAP): down, up, down, up...; node 4 a step late.
-                let phase = (step + i as u64) / 2;
-                let fault = match (phase % 2, phase / 2 % 2) {
-                    (1, _) => LinkFault::Pass,
-                    (_, 0) => LinkFault::Blackhole,
-                    _ => LinkFault::Refuse,
-                };
-                if fault != now[i] {
-                    lab.node_links(n, fault);
-                    now[i] = fault;
+                if now[i] != LinkFault::Pass {
+                    lab.node_links(n, LinkFault::Pass);
                 }
             }
-            sleep(FLAP / 2).await;
-            step += 1;
-        }
-        for (i, n) in [3, 4].into_iter().enumerate() {
-            if now[i] != LinkFault::Pass {
-                lab.node_links(n, LinkFault::Pass);
-            }
-        }
-        Ok(())
-    }))
+            Ok(())
+        },
+        tail,
+    ))
 }
 
 /// Requests from client 0 reach nodes 0 and 1 (and are applied) but their replies never come

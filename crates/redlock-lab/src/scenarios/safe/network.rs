@@ -7,40 +7,57 @@ use futures::future::BoxFuture;
 use redlock_testkit::LinkFault;
 use tokio::time::{sleep, Instant};
 
-use super::super::{at, contend_under};
+use super::super::{at, contend_under, contend_under_then};
 use super::sleep_to;
 use crate::error::LabError;
 use crate::lab::Lab;
 use crate::scenario::Outcome;
 
+/// Each client loses its links to a different minority (blackholed) from a fifth of the run
+/// to three quarters of it; the clients go on until [`Lab::leave_settle`] has passed since
+/// the links healed.
 pub(super) fn minority_partitioned_per_client(
     lab: &Lab,
 ) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    Box::pin(contend_under(lab, 3, async {
-        let start = Instant::now();
-        sleep_to(start, at(lab, 0.2)).await;
-        // Reachable: client-0 {2,3,4}, client-1 {0,1,4}, client-2 {0,1,2}.
-        for (c, cut) in [(0, [0, 1]), (1, [2, 3]), (2, [3, 4])] {
-            for n in cut {
-                lab.link(c, n, LinkFault::Blackhole);
+    let tail = lab.leave_settle();
+    Box::pin(contend_under_then(
+        lab,
+        3,
+        async {
+            let start = Instant::now();
+            sleep_to(start, at(lab, 0.2)).await;
+            // Reachable: client-0 {2,3,4}, client-1 {0,1,4}, client-2 {0,1,2}.
+            for (c, cut) in [(0, [0, 1]), (1, [2, 3]), (2, [3, 4])] {
+                for n in cut {
+                    lab.link(c, n, LinkFault::Blackhole);
+                }
             }
-        }
-        sleep_to(start, at(lab, 0.75)).await;
-        lab.heal_links();
-        Ok(())
-    }))
+            sleep_to(start, at(lab, 0.75)).await;
+            lab.heal_links();
+            Ok(())
+        },
+        tail,
+    ))
 }
 
+/// Nodes 0 and 4 are cut off from every client from a fifth of the run to 70 % of it; the
+/// clients go on until [`Lab::leave_settle`] has passed since they were healed.
 pub(super) fn minority_disconnected(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    Box::pin(contend_under(lab, 3, async {
-        let start = Instant::now();
-        sleep_to(start, at(lab, 0.2)).await;
-        lab.partition(0).await?;
-        lab.partition(4).await?;
-        sleep_to(start, at(lab, 0.7)).await;
-        lab.heal(0).await?;
-        lab.heal(4).await
-    }))
+    let tail = lab.leave_settle();
+    Box::pin(contend_under_then(
+        lab,
+        3,
+        async {
+            let start = Instant::now();
+            sleep_to(start, at(lab, 0.2)).await;
+            lab.partition(0).await?;
+            lab.partition(4).await?;
+            sleep_to(start, at(lab, 0.7)).await;
+            lab.heal(0).await?;
+            lab.heal(4).await
+        },
+        tail,
+    ))
 }
 
 pub(super) fn one_slow_node(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {

@@ -884,6 +884,16 @@ fn patient(b: redlock_client::LockConfigBuilder) -> redlock_client::LockConfigBu
         .max_wait(Duration::from_secs(60))
 }
 
+/// A fair holder client and a patient waiter's client with a 30 s TTL (not woken, the
+/// waiter tries again only after 10 s, so a release comes before any second attempt however
+/// slow the machine), both subscribed.
+async fn holder_and_patient(set: &NodeSet) -> (Redlock, Redlock) {
+    let holder = fair_client(set).await;
+    let c = client(set, |b| patient(b).ttl(Duration::from_secs(30))).await;
+    common::subscribed(set, 2).await;
+    (holder, c)
+}
+
 /// Starts `c`'s wait for `redlock:job` (held by another client), once it is queued on
 /// every node.
 async fn start_waiting(
@@ -933,11 +943,7 @@ fn fair_attempt<'a>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own() {
     let set = NodeSet::start(3).await.unwrap();
-    let holder = fair_client(&set).await;
-    // A 30 s TTL: not woken, the waiter would try again only after 10 s, so the release
-    // below comes before any second attempt however slow the machine.
-    let c = client(&set, |b| patient(b).ttl(Duration::from_secs(30))).await;
-    common::subscribed(&set, 2).await;
+    let (holder, c) = holder_and_patient(&set).await;
     let guard = holder.lock("job").await.unwrap();
     let waiting = start_waiting(&set, &c).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -992,9 +998,7 @@ async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_handed_the_key_by_fewer_than_a_quorum_takes_it_on_at_once() {
     let set = NodeSet::start(3).await.unwrap();
-    let holder = fair_client(&set).await;
-    let c = client(&set, |b| patient(b).ttl(Duration::from_secs(30))).await;
-    common::subscribed(&set, 2).await;
+    let (holder, c) = holder_and_patient(&set).await;
     let guard = holder.lock("job").await.unwrap();
     let waiting = start_waiting(&set, &c).await;
     for node in set.iter().skip(1) {
@@ -1404,10 +1408,7 @@ async fn every_shape_waits_its_turn_in_one_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reentrant_owner_adds_a_hold_out_of_turn_and_its_last_release_hands_the_key_on() {
     let set = NodeSet::start(3).await.unwrap();
-    let holder = fair_client(&set).await;
-    // Not woken, the waiter would try again only after 10 s (see `patient`).
-    let c = client(&set, |b| patient(b).ttl(Duration::from_secs(30))).await;
-    common::subscribed(&set, 2).await;
+    let (holder, c) = holder_and_patient(&set).await;
     let owner = redlock_client::Owner::new();
     let none = LockOptions::default();
     let first = holder.lock_reentrant("job", &owner, &none).await.unwrap();
@@ -1438,9 +1439,7 @@ async fn an_owners_other_waiter_is_woken_when_the_owner_takes_the_key() {
     // comes with the release; the second may then add a hold at once, and is woken for
     // it instead of trying again only after `max_delay` (10 s here).
     let set = NodeSet::start(3).await.unwrap();
-    let holder = fair_client(&set).await;
-    let c = client(&set, |b| patient(b).ttl(Duration::from_secs(30))).await;
-    common::subscribed(&set, 2).await;
+    let (holder, c) = holder_and_patient(&set).await;
     let guard = holder.lock("job").await.unwrap();
     let owner = redlock_client::Owner::new();
     let mut calls = Vec::new();

@@ -41,6 +41,15 @@ where
     contend_under_then(lab, clients, faults, Duration::ZERO).await
 }
 
+/// [`contend_under`] with three clients under link faults that can cut off a fair waiter's
+/// leave: the clients go on until [`Lab::leave_settle`] has passed since the faults ended.
+async fn contend_until_leaves_settle<F>(lab: &Lab, faults: F) -> Result<Outcome, LabError>
+where
+    F: Future<Output = Result<(), LabError>>,
+{
+    contend_under_then(lab, 3, faults, lab.leave_settle()).await
+}
+
 /// [`contend_under`], and the clients go on contending until `tail` has passed since the
 /// faults ended, however long they took (a container restart can outlast the run).
 async fn contend_under_then<F>(

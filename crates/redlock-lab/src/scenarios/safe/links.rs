@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use redlock_testkit::LinkFault;
 use tokio::time::{sleep, Instant};
 
-use super::super::{contend_under, contend_under_then};
+use super::super::{contend_under, contend_until_leaves_settle};
 use crate::error::LabError;
 use crate::lab::Lab;
 use crate::scenario::Outcome;
@@ -24,43 +24,37 @@ const FLAP: Duration = Duration::from_millis(250);
 /// (resets). The clients go on until [`Lab::leave_settle`] has passed since the last flap:
 /// a fair waiter whose leave a flap cut off may be handed the key there meanwhile.
 pub(super) fn minority_links_flapping(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    let tail = lab.leave_settle();
-    Box::pin(contend_under_then(
-        lab,
-        3,
-        async {
-            // Flapping stops two TTLs before the clients do: a release that found a link down
-            // leaves its key there to expire with its TTL (the library does not retry it), and
-            // the leftover scan after the run must only find keys nobody could account for.
-            let until = Instant::now() + lab.timing.run_for.saturating_sub(lab.timing.ttl * 2);
-            let mut now = [LinkFault::Pass; 2];
-            let mut step = 0u64;
-            while Instant::now() < until {
-                for (i, n) in [3, 4].into_iter().enumerate() {
-                    // Phases of two steps (one FLAP): down, up, down, up...; node 4 a step late.
-                    let phase = (step + i as u64) / 2;
-                    let fault = match (phase % 2, phase / 2 % 2) {
-                        (1, _) => LinkFault::Pass,
-                        (_, 0) => LinkFault::Blackhole,
-                        _ => LinkFault::Refuse,
-                    };
-                    if fault != now[i] {
-                        lab.node_links(n, fault);
-                        now[i] = fault;
-                    }
-                }
-                sleep(FLAP / 2).await;
-                step += 1;
-            }
+    Box::pin(contend_until_leaves_settle(lab, async {
+        // Flapping stops two TTLs before the clients do: a release that found a link down
+        // leaves its key there to expire with its TTL (the library does not retry it), and
+        // the leftover scan after the run must only find keys nobody could account for.
+        let until = Instant::now() + lab.timing.run_for.saturating_sub(lab.timing.ttl * 2);
+        let mut now = [LinkFault::Pass; 2];
+        let mut step = 0u64;
+        while Instant::now() < until {
             for (i, n) in [3, 4].into_iter().enumerate() {
-                if now[i] != LinkFault::Pass {
-                    lab.node_links(n, LinkFault::Pass);
+                // Phases of two steps (one FLAP): down, up, down, up...; node 4 a step late.
+                let phase = (step + i as u64) / 2;
+                let fault = match (phase % 2, phase / 2 % 2) {
+                    (1, _) => LinkFault::Pass,
+                    (_, 0) => LinkFault::Blackhole,
+                    _ => LinkFault::Refuse,
+                };
+                if fault != now[i] {
+                    lab.node_links(n, fault);
+                    now[i] = fault;
                 }
             }
-            Ok(())
-        },
-        tail,
-    ))
+            sleep(FLAP / 2).await;
+            step += 1;
+        }
+        for (i, n) in [3, 4].into_iter().enumerate() {
+            if now[i] != LinkFault::Pass {
+                lab.node_links(n, LinkFault::Pass);
+            }
+        }
+        Ok(())
+    }))
 }
 
 /// Requests from client 0 reach nodes 0 and 1 (and are applied) but their replies never come

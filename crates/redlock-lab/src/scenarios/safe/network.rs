@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use redlock_testkit::LinkFault;
 use tokio::time::{sleep, Instant};
 
-use super::super::{at, contend_under, contend_under_then};
+use super::super::{at, contend_under, contend_until_leaves_settle};
 use super::sleep_to;
 use crate::error::LabError;
 use crate::lab::Lab;
@@ -19,45 +19,33 @@ use crate::scenario::Outcome;
 pub(super) fn minority_partitioned_per_client(
     lab: &Lab,
 ) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    let tail = lab.leave_settle();
-    Box::pin(contend_under_then(
-        lab,
-        3,
-        async {
-            let start = Instant::now();
-            sleep_to(start, at(lab, 0.2)).await;
-            // Reachable: client-0 {2,3,4}, client-1 {0,1,4}, client-2 {0,1,2}.
-            for (c, cut) in [(0, [0, 1]), (1, [2, 3]), (2, [3, 4])] {
-                for n in cut {
-                    lab.link(c, n, LinkFault::Blackhole);
-                }
+    Box::pin(contend_until_leaves_settle(lab, async {
+        let start = Instant::now();
+        sleep_to(start, at(lab, 0.2)).await;
+        // Reachable: client-0 {2,3,4}, client-1 {0,1,4}, client-2 {0,1,2}.
+        for (c, cut) in [(0, [0, 1]), (1, [2, 3]), (2, [3, 4])] {
+            for n in cut {
+                lab.link(c, n, LinkFault::Blackhole);
             }
-            sleep_to(start, at(lab, 0.75)).await;
-            lab.heal_links();
-            Ok(())
-        },
-        tail,
-    ))
+        }
+        sleep_to(start, at(lab, 0.75)).await;
+        lab.heal_links();
+        Ok(())
+    }))
 }
 
 /// Nodes 0 and 4 are cut off from every client from a fifth of the run to 70 % of it; the
 /// clients go on until [`Lab::leave_settle`] has passed since they were healed.
 pub(super) fn minority_disconnected(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    let tail = lab.leave_settle();
-    Box::pin(contend_under_then(
-        lab,
-        3,
-        async {
-            let start = Instant::now();
-            sleep_to(start, at(lab, 0.2)).await;
-            lab.partition(0).await?;
-            lab.partition(4).await?;
-            sleep_to(start, at(lab, 0.7)).await;
-            lab.heal(0).await?;
-            lab.heal(4).await
-        },
-        tail,
-    ))
+    Box::pin(contend_until_leaves_settle(lab, async {
+        let start = Instant::now();
+        sleep_to(start, at(lab, 0.2)).await;
+        lab.partition(0).await?;
+        lab.partition(4).await?;
+        sleep_to(start, at(lab, 0.7)).await;
+        lab.heal(0).await?;
+        lab.heal(4).await
+    }))
 }
 
 pub(super) fn one_slow_node(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {

@@ -177,7 +177,7 @@ impl fmt::Display for Violation {
                  and all faults were healed",
                 l.key,
                 l.node,
-                l.value.as_deref().map(short),
+                l.value.as_deref().map(shown_value),
                 l.pttl
             ),
             Violation::RemovedEarly {
@@ -234,5 +234,27 @@ impl fmt::Display for Violation {
             ),
             Violation::Rule(rule) => f.write_str(rule),
         }
+    }
+}
+
+/// A left-behind key's value as the report shows it: the first characters, as for every
+/// token, and for a key handed over to a fair waiter (`"<waiter>~<n>"`: a waiter id begins
+/// with its client's tag, which reads like a lock's token) the hand-over's number and mark.
+fn shown_value(value: &str) -> String {
+    match value.rsplit_once('~') {
+        Some((_, number)) => format!("{}…~{number}, handed over", short(value)),
+        None => short(value).to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_value;
+
+    #[test]
+    fn a_hand_over_token_is_marked_as_one() {
+        let handed = "a1d8af6a54594ee9b2c7d5a895fbe5e8:0929332fdf0847e48d009c84c71d0d1b~2";
+        assert_eq!(shown_value(handed), "a1d8af6a…~2, handed over");
+        assert_eq!(shown_value("650c3617ffffffffffffffffffffffff"), "650c3617");
     }
 }

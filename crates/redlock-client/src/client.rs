@@ -552,13 +552,12 @@ impl Redlock {
                         // reach where it was handed over. The next round, at once, takes
                         // those on, or its rollback passes them on too.
                         Handed::Not => {
-                            take_on = watch.as_ref().is_some_and(|w| w.handed_partly())
-                                && report
+                            if let Some(watch) = watch.as_ref().filter(|w| w.handed_partly()) {
+                                take_on = report
                                     .nodes
                                     .iter()
                                     .any(|n| n.outcome == redlock_core::NodeOutcome::Acquired);
-                            if take_on {
-                                if let Some(watch) = &watch {
+                                if take_on {
                                     watch.forget_wake();
                                 }
                             }

@@ -83,16 +83,16 @@ pub struct LockConfig {
     /// waiters no longer split the votes
     /// and a releasing holder cannot take the lock straight back while others wait. A
     /// waiter whose process died holds up the queue for at most its patience
-    /// (`2 × retry.max_delay + 4 × node_timeout`), and so does, on a node, a waiter that could
-    /// not leave the queue there (the link was down when its call ended): a release there
-    /// within that time hands the key to its entry, where it stays for one TTL. With `notify` on, the release hands
-    /// the key to the queue's head there and then, and tells its client: the head holds
-    /// the lock once a quorum of nodes said so, without a round of its own, with the
-    /// validity of its last attempt (see [`redlock_core::Coordinator::handed_over`]). Told
-    /// by fewer nodes than a quorum (the others lost its queue entry, or their messages do
-    /// not reach it), it waits for the rest at most `node_timeout`, then takes the key on
-    /// with a round. A reentrant, fenced or multi-key head is told, and its round (the only one let
-    /// through) takes the key. A reentrant owner that holds the key already adds a hold at once. So
+    /// (`2 × retry.max_delay + 4 × node_timeout`), and so does, on a node, a waiter that
+    /// could not leave the queue there (the link was down when its call ended): a release
+    /// there within that time hands the key to its entry, where it stays for one TTL. With
+    /// `notify` on, the release hands the key to the queue's head there and then, and tells
+    /// its client: the head holds the lock once a quorum of nodes said so, without a round
+    /// of its own, with the validity of its last attempt (see
+    /// [`redlock_core::Coordinator::handed_over`]). Told by fewer nodes than a quorum (the
+    /// others lost its queue entry, or their messages do not reach it), it waits for the
+    /// rest at most `node_timeout`, then takes the key on with a round. A reentrant, fenced
+    /// or multi-key head is told, and its round (the only one let through) takes the key. A reentrant owner that holds the key already adds a hold at once. So
     /// while every wake-up subscriber is up, a waiter tries again between hand-overs only
     /// at `retry.max_delay` or half the TTL, whichever is shorter, which keeps its place,
     /// keeps a hand-over's validity, and finds a key whose holder expired. Costs each

@@ -130,8 +130,9 @@ impl Lab {
     /// waiter's leave (a blackhole, refused connections, a partition) before the leftover
     /// scan: a waiter whose call ended while it could not reach a node leaves its queue
     /// entry there for its patience, and a release in that time hands the key to that
-    /// entry, where it stays for a TTL (as with a waiter that died). Both are documented
-    /// bounds, so the scan must come after them.
+    /// entry, where it stays for the waiter's TTL (as with a waiter that died): the
+    /// patience and [`max_ttl`](Self::max_ttl), documented bounds both, so the scan must
+    /// come after them.
     pub fn leave_settle(&self) -> Duration {
         self.fair_patience() + self.max_ttl()
     }

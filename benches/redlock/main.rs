@@ -73,6 +73,15 @@ pub(crate) fn continue_clock(parent_secs: f64) {
 
 fn main() -> ExitCode {
     START.get_or_init(Instant::now);
+    // The libraries' tracing on standard error, only when asked for: to count a contended
+    // run's lost attempts, wake-ups and pauses, never for figures (it slows the run).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
+    }
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.first().map(String::as_str) == Some(renewal::CHILD_FLAG) {
         // One P6 case in a process of its own; its figures go to stdout as JSON.

@@ -584,13 +584,31 @@ async fn a_head_that_leaves_while_the_key_is_free_wakes_the_next_waiter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_wake_ups_keep_losing_leaves_the_queue_and_polls() {
+    // Not fair; the backoff's largest delay is 20 ms, a few woken rounds' worth.
+    waiter_leaves_after_lost_wake_ups(Duration::from_millis(5), Duration::from_millis(20)).await;
+}
+
+/// Regression: a waiter queued only to be woken stayed queued until its pause window had
+/// doubled up to `max_delay` (about a dozen woken rounds lost at the default 1 s), running
+/// rounds at each wake-up far more often than its backoff would, while a holder that locks
+/// again at once took the key back after each release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_lost_two_woken_attempts_leaves_the_queue_long_before_its_largest_delay() {
+    // The backoff's delays (30 s to a minute) are far above any window the woken rounds'
+    // pauses reach: only the losses can make it leave.
+    waiter_leaves_after_lost_wake_ups(Duration::from_secs(30), Duration::from_secs(60)).await;
+}
+
+/// A waiter (not fair, backoff `base`..`max`) queued for a held key is told of releases
+/// that name it, on every node, while the key stays held: each wakes it, and each woken
+/// attempt loses. It leaves the queue, on every node, while it still waits, and polls from
+/// then on (its attempts no longer queue it).
+async fn waiter_leaves_after_lost_wake_ups(base: Duration, max: Duration) {
     let set = NodeSet::start(3).await.unwrap();
     let holder = client(&set, |b| b).await;
     let guard = holder.lock("job").await.unwrap();
-    // Not fair; the backoff's largest delay is 20 ms, a few woken rounds' worth.
     let waiter = client(&set, |b| {
-        b.backoff(Duration::from_millis(5), Duration::from_millis(20))
-            .max_wait(Duration::from_secs(60))
+        b.backoff(base, max).max_wait(Duration::from_secs(120))
     })
     .await;
     let waiting = {
@@ -612,10 +630,8 @@ async fn a_waiter_whose_wake_ups_keep_losing_leaves_the_queue_and_polls() {
     for n in set.iter() {
         nodes.push(raw(&n.url()).await);
     }
-    // Announcements naming the waiter, on every node, while the key stays held: each wakes
-    // it (once a quorum of nodes announced it), and each woken attempt loses, which
-    // doubles its pause window until it reaches 20 ms. Then it leaves the queue, on every
-    // node, while it still waits.
+    // One announcement on every node wakes it once a quorum of them came; a pause of
+    // 100 ms after each leaves time for the woken round.
     let mut announced = 0;
     let left = eventually(Duration::from_secs(20), || {
         announced += 1;
@@ -631,19 +647,34 @@ async fn a_waiter_whose_wake_ups_keep_losing_leaves_the_queue_and_polls() {
                     .await
                     .unwrap();
             }
-            tokio::time::sleep(Duration::from_millis(30)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
             queue_lengths(set).await == [0, 0, 0]
         }
     })
     .await;
     assert!(left, "still queued after {announced} lost wake-ups");
+    // Two woken attempts lost; a third announcement may come before the leave shows.
+    assert!(
+        announced <= 4,
+        "left the queue only after {announced} wake-ups"
+    );
     assert!(!waiting.is_finished(), "the waiter stopped waiting");
-    // It polls from then on: its attempts (every 20 ms at most) no longer queue it.
+    // It polls from then on: its attempts no longer queue it.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(queue_lengths(&set).await, [0, 0, 0]);
     guard.release().await.unwrap();
-    let g = waiting.await.unwrap().unwrap();
-    g.release().await.unwrap();
+    if max <= Duration::from_secs(1) {
+        let g = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the polling waiter never took the released key")
+            .unwrap()
+            .unwrap();
+        g.release().await.unwrap();
+    } else {
+        // Its next poll could be a minute away.
+        waiting.abort();
+        let _ = waiting.await;
+    }
     node.quit().await.unwrap();
     for node in nodes {
         node.quit().await.unwrap();

@@ -310,9 +310,12 @@ pub fn evaluate(
                          mostly finds the key taken back by the releasing worker, while \
                          polling waiters sleep and the releasing worker takes the lock again \
                          ({polling_share:.0} % of polling's hand-offs go to another worker). \
-                         What the notifications add is the release script's look at the \
-                         queue, its message, and that woken round, on the cores the releasing \
-                         worker shares."
+                         A waiter whose woken attempts lost twice leaves the queue and polls; \
+                         what the notifications still add is the queuing round after a lost \
+                         first attempt, its leave, the release script's look at the queue and \
+                         the messages and woken rounds before the waiter left, on the cores \
+                         the releasing worker shares. At parity, a run's ratio moves by a few \
+                         per cent either way with the machine's noise."
                     ),
                     _ => format!(
                         "Polling hands {:.0} % of its locks back to the worker that just \

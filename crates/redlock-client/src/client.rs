@@ -569,16 +569,22 @@ impl Redlock {
                 // `max_wait` would only delay the error.
                 if woken {
                     woken_losses = woken_losses.saturating_add(1);
-                    // Woken attempts that keep losing (other waiters, or the releasing
-                    // holder, take the key back at once) have grown the pause window to
-                    // `max_delay`: a wake-up then only starts a pause as long as the
-                    // backoff's, so being woken is polling that costs every release an
-                    // announcement. Such a waiter leaves the queue (a release with nobody
-                    // queued is announced to nobody) and polls for the rest of the call.
+                    // Woken attempts that lost twice: the key is taken back at once after
+                    // its releases (the releasing holder locks again, or another waiter
+                    // gets there first). Each further wake-up would only send this waiter
+                    // into a round at a random moment of someone else's hold, at a rate
+                    // far above its backoff's, where it loses, splits the vote with the
+                    // holder taking the key back, or wins a hand-off that costs more than
+                    // that holder's retake. The same goes, sooner, for a pause window
+                    // grown to `max_delay` (rounds slower than half of it): a wake-up
+                    // would only start a pause as long as the backoff's. Such a waiter
+                    // leaves the queue (a release with nobody queued is announced to
+                    // nobody) and polls for the rest of the call, at its backoff's rate.
                     if !fair
                         && announced
-                        && wake_window(report.elapsed, woken_losses, retry.max_delay)
-                            >= retry.max_delay
+                        && (woken_losses >= WOKEN_LOSSES_BEFORE_POLLING
+                            || wake_window(report.elapsed, woken_losses, retry.max_delay)
+                                >= retry.max_delay)
                     {
                         announced = false;
                         drop(queued.take());
@@ -687,11 +693,10 @@ impl Redlock {
                             // many clients on one key need a window of about one round
                             // per client, which this reaches without knowing their number
                             // (binary exponential backoff, as on a shared Ethernet). It
-                            // grows on up to `max_delay`, as the backoff does: a waiter
-                            // that keeps losing (others take the key back at once) then
-                            // runs no more rounds than it would without wake-ups, instead
-                            // of one per release. Drawn from the backoff's generator: a
-                            // seeded policy fixes it too.
+                            // grows on up to `max_delay`, as the backoff does, for a
+                            // waiter still woken after it left the queue (as the oldest of
+                            // its client's waiters for a release announced to all). Drawn
+                            // from the backoff's generator: a seeded policy fixes it too.
                             let window = wake_window(report.elapsed, woken_losses, retry.max_delay);
                             let mut spread = backoff.spread(window);
                             if let Some(d) = deadline {
@@ -915,6 +920,15 @@ fn refused_until_changed(report: &RoundReport) -> bool {
         .count();
     refused > report.nodes.len().saturating_sub(report.quorum)
 }
+
+/// Woken attempts of one call that may lose before a waiter that queues only to be woken
+/// (not fair) leaves the queue and polls. In the bench's P4 (every worker locks again as
+/// soon as it released), waiters that stayed queued until their pause window reached
+/// `max_delay` ran about four times the rounds of polling ones, and the lock went to
+/// another worker three times as often, each such hand-off slower than the holder's own
+/// retake: 0.91-1.01x polling's sections per second. Leaving after one or two losses: at
+/// parity (0.95-1.05x over five runs each); two keeps the wake-up through one unlucky loss.
+const WOKEN_LOSSES_BEFORE_POLLING: u32 = 2;
 
 /// The window a woken waiter's pause is drawn from: its last round's duration, doubled for
 /// each of its call's woken attempts that lost, up to the retry policy's `max_delay` (or

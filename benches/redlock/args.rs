@@ -1,6 +1,7 @@
 //! Command-line flags: `[--quick] [--out DIR] [--only P1,P4] [--subjects ours,floor]`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -28,6 +29,11 @@ pub struct Args {
     /// `--only P5 --subjects ours`. Tables and targets then lack the others' figures.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = subject)]
     subjects: Vec<Kind>,
+    /// P4's critical section: how long each holder keeps the lock (a tokio sleep, which
+    /// lasts up to a timer tick longer), as `1ms` or `250us`; `0s` holds it for no time at
+    /// all, so that the hand-offs alone set the rate.
+    #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = humantime::parse_duration)]
+    pub p4_section: Duration,
     /// Added by `cargo bench` itself; ignored.
     #[arg(long, hide = true)]
     bench: bool,

@@ -1,5 +1,6 @@
 //! P4: contended hand-off. Eight workers, then fifty, each with its own client (as separate
-//! services would have), take turns on one key and hold it for a 1 ms critical section.
+//! services would have), take turns on one key and hold it for a 1 ms critical section (or
+//! what `--p4-section` says: `0s` for none, where the hand-offs alone set the rate).
 //! Ours also runs with one client shared by the eight workers (tasks of one service), where
 //! a release wakes only the oldest waiter, and with the fair queue (`fair`), where the lock
 //! goes to the workers in the order they began waiting.
@@ -25,7 +26,6 @@ use crate::subjects::{Kind, Subject, TTL};
 
 /// The worker counts: each contender runs once with each.
 pub const WORKERS: [usize; 2] = [8, 50];
-pub const CRITICAL_SECTION: Duration = Duration::from_millis(1);
 /// A worker whose `lock` has not returned after this long is counted as failed.
 const LOCK_DEADLINE: Duration = Duration::from_secs(30);
 /// Rounds timed to find the reference round trip.
@@ -100,6 +100,7 @@ impl Shared {
 pub async fn run(
     urls: &[String],
     kinds: &[Kind],
+    section: Duration,
     warmup: Duration,
     time: Duration,
 ) -> Result<Handoff, BenchError> {
@@ -111,10 +112,11 @@ pub async fn run(
     for workers in WORKERS {
         for &kind in kinds {
             round_trips.merge(&round_trip(&floor).await);
-            cases.push(contend(urls, kind, Clients::PerWorker, workers, warmup, time).await?);
+            let run = (section, warmup, time);
+            cases.push(contend(urls, kind, Clients::PerWorker, workers, run).await?);
             if kind == Kind::Ours && workers == WORKERS[0] {
                 round_trips.merge(&round_trip(&floor).await);
-                cases.push(contend(urls, kind, Clients::Shared, workers, warmup, time).await?);
+                cases.push(contend(urls, kind, Clients::Shared, workers, run).await?);
             }
         }
     }
@@ -139,7 +141,7 @@ pub async fn run(
     Ok(Handoff {
         round_trip_us,
         workers: WORKERS.to_vec(),
-        critical_section_ms: CRITICAL_SECTION.as_secs_f64() * 1000.0,
+        critical_section_ms: section.as_secs_f64() * 1000.0,
         cases,
     })
 }
@@ -169,8 +171,7 @@ async fn contend(
     kind: Kind,
     clients: Clients,
     workers: usize,
-    warmup: Duration,
-    time: Duration,
+    (section, warmup, time): (Duration, Duration, Duration),
 ) -> Result<HandoffCase, BenchError> {
     let (subject, label) = match clients {
         Clients::PerWorker => (kind.name(), kind.label()),
@@ -196,7 +197,16 @@ async fn contend(
         .iter()
         .cloned()
         .enumerate()
-        .map(|(id, subject)| tokio::spawn(worker(id, subject, key.clone(), shared.clone(), stop)))
+        .map(|(id, subject)| {
+            tokio::spawn(worker(
+                id,
+                subject,
+                key.clone(),
+                section,
+                shared.clone(),
+                stop,
+            ))
+        })
         .collect();
     for task in tasks {
         // A worker stuck in a library call past its deadline is abandoned (and counted).
@@ -220,7 +230,14 @@ async fn contend(
     Ok(case)
 }
 
-async fn worker(id: usize, subject: Subject, key: String, shared: Arc<Shared>, stop: Instant) {
+async fn worker(
+    id: usize,
+    subject: Subject,
+    key: String,
+    section: Duration,
+    shared: Arc<Shared>,
+    stop: Instant,
+) {
     while Instant::now() < stop {
         match tokio::time::timeout(LOCK_DEADLINE, subject.lock(&key)).await {
             Ok(Ok(Some(held))) => {
@@ -232,7 +249,12 @@ async fn worker(id: usize, subject: Subject, key: String, shared: Arc<Shared>, s
                 if shared.busy.swap(true, Ordering::SeqCst) {
                     shared.overlaps.fetch_add(1, Ordering::SeqCst);
                 }
-                tokio::time::sleep(CRITICAL_SECTION).await;
+                if section.is_zero() {
+                    // No section: still a turn of the scheduler, as any work would be.
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(section).await;
+                }
                 shared.busy.store(false, Ordering::SeqCst);
                 let start = Instant::now();
                 let released = subject.release(held).await;

@@ -185,8 +185,8 @@ async fn run(args: &Args) -> Result<String, BenchError> {
     }
     if args.runs("P4") {
         let kinds = args.subjects(&[Kind::Ours, Kind::OursFair, Kind::OursPolling, Kind::Rslock]);
-        handoff =
-            Some(handoff::run(&urls, &kinds, plan.contention_warmup, plan.contention_time).await?);
+        let (warmup, time) = (plan.contention_warmup, plan.contention_time);
+        handoff = Some(handoff::run(&urls, &kinds, args.p4_section, warmup, time).await?);
         flush(&set).await?;
     }
     if args.runs("P5") {

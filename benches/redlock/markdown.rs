@@ -106,7 +106,7 @@ impl Results {
             md,
             "### P4: contended hand-off\n\n\
              {} workers, each with its own client (one row of ours: one client shared by \
-             the 8 workers), on one key; critical section {} ms (a tokio sleep, so 1-2 ms). Hand-off: from the start of the holder's release to \
+             the 8 workers), on one key; critical section {} ms (a tokio sleep, which lasts up to a timer tick longer; 0 = none). Hand-off: from the start of the holder's release to \
              the return of the next `lock` (by any worker: each worker calls `lock` again right \
              after its release, so it competes too); one round trip = one raw `SET NX` \
              fan-out to every node = {}. The critical section's real length (mean) and its \

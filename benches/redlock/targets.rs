@@ -272,7 +272,7 @@ pub fn evaluate(
                             "the room a hand-off has to fit in"
                         };
                         format!(
-                            " The critical section really lasts {} on average (a 1 ms timer \
+                            " The critical section really lasts {} on average (a tokio timer \
                              sleeps past it), so 1.2x rslock leaves {} per hand-off, {:.1} \
                              round trips of {}: {verdict}.",
                             fmt_us(section),

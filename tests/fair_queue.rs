@@ -582,6 +582,70 @@ async fn a_head_that_leaves_while_the_key_is_free_wakes_the_next_waiter() {
     no_keys_left(&set).await;
 }
 
+/// Regression: a waiter queued only to be woken made its second attempt (the one that
+/// queues it) at once after the first, which cost every contended call a round more than
+/// polling; it now comes after the backoff's first delay, as a polling waiter's would, but
+/// at most a node timeout after the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_queues_at_its_second_attempt_after_the_first_delay_or_a_node_timeout() {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = client(&set, |b| b).await;
+    let guard = holder.lock("job").await.unwrap();
+    // A seed whose first delay (uniform up to 20 s) is over 10 s, far past the node timeout.
+    let (base, max) = (Duration::from_secs(20), Duration::from_secs(40));
+    let seed = (0..1000u64)
+        .find(|&seed| {
+            let policy = RetryPolicy {
+                base_delay: base,
+                max_delay: max,
+                seed: Some(seed),
+                ..RetryPolicy::default()
+            };
+            policy.backoff().next().unwrap() >= Duration::from_secs(10)
+        })
+        .expect("a seed with a long first delay");
+    let node_timeout = Duration::from_millis(1500);
+    let waiter = client(&set, |b| {
+        b.ttl(Duration::from_secs(30))
+            .node_timeout(node_timeout)
+            .backoff(base, max)
+            .seed(seed)
+            .max_wait(Duration::from_secs(120))
+    })
+    .await;
+    let start = std::time::Instant::now();
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock("job").await })
+    };
+    // Its first attempt (a plain `SET NX`) lost at once; the second is not due yet.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(queue_lengths(&set).await, [0, 0, 0], "queued at once");
+    assert!(!waiting.is_finished());
+    // A node timeout after the first, the second attempt queues it on every node (not at
+    // its first delay, 10 s or more).
+    let queued = eventually(Duration::from_secs(4), || async {
+        queue_lengths(&set).await == [1, 1, 1]
+    })
+    .await;
+    assert!(
+        queued,
+        "not queued {:?} after the first attempt",
+        start.elapsed()
+    );
+    assert!(start.elapsed() >= node_timeout);
+    guard.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the queued waiter was not woken by the release")
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+    waiter.shutdown().await;
+    holder.shutdown().await;
+    no_keys_left(&set).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_wake_ups_keep_losing_leaves_the_queue_and_polls() {
     // Not fair; the backoff's largest delay is 20 ms, a few woken rounds' worth.
@@ -594,9 +658,10 @@ async fn a_waiter_whose_wake_ups_keep_losing_leaves_the_queue_and_polls() {
 /// again at once took the key back after each release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_lost_two_woken_attempts_leaves_the_queue_long_before_its_largest_delay() {
-    // The backoff's delays (30 s to a minute) are far above any window the woken rounds'
-    // pauses reach: only the losses can make it leave.
-    waiter_leaves_after_lost_wake_ups(Duration::from_secs(30), Duration::from_secs(60)).await;
+    // The backoff's largest delay (a minute) is far above any window the woken rounds'
+    // pauses reach: only the losses can make it leave. Its first delay (up to 5 ms) comes
+    // before its second attempt, which queues it.
+    waiter_leaves_after_lost_wake_ups(Duration::from_millis(5), Duration::from_secs(60)).await;
 }
 
 /// A waiter (not fair, backoff `base`..`max`) queued for a held key is told of releases

@@ -605,15 +605,23 @@ impl Redlock {
                 if exhausted || past_deadline {
                     return Err(fail(report, short, attempts, past_deadline));
                 }
-                // A waiter that queues only to be woken runs its second attempt at once: that
-                // attempt queues it, and a release of a plain lock of one key is announced
-                // only to the queue's next waiter (to nobody when none is queued). A release
-                // that came before it finds the key free for the attempt itself; one that
-                // comes after names it when it is next.
-                if (attempts == 1 && place.is_some() && !fair) || take_on {
+                if take_on {
                     continue;
                 }
                 let mut delay = backoff.next().unwrap_or(retry.max_delay);
+                // A waiter that queues only to be woken makes its second attempt, the one
+                // that queues it, after the backoff's first delay, as a polling waiter
+                // would, but no later than a node timeout, so that a long backoff does not
+                // put off its wake-ups: a release of a plain lock of one key is announced
+                // only to the queue's next waiter (to nobody when none is queued), so a
+                // release within that delay is found by the attempt itself (the key is
+                // free, unless taken back), and one after it names the waiter when it is
+                // next. Queuing at once cost every contended call a round and a leave more
+                // than polling, which short holds taken back at once do not repay (see
+                // `WOKEN_LOSSES_BEFORE_POLLING`).
+                if attempts == 1 && place.is_some() && !fair {
+                    delay = delay.min(node_timeout);
+                }
                 // A fair waiter is woken when its turn comes: a release announces itself to
                 // the queue's head. Until then its attempts can only be refused (it is not
                 // the head, or the key is held), so while every subscriber is up it tries
@@ -928,6 +936,9 @@ fn refused_until_changed(report: &RoundReport) -> bool {
 /// another worker three times as often, each such hand-off slower than the holder's own
 /// retake: 0.91-1.01x polling's sections per second. Leaving after one or two losses: at
 /// parity (0.95-1.05x over five runs each); two keeps the wake-up through one unlucky loss.
+/// With no critical section at all (`--p4-section 0s`), where every round counts, waiters
+/// that queued at their first lost attempt still ran at 0.71-0.78x polling; queuing at the
+/// second attempt, after the backoff's first delay, 0.84-0.90x (see the README's P4).
 const WOKEN_LOSSES_BEFORE_POLLING: u32 = 2;
 
 /// The window a woken waiter's pause is drawn from: its last round's duration, doubled for

@@ -26,9 +26,9 @@ use crate::error::InvalidConfig;
 /// [`max_wait`](Self::max_wait), whichever runs out first. Between two attempts the caller
 /// sleeps for the next delay of [`backoff`](Self::backoff), but never past the deadline,
 /// and wakes early when the holder's release is announced (see `LockConfig::notify`). With
-/// notifications on, the second attempt at a plain lock of one key follows the first at
-/// once, without a delay: it queues the waiter on the nodes, so that releases announce
-/// themselves to it. A woken attempt that loses pauses before the next one for up to one
+/// notifications on, the second attempt at a plain lock of one key queues the waiter on the
+/// nodes, so that releases announce themselves to it: it comes after the first delay, but
+/// at most a node timeout after the first attempt. A woken attempt that loses pauses before the next one for up to one
 /// round, doubled for each such loss. After two such losses (or once that window reaches
 /// `max_delay`), the waiter leaves the queue and only polls for the rest of the call: the
 /// key is taken back at once after its releases, and rounds run at each wake-up would come

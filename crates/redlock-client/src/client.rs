@@ -617,8 +617,9 @@ impl Redlock {
                 // release within that delay is found by the attempt itself (the key is
                 // free, unless taken back), and one after it names the waiter when it is
                 // next. Queuing at once cost every contended call a round and a leave more
-                // than polling, which short holds taken back at once do not repay (see
-                // `WOKEN_LOSSES_BEFORE_POLLING`).
+                // than polling, which short holds taken back at once do not repay: with no
+                // critical section at all (the bench's `--p4-section 0s`, where every round
+                // counts), 0.71-0.78x polling's rate that way, 0.84-0.90x with the delay.
                 if attempts == 1 && place.is_some() && !fair {
                     delay = delay.min(node_timeout);
                 }
@@ -936,9 +937,6 @@ fn refused_until_changed(report: &RoundReport) -> bool {
 /// another worker three times as often, each such hand-off slower than the holder's own
 /// retake: 0.91-1.01x polling's sections per second. Leaving after one or two losses: at
 /// parity (0.95-1.05x over five runs each); two keeps the wake-up through one unlucky loss.
-/// With no critical section at all (`--p4-section 0s`), where every round counts, waiters
-/// that queued at their first lost attempt still ran at 0.71-0.78x polling; queuing at the
-/// second attempt, after the backoff's first delay, 0.84-0.90x (see the README's P4).
 const WOKEN_LOSSES_BEFORE_POLLING: u32 = 2;
 
 /// The window a woken waiter's pause is drawn from: its last round's duration, doubled for

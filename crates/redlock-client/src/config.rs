@@ -59,10 +59,10 @@ pub struct LockConfig {
     /// Publish on release, and wake waiters through one subscriber per node instead of
     /// letting them sleep out their backoff delay. A waiter for a plain lock of one key
     /// (not fenced) queues on the nodes from its second attempt on, which follows the
-    /// first after the backoff's first delay, at most a node timeout (ungated; a `fair` one queues from its first
-    /// attempt, gated), and the release wakes the oldest queued waiter, on its client's
-    /// own channel (a `fair` one is handed the key as well); with nobody queued it is
-    /// announced to nobody.
+    /// first after the backoff's first delay, at most a node timeout (ungated; a `fair`
+    /// one queues from its first attempt, gated), and the release wakes the oldest queued
+    /// waiter, on its client's own channel (a `fair` one is handed the key as well); with
+    /// nobody queued it is announced to nobody.
     /// A waiter (not fair) whose woken attempts lost twice (the releasing holder takes the
     /// key back at once) leaves the queue and polls (see [`RetryPolicy`]).
     /// Releases of the other shapes (several keys, reentrant, fenced) are announced to
@@ -80,8 +80,8 @@ pub struct LockConfig {
     /// Give locks (plain, reentrant, fenced or over several keys) to their waiters in the
     /// order they began waiting, across clients and processes: a waiter queue per key on
     /// every node lets only the oldest waiter try (see [`redlock_core::FairPlace`]), so
-    /// waiters no longer split the votes
-    /// and a releasing holder cannot take the lock straight back while others wait. A
+    /// waiters no longer split the votes and a releasing holder cannot take the lock
+    /// straight back while others wait. A
     /// waiter whose process died holds up the queue for at most its patience
     /// (`2 × retry.max_delay + 4 × node_timeout`), and so does, on a node, a waiter that
     /// could not leave the queue there (the link was down when its call ended): a release
@@ -92,8 +92,9 @@ pub struct LockConfig {
     /// [`redlock_core::Coordinator::handed_over`]). Told by fewer nodes than a quorum (the
     /// others lost its queue entry, or their messages do not reach it), it waits for the
     /// rest at most `node_timeout`, then takes the key on with a round. A reentrant, fenced
-    /// or multi-key head is told, and its round (the only one let through) takes the key. A reentrant owner that holds the key already adds a hold at once. So
-    /// while every wake-up subscriber is up, a waiter tries again between hand-overs only
+    /// or multi-key head is told, and its round (the only one let through) takes the key.
+    /// A reentrant owner that holds the key already adds a hold at once. So while every
+    /// wake-up subscriber is up, a waiter tries again between hand-overs only
     /// at `retry.max_delay` or half the TTL, whichever is shorter, which keeps its place,
     /// keeps a hand-over's validity, and finds a key whose holder expired. Costs each
     /// attempt a script instead of `SET NX`, and a won lock that did not hear from every

@@ -28,11 +28,12 @@ use crate::error::InvalidConfig;
 /// and wakes early when the holder's release is announced (see `LockConfig::notify`). With
 /// notifications on, the second attempt at a plain lock of one key queues the waiter on the
 /// nodes, so that releases announce themselves to it: it comes after the first delay, but
-/// at most a node timeout after the first attempt. A woken attempt that loses pauses before the next one for up to one
-/// round, doubled for each such loss. After two such losses (or once that window reaches
-/// `max_delay`), the waiter leaves the queue and only polls for the rest of the call: the
-/// key is taken back at once after its releases, and rounds run at each wake-up would come
-/// far more often than the backoff's, only to lose or split the vote.
+/// at most a node timeout after the first attempt. A woken attempt that loses pauses before
+/// the next one for up to one round, doubled for each such loss. After two such losses (or
+/// once that window reaches `max_delay`), the waiter leaves the queue and only polls for
+/// the rest of the call: the key is taken back at once after its releases, and rounds run
+/// at each wake-up would come far more often than the backoff's, only to lose or split the
+/// vote.
 ///
 /// Defaults: `max_attempts` `None`, `max_wait` `Some(10s)`, `base_delay` 50 ms, `max_delay`
 /// 1 s, `seed` `None`.

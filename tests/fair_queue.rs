@@ -1357,6 +1357,94 @@ async fn a_hand_over_that_came_during_the_waiters_round_too_late_is_taken_on_at_
     no_keys_left(&set).await;
 }
 
+/// A release that reaches the nodes while the fair head's own round is out can hand the
+/// key over on one node (the round came there first and was refused) and free it on
+/// another before the round comes there, which then takes it: the round, refused by the
+/// third node, loses, and its rollback passes the key on where it took it. The head has
+/// heard one hand-over, fewer than a quorum, and will hear no more for this attempt: the
+/// node that freed the key had not queued it, and the third never frees it. Its next round
+/// goes as soon as the lost one settled (its rollback first, on the same slow link, or
+/// that round finds its own old token and loses too; the node that took the key may also
+/// answer after the round was decided), and takes on the key handed to it, instead of
+/// waiting a node timeout for messages that cannot come: that wait runs past the call's
+/// `max_wait` here (it failed so every time; without waiting for the settled round, in 3
+/// of 10 runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_whose_lost_round_took_the_key_where_the_release_came_first_tries_again_at_once() {
+    use redlock_testkit::LinkFault;
+
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    let holder = announcing_coordinator(&set).await;
+    let held = holder
+        .acquire("redlock:job", Duration::from_secs(30))
+        .await
+        .unwrap();
+    // A fair waiter (through the links) with a node timeout far past its `max_wait`; with
+    // its subscribers up and not woken, it would try again only after 10 s.
+    let config = redlock_client::LockConfig::builder()
+        .nodes(links.urls(0))
+        .ttl(Duration::from_secs(60))
+        .node_timeout(Duration::from_secs(20))
+        .fair(true)
+        .backoff(Duration::from_millis(10), Duration::from_secs(10))
+        .max_wait(Duration::from_secs(6))
+        .build()
+        .unwrap();
+    let c = Redlock::connect(config).await.unwrap();
+    common::subscribed(&set, 1).await;
+    // The waiter's commands reach nodes 1 and 2 700 ms late, node 0 at once; replies and
+    // messages come back at once.
+    let late = LinkFault::Latency {
+        to_server: Duration::from_millis(700),
+        to_client: Duration::ZERO,
+    };
+    links.link(0, 1).set(late);
+    links.link(0, 2).set(late);
+    let waiter = c.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("job").await });
+    // Queued (and refused) on node 0; the release hands the key over there, and frees it
+    // on nodes 1 and 2, where nobody is queued yet. Someone else takes node 2 before the
+    // waiter's round gets there.
+    let queued = eventually(Duration::from_secs(5), || async {
+        queue_lengths(&set).await == vec![1, 0, 0]
+    })
+    .await;
+    assert!(
+        queued,
+        "the waiter's round reached nodes 1 and 2 before the release"
+    );
+    holder.release(&held).await.unwrap();
+    set.node(2)
+        .set("redlock:job", "someone-else", Some(30_000))
+        .await
+        .unwrap();
+    let won = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the lock call outlived its max_wait")
+        .unwrap()
+        .expect("the head waited for hand-overs that could not come");
+    // Its first round took node 1 alone; its second took the key on on node 0 and took
+    // node 1 again.
+    assert_eq!(won.attempts(), 2);
+    let token = won.lock().token().as_str().to_string();
+    assert!(!token.contains('~'), "held under the hand-over: {token}");
+    assert_eq!(
+        job_values(&set).await,
+        vec![
+            Some(token.clone()),
+            Some(token),
+            Some("someone-else".to_string())
+        ]
+    );
+    links.heal_all();
+    won.release().await.unwrap();
+    set.node(2).del("redlock:job").await.unwrap();
+    c.shutdown().await;
+    holder.close().await;
+    no_keys_left(&set).await;
+}
+
 /// A patience past a year is refused before anything is sent: the nodes could not expire
 /// the queue's keys after it (`PEXPIRE` out of range fails the script after its writes),
 /// and they would stay forever.

@@ -550,10 +550,13 @@ impl Redlock {
                         // but lost, so its rollback passed those on to the next waiter: no
                         // message will come from them, and the key is out of everyone's
                         // reach where it was handed over. The next round, at once, takes
-                        // those on, or its rollback passes them on too.
+                        // those on, or its rollback passes them on too. A node may take the
+                        // key after the round was decided (its answer came late), so the
+                        // round's settled report tells, once its rollbacks are done too.
                         Handed::Not => {
                             if let Some(watch) = watch.as_ref().filter(|w| w.handed_partly()) {
-                                take_on = report
+                                take_on = settle(&report, node_timeout, deadline)
+                                    .await
                                     .nodes
                                     .iter()
                                     .any(|n| n.outcome == redlock_core::NodeOutcome::Acquired);
@@ -606,6 +609,12 @@ impl Redlock {
                     return Err(fail(report, short, attempts, past_deadline));
                 }
                 if take_on {
+                    // The lost round's rollbacks run in the background, on the connections
+                    // the next round uses: sent at once, that round could reach a node
+                    // before the rollback of the key this one took there, find its own
+                    // old token and lose too, and then nothing would wake the waiter
+                    // before its backoff's delay. So it waits for them first.
+                    settle(&report, node_timeout, deadline).await;
                     continue;
                 }
                 let mut delay = backoff.next().unwrap_or(retry.max_delay);
@@ -928,6 +937,24 @@ fn refused_until_changed(report: &RoundReport) -> bool {
         .filter(|n| matches!(&n.outcome, NodeOutcome::ServerError(e) if e.kind.needs_a_change()))
         .count();
     refused > report.nodes.len().saturating_sub(report.quorum)
+}
+
+/// A lost round's report once every node answered and every rollback finished, waiting
+/// at most a node timeout and not past the call's deadline; the report as decided if that
+/// runs out.
+async fn settle(
+    report: &RoundReport,
+    node_timeout: Duration,
+    deadline: Option<Instant>,
+) -> RoundReport {
+    let mut bound = node_timeout;
+    if let Some(d) = deadline {
+        bound = bound.min(d.saturating_duration_since(Instant::now()));
+    }
+    match tokio::time::timeout(bound, report.settled()).await {
+        Ok(settled) => settled,
+        Err(_) => report.clone(),
+    }
 }
 
 /// Woken attempts of one call that may lose before a waiter that queues only to be woken

@@ -379,7 +379,7 @@ impl Redlock {
             || (self.inner.notifier.is_some() && matches!(target, LockShape::One(_)) && !fenced);
         let waiter = queues.then(|| match &self.inner.notifier {
             Some(notifier) => notifier.waiter_id(),
-            None => uuid::Uuid::new_v4().simple().to_string(),
+            None => crate::owner::random_id().to_string(),
         });
         let place = waiter
             .as_deref()

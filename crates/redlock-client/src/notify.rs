@@ -311,7 +311,7 @@ impl Notifier {
         // This client's own channel, beside the shared one: a fair release names its next
         // waiter, and the waiter's id starts with the tag of the client that waits, so the
         // release is published there alone instead of to every client.
-        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let tag = crate::owner::random_id().to_string();
         let channels = vec![channel.to_string(), format!("{channel}:{tag}")];
         let closed = watch::Sender::new(false);
         let mut started = Vec::new();
@@ -357,7 +357,7 @@ impl Notifier {
 
     /// A fair waiter's id that routes its wake-ups to this client alone.
     pub(crate) fn waiter_id(&self) -> String {
-        format!("{}:{}", self.tag, uuid::Uuid::new_v4().simple())
+        format!("{}:{}", self.tag, crate::owner::random_id())
     }
 
     /// Registers a waiter for `keys`, with its id in the key's fair queue when it waits in

@@ -16,7 +16,7 @@ pub struct Owner(Arc<str>);
 impl Owner {
     /// A new, unique owner (a random UUID).
     pub fn new() -> Self {
-        Owner(uuid::Uuid::new_v4().simple().to_string().into())
+        Owner(random_id().to_string().into())
     }
 
     /// An owner with a chosen identity, for example a job ID shared by several processes
@@ -41,4 +41,12 @@ impl fmt::Debug for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Owner({})", self.0)
     }
+}
+
+/// A random UUID v4, from `rand`'s thread generator (a CSPRNG seeded from the operating
+/// system's, with no system call per id): for owners, waiter ids and client tags.
+pub(crate) fn random_id() -> uuid::fmt::Simple {
+    uuid::Builder::from_random_bytes(rand::random())
+        .into_uuid()
+        .simple()
 }

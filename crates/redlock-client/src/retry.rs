@@ -155,7 +155,9 @@ impl RetryPolicy {
     pub fn backoff(&self) -> Backoff {
         let rng = match self.seed {
             Some(seed) => StdRng::seed_from_u64(seed),
-            None => StdRng::from_entropy(),
+            // Seeded from the thread's generator (itself seeded from the operating system):
+            // no system call per lock call, as `from_entropy` made. Jitter needs no more.
+            None => StdRng::from_seed(rand::random()),
         };
         Backoff {
             rng,

@@ -9,8 +9,9 @@ use crate::fair::HANDOVER_MARK;
 
 /// A random value that identifies one acquisition attempt.
 ///
-/// A UUID v4 (122 random bits from the operating system's generator): unguessable and never
-/// reused, so a stale holder can never delete or extend a newer holder's key. Its `Debug`
+/// A UUID v4 (122 random bits from `rand`'s thread generator, a ChaCha12 CSPRNG seeded and
+/// reseeded from the operating system's, with no system call per token): unguessable and
+/// never reused, so a stale holder can never delete or extend a newer holder's key. Its `Debug`
 /// and `Display` show only a prefix, so logs do not carry a value that could release the
 /// lock.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -19,7 +20,8 @@ pub struct Token(Str);
 impl Token {
     /// A fresh random token.
     pub fn random() -> Self {
-        Token(Str::from(uuid::Uuid::new_v4().simple().to_string()))
+        let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
+        Token(Str::from(id.simple().to_string()))
     }
 
     /// A token from a caller's own value (for example one stored to release a lock from
@@ -101,6 +103,11 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.as_str().len(), 32);
         assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
+        // A UUID v4: version nibble 4, RFC 4122 variant (8, 9, a or b).
+        assert_eq!(&a.as_str()[12..13], "4");
+        assert!("89ab".contains(&a.as_str()[16..17]));
+        let many: std::collections::HashSet<Token> = (0..10_000).map(|_| Token::random()).collect();
+        assert_eq!(many.len(), 10_000);
     }
 
     #[test]

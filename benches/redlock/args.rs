@@ -34,6 +34,12 @@ pub struct Args {
     /// all, so that the hand-offs alone set the rate.
     #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = humantime::parse_duration)]
     pub p4_section: Duration,
+    /// Instead of the scenarios: this many uncontended lock+unlock cycles of each contender
+    /// that `--subjects` names, on five fresh nodes, with no report. What
+    /// `scripts/instructions.sh` runs under callgrind to count each contender's own
+    /// instructions per cycle, a figure that other work on the machine does not move.
+    #[arg(long, value_name = "N")]
+    pub cycles: Option<u64>,
     /// Added by `cargo bench` itself; ignored.
     #[arg(long, hide = true)]
     bench: bool,

@@ -93,6 +93,32 @@ fn main() -> ExitCode {
     block_on_and_print(async move { run(&args).await })
 }
 
+/// `--cycles N`: N uncontended cycles of each chosen contender, one after the other, on a
+/// key of its own; the output names what ran, and nothing is measured here (the caller,
+/// callgrind, counts).
+async fn only_cycles(args: &Args, cycles: u64) -> Result<String, BenchError> {
+    let set = NodeSet::start(5)
+        .await
+        .during("starting 5 redis-server nodes", SEE_ABOVE)?;
+    let mut ran = Vec::new();
+    for kind in args.subjects(&Kind::ALL) {
+        let subject = subjects::Subject::connect(kind, &set.urls()).await?;
+        let key = format!("cycles:{}", kind.name());
+        for _ in 0..cycles {
+            subject.cycle(&key).await.map_err(|e| {
+                BenchError::new(
+                    format!("a lock+unlock cycle of {}", kind.name()),
+                    e,
+                    "are the nodes running?",
+                )
+            })?;
+        }
+        subject.close().await;
+        ran.push(format!("{}: {cycles} cycles", kind.name()));
+    }
+    Ok(ran.join("\n"))
+}
+
 /// Runs `work` on a multi-thread runtime (a worker per core) and prints what it returns.
 fn block_on_and_print(work: impl Future<Output = Result<String, BenchError>>) -> ExitCode {
     let result = tokio::runtime::Builder::new_multi_thread()
@@ -116,6 +142,9 @@ fn block_on_and_print(work: impl Future<Output = Result<String, BenchError>>) ->
 }
 
 async fn run(args: &Args) -> Result<String, BenchError> {
+    if let Some(cycles) = args.cycles {
+        return only_cycles(args, cycles).await;
+    }
     let plan = Plan::new(args.quick);
     let machine = machine::Machine::describe();
     progress!(

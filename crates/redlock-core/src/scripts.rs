@@ -7,18 +7,22 @@
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
+use fred::bytes_utils::Str;
+use fred::types::Value;
+
 /// A Lua script with its SHA-1, computed once.
 #[derive(Debug)]
 pub struct Script {
     source: Cow<'static, str>,
-    sha: String,
+    /// Shared by every call's arguments: no copy per command.
+    sha: Str,
 }
 
 impl Script {
     /// A script from its source.
     pub fn new(source: impl Into<Cow<'static, str>>) -> Self {
         let source = source.into();
-        let sha = fred::util::sha1_hash(&source);
+        let sha = Str::from(fred::util::sha1_hash(&source));
         Script { source, sha }
     }
 
@@ -28,8 +32,14 @@ impl Script {
     }
 
     /// The SHA-1 that `EVALSHA` names it by.
+    #[cfg(test)]
     pub fn sha(&self) -> &str {
         &self.sha
+    }
+
+    /// The SHA-1 that `EVALSHA` names it by, as the command's argument.
+    pub(crate) fn sha_arg(&self) -> Value {
+        Value::String(self.sha.clone())
     }
 }
 

@@ -7,6 +7,7 @@ mod failure;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use fred::bytes_utils::Str;
 use fred::clients::{Client, SubscriberClient, WithOptions};
 use fred::error::{Error as FredError, ErrorKind};
 use fred::interfaces::ClientLike;
@@ -169,7 +170,9 @@ impl Connection {
     ) -> Result<Value, NodeOutcome> {
         // TTLs are checked to be at most a year before any round, so this never saturates.
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        let args = vec![key.into(), token, "NX".into(), "PX".into(), ttl_ms.into()];
+        // Static arguments: no copy per command.
+        let (nx, px) = (Str::from_static("NX"), Str::from_static("PX"));
+        let args = vec![key.into(), token, nx.into(), px.into(), ttl_ms.into()];
         self.custom("SET", args).await
     }
 
@@ -189,8 +192,10 @@ impl Connection {
                     let start = Instant::now();
                     // Boxed where made, as in `custom`.
                     match Box::pin(
-                        self.cmd
-                            .custom::<Value, Value>(evalsha, script_args(script.sha(), keys, args)),
+                        self.cmd.custom::<Value, Value>(
+                            evalsha,
+                            script_args(script.sha_arg(), keys, args),
+                        ),
                     )
                     .await
                     {
@@ -206,7 +211,7 @@ impl Connection {
                             let client = self.client.with_options(&command_options(left));
                             Box::pin(client.custom::<Value, Value>(
                                 eval,
-                                script_args(script.source(), keys, args),
+                                script_args(Value::from(script.source()), keys, args),
                             ))
                             .await
                         }
@@ -393,9 +398,9 @@ fn config_value(reply: Value, name: &str) -> Option<String> {
     }
 }
 
-fn script_args(head: &str, keys: &[Key], args: &[Value]) -> Vec<Value> {
+fn script_args(head: Value, keys: &[Key], args: &[Value]) -> Vec<Value> {
     let mut all = Vec::with_capacity(2 + keys.len() + args.len());
-    all.push(head.into());
+    all.push(head);
     all.push((keys.len() as i64).into());
     all.extend(keys.iter().cloned().map(Value::from));
     all.extend(args.iter().cloned());

@@ -199,7 +199,8 @@ impl LockSpec {
 
     /// Whether every waiter for this lock's key that wants a wake-up queues for it: a plain
     /// lock of one key, not fenced (whose waiters queue from their second attempt, which
-    /// follows the first at once). Its release with nobody queued is announced to nobody.
+    /// follows the first after at most a node timeout). Its release with nobody queued is
+    /// announced to nobody.
     pub(crate) fn waiters_queue(&self) -> bool {
         self.keys.len() == 1 && self.owner.is_none() && !self.fenced
     }

@@ -1288,6 +1288,36 @@ async fn a_hand_over_with_too_little_validity_left_is_taken_on_by_a_round() {
     no_keys_left(&set).await;
 }
 
+/// Three nodes; a holder of `redlock:job` (a core coordinator whose releases announce
+/// themselves, for 30 s); and a fair waiter's client through fault-proxy links, with a
+/// 60 s TTL and `tweak`'s settings, subscribed.
+async fn holder_and_linked_fair_waiter(
+    tweak: impl FnOnce(redlock_client::LockConfigBuilder) -> redlock_client::LockConfigBuilder,
+) -> (
+    NodeSet,
+    redlock_testkit::Links,
+    redlock_core::Coordinator,
+    redlock_core::Lock,
+    Redlock,
+) {
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    let holder = announcing_coordinator(&set).await;
+    let held = holder
+        .acquire("redlock:job", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let builder = redlock_client::LockConfig::builder()
+        .nodes(links.urls(0))
+        .ttl(Duration::from_secs(60))
+        .fair(true);
+    let c = Redlock::connect(tweak(builder).build().unwrap())
+        .await
+        .unwrap();
+    common::subscribed(&set, 1).await;
+    (set, links, holder, held, c)
+}
+
 /// A quorum of hand-overs that came while the waiter's own round was out, with too little
 /// validity left once the round came back (lost: it was refused before the release), is
 /// taken on by a round at once. The waiter's own stale hand-over holds the key meanwhile:
@@ -1296,27 +1326,15 @@ async fn a_hand_over_with_too_little_validity_left_is_taken_on_by_a_round() {
 async fn a_hand_over_that_came_during_the_waiters_round_too_late_is_taken_on_at_once() {
     use redlock_testkit::LinkFault;
 
-    let set = NodeSet::start(3).await.unwrap();
-    let links = common::linked(&set).await;
-    let holder = announcing_coordinator(&set).await;
-    let held = holder
-        .acquire("redlock:job", Duration::from_secs(30))
-        .await
-        .unwrap();
-    // A fair waiter (through the links) that wants 59 s of its 60 s TTL; with its
-    // subscribers up and not woken, it would try again only after 30 s.
-    let config = redlock_client::LockConfig::builder()
-        .nodes(links.urls(0))
-        .ttl(Duration::from_secs(60))
-        .min_validity(Duration::from_secs(59))
-        .node_timeout(Duration::from_secs(5))
-        .fair(true)
-        .backoff(Duration::from_millis(10), Duration::from_secs(60))
-        .max_wait(Duration::from_secs(120))
-        .build()
-        .unwrap();
-    let c = Redlock::connect(config).await.unwrap();
-    common::subscribed(&set, 1).await;
+    // A fair waiter that wants 59 s of its 60 s TTL; with its subscribers up and not
+    // woken, it would try again only after 30 s.
+    let (set, links, holder, held, c) = holder_and_linked_fair_waiter(|b| {
+        b.min_validity(Duration::from_secs(59))
+            .node_timeout(Duration::from_secs(5))
+            .backoff(Duration::from_millis(10), Duration::from_secs(60))
+            .max_wait(Duration::from_secs(120))
+    })
+    .await;
     // The round's replies are read into a 1.5 s delay line; what the nodes send after the
     // fault is lifted (the hand-over messages) passes at once on nodes 0 and 1, and 1.5 s
     // late on node 2.
@@ -1373,26 +1391,14 @@ async fn a_hand_over_that_came_during_the_waiters_round_too_late_is_taken_on_at_
 async fn a_head_whose_lost_round_took_the_key_where_the_release_came_first_tries_again_at_once() {
     use redlock_testkit::LinkFault;
 
-    let set = NodeSet::start(3).await.unwrap();
-    let links = common::linked(&set).await;
-    let holder = announcing_coordinator(&set).await;
-    let held = holder
-        .acquire("redlock:job", Duration::from_secs(30))
-        .await
-        .unwrap();
-    // A fair waiter (through the links) with a node timeout far past its `max_wait`; with
-    // its subscribers up and not woken, it would try again only after 10 s.
-    let config = redlock_client::LockConfig::builder()
-        .nodes(links.urls(0))
-        .ttl(Duration::from_secs(60))
-        .node_timeout(Duration::from_secs(20))
-        .fair(true)
-        .backoff(Duration::from_millis(10), Duration::from_secs(10))
-        .max_wait(Duration::from_secs(6))
-        .build()
-        .unwrap();
-    let c = Redlock::connect(config).await.unwrap();
-    common::subscribed(&set, 1).await;
+    // A fair waiter with a node timeout far past its `max_wait`; with its subscribers up
+    // and not woken, it would try again only after 10 s.
+    let (set, links, holder, held, c) = holder_and_linked_fair_waiter(|b| {
+        b.node_timeout(Duration::from_secs(20))
+            .backoff(Duration::from_millis(10), Duration::from_secs(10))
+            .max_wait(Duration::from_secs(6))
+    })
+    .await;
     // The waiter's commands reach nodes 1 and 2 700 ms late, node 0 at once; replies and
     // messages come back at once.
     let late = LinkFault::Latency {

@@ -548,6 +548,8 @@ impl Redlock {
                     )
                 };
                 let mut take_on = false;
+                // Whether the lost round's late answers and rollbacks are all in (below).
+                let mut settled = false;
                 if short_lock.is_none() {
                     match handed() {
                         Handed::Held(lock) => {
@@ -572,6 +574,7 @@ impl Redlock {
                                     .nodes
                                     .iter()
                                     .any(|n| n.outcome == redlock_core::NodeOutcome::Acquired);
+                                settled = true;
                                 if take_on {
                                     watch.forget_wake();
                                 }
@@ -626,7 +629,9 @@ impl Redlock {
                     // before the rollback of the key this one took there, find its own
                     // old token and lose too, and then nothing would wake the waiter
                     // before its backoff's delay. So it waits for them first.
-                    settle(&report, node_timeout, deadline).await;
+                    if !settled {
+                        settle(&report, node_timeout, deadline).await;
+                    }
                     continue;
                 }
                 let mut delay = backoff.next().unwrap_or(retry.max_delay);

@@ -19,7 +19,7 @@ use crate::stats::{Recorder, Summary};
 use crate::subjects::{Kind, Subject};
 
 /// Longest a single cycle may take before it counts as failed ("hung").
-const CYCLE_DEADLINE: Duration = Duration::from_secs(10);
+pub const CYCLE_DEADLINE: Duration = Duration::from_secs(10);
 /// Slices per contender: enough to interleave, few enough to keep each slice meaningful.
 const SLICES: u32 = 8;
 

@@ -104,14 +104,19 @@ async fn only_cycles(args: &Args, cycles: u64) -> Result<String, BenchError> {
     for kind in args.subjects(&Kind::ALL) {
         let subject = subjects::Subject::connect(kind, &set.urls()).await?;
         let key = format!("cycles:{}", kind.name());
+        let step = || format!("a lock+unlock cycle of {}", kind.name());
         for _ in 0..cycles {
-            subject.cycle(&key).await.map_err(|e| {
-                BenchError::new(
-                    format!("a lock+unlock cycle of {}", kind.name()),
-                    e,
-                    "are the nodes running?",
-                )
-            })?;
+            // Bounded as in P1, so that a hung cycle ends the run instead of hanging it.
+            match tokio::time::timeout(latency::CYCLE_DEADLINE, subject.cycle(&key)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(why)) => return Err(BenchError::new(step(), why, SEE_ABOVE)),
+                Err(_) => {
+                    let why = format!("no answer within {:?}", latency::CYCLE_DEADLINE);
+                    let advice =
+                        "the nodes or the machine stalled: run it again on a quieter machine";
+                    return Err(BenchError::new(step(), why, advice));
+                }
+            }
         }
         subject.close().await;
         ran.push(format!("{}: {cycles} cycles", kind.name()));

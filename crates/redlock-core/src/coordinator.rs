@@ -66,9 +66,10 @@ pub(crate) struct Inner {
     pub(crate) release_group: Group<Released>,
     /// Set by the first `close`: later ones only wait for background work.
     closed: AtomicBool,
-    /// The prefixes of the queues' keys and of their expiry, as the release scripts take
-    /// them: built once here rather than for every release.
-    pub(crate) queue_prefixes: [Value; 3],
+    /// The release channel (when notifications are on) and the fair queues' prefix, as
+    /// the release scripts take them: built once here rather than for every release.
+    pub(crate) release_channel: Option<Value>,
+    pub(crate) fair_prefix: Value,
 }
 
 /// The health check at connect: logs each connected node's settings (`node checked`, also
@@ -151,11 +152,8 @@ impl Coordinator {
         }
         Ok(Coordinator {
             inner: Arc::new(Inner {
-                queue_prefixes: [
-                    Value::from(format!("{}queue:", config.fair_prefix)),
-                    Value::from(format!("{}expiry:", config.fair_prefix)),
-                    Value::from(format!("{}handover:", config.fair_prefix)),
-                ],
+                release_channel: config.release_channel.as_deref().map(Value::from),
+                fair_prefix: Value::from(config.fair_prefix.as_str()),
                 connections: connections.into(),
                 config,
                 work: BackgroundWork::new(),
@@ -419,10 +417,7 @@ impl Coordinator {
             // Concurrent releases of plain locks share their rounds (group commit).
             return self.release_grouped(spec).await;
         }
-        let command = spec.release(
-            self.inner.config.release_channel.as_deref(),
-            &self.inner.queue_prefixes,
-        );
+        let command = spec.release(self.inner.release_channel.as_ref(), &self.inner.fair_prefix);
         let round = self.untimed_round(RoundKind::Release, command, spec.name.clone());
         self.run_to_quorum(round).await
     }

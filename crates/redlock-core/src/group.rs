@@ -348,9 +348,9 @@ impl Coordinator {
             many => {
                 let channel = self.inner.config.release_channel.as_deref().unwrap_or("");
                 let mut keys = Vec::with_capacity(many.len());
-                let mut args = Vec::with_capacity(many.len() + 3);
+                let mut args = Vec::with_capacity(many.len() + 2);
                 args.push(Value::from(channel));
-                args.extend(self.inner.queue_prefixes.iter().cloned());
+                args.push(self.inner.fair_prefix.clone());
                 let mut requests = Vec::with_capacity(many.len());
                 for waiting in many {
                     keys.push(Key::from(&*waiting.spec.keys[0]));
@@ -389,10 +389,7 @@ impl Coordinator {
 
     /// The round of one lock's release: its compare-and-delete script.
     fn release_round(&self, spec: &LockSpec) -> Round {
-        let command = spec.release(
-            self.inner.config.release_channel.as_deref(),
-            &self.inner.queue_prefixes,
-        );
+        let command = spec.release(self.inner.release_channel.as_ref(), &self.inner.fair_prefix);
         self.untimed_round(RoundKind::Release, command, spec.name.clone())
     }
 

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::bytes_utils::Str;
 use fred::types::{Key, Value};
 
 use crate::config::check_key;
@@ -184,14 +185,15 @@ impl LockSpec {
 
     /// The compare-and-delete for this lock, publishing on `channel` when given. The
     /// release also passes each key it frees on to the next live waiter of the key's queue
-    /// (under `queue_prefixes`) when it has one: a fair waiter of a plain lock is handed the
+    /// (named after `fair_prefix`) when it has one: a fair waiter of a plain lock is handed the
     /// key, any other waiter is told, on its client's channel alone.
-    pub(crate) fn release(&self, channel: Option<&str>, queue_prefixes: &[Value; 3]) -> Command {
+    pub(crate) fn release(&self, channel: Option<&Value>, fair_prefix: &Value) -> Command {
         let (script, mut args) = self.release_script(channel);
         if channel.is_some() {
-            args.extend(queue_prefixes.iter().cloned());
+            args.push(fair_prefix.clone());
             if self.owner.is_none() {
-                args.push(Value::from(if self.waiters_queue() { "1" } else { "0" }));
+                let queues = if self.waiters_queue() { "1" } else { "0" };
+                args.push(Value::String(Str::from_static(queues)));
             }
         }
         self.script(script, args)
@@ -220,8 +222,8 @@ impl LockSpec {
         args.push(Value::from(ttl_ms(ttl)));
     }
 
-    fn release_script(&self, channel: Option<&str>) -> (&'static Script, Vec<Value>) {
-        let channel = Value::from(channel.unwrap_or(""));
+    fn release_script(&self, channel: Option<&Value>) -> (&'static Script, Vec<Value>) {
+        let channel = channel.map_or(Value::String(Str::from_static("")), Value::clone);
         match &self.owner {
             Some(owner) => (
                 &REENTRANT_RELEASE,

@@ -60,11 +60,12 @@ return 1"#;
 /// token lets subscribers of several nodes recognise one release). Returns 1 when something
 /// was deleted, 0 otherwise.
 ///
-/// For a plain lock, `ARGV[3]`, `ARGV[4]` and `ARGV[5]` are the prefixes of the queues'
-/// keys, of their expiry and of their hand-overs: when the key's queue has a live waiter
+/// For a plain lock, `ARGV[3]` is the fair queues' prefix (the key's queue, its expiry and
+/// its hand-overs are named after it, see `pass_on_under` in [`ANNOUNCE`]): when the key's
+/// queue has a live waiter
 /// (fair, or queued only to be woken), the release passes the key on to it (see
 /// `pass_on` in [`ANNOUNCE`]): a fair waiter is handed the key there and then, and either
-/// kind is told on its client's channel alone. When the queue has none, `ARGV[6]` = "1"
+/// kind is told on its client's channel alone. When the queue has none, `ARGV[4]` = "1"
 /// publishes nothing: every waiter of a plain lock of one key queues. Tokens and waiter
 /// ids hold no white space, so every form of the message parses.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -79,8 +80,8 @@ for _, key in ipairs(KEYS) do
     deleted = deleted + 1
     if ARGV[2] ~= "" then
       local passed = false
-      if ARGV[3] then passed = pass_on(ARGV[2], ARGV[1], key, ARGV[3] .. key, ARGV[4] .. key, ARGV[5] .. key) end
-      if not passed and ARGV[6] ~= "1" then
+      if ARGV[3] then passed = pass_on_under(ARGV[3], ARGV[2], ARGV[1], key) end
+      if not passed and ARGV[4] ~= "1" then
         redis.call("PUBLISH", ARGV[2], ARGV[1] .. " " .. key)
       end
     end
@@ -95,7 +96,9 @@ return 0"#
 /// a fair waiter leaving): `next_waiter(queue, expiry)` is the first waiter of the queue
 /// whose entry has not expired by the node's clock (or nil); `pass_on(channel, token, key,
 /// queue, expiry, handovers)` passes the freed key on to that waiter and tells its client,
-/// returning whether there was one.
+/// returning whether there was one. `pass_on_under(prefix, channel, token, key)` does the
+/// same for the queue named after the fair queues' prefix: `<prefix>queue:<key>`,
+/// `<prefix>expiry:<key>` and `<prefix>handover:<key>` (one argument for the three).
 ///
 /// A fair waiter registers a hand-over with each attempt (`"<number> <ttl ms>"` under its
 /// id in the `handovers` hash, see [`FAIR_ACQUIRE`]): `pass_on` then sets the key to
@@ -144,6 +147,9 @@ local function pass_on(channel, token, key, queue, expiry, handovers)
   if tag then channel = channel .. ":" .. tag end
   redis.call("PUBLISH", channel, message .. " " .. key)
   return true
+end
+local function pass_on_under(prefix, channel, token, key)
+  return pass_on(channel, token, key, prefix .. "queue:" .. key, prefix .. "expiry:" .. key, prefix .. "handover:" .. key)
 end"#;
 
 /// A reentrant lock is a hash: field `owner` names the owner, and each hold adds a field
@@ -193,8 +199,8 @@ end"#;
 /// drops one hold; deletes the key when it was the last. Returns 1 when the hold was
 /// there, 0 otherwise.
 ///
-/// A key it deletes is passed on, when `ARGV[4]`, `ARGV[5]` and `ARGV[6]` (the prefixes of
-/// the queues' keys, of their expiry and of their hand-overs) are given and the key's queue
+/// A key it deletes is passed on, when `ARGV[4]` (the fair queues' prefix) is given and the
+/// key's queue
 /// has a live waiter, as [`RELEASE`] does (a fair waiter of a plain lock is handed the
 /// key, any other is told on its client's channel); otherwise the release is published on
 /// the channel for every client (reentrant waiters that are not fair do not queue).
@@ -209,7 +215,7 @@ if redis.call("HLEN", KEYS[1]) <= 1 then
   redis.call("DEL", KEYS[1])
   if ARGV[3] ~= "" then
     local passed = false
-    if ARGV[4] then passed = pass_on(ARGV[3], ARGV[2], KEYS[1], ARGV[4] .. KEYS[1], ARGV[5] .. KEYS[1], ARGV[6] .. KEYS[1]) end
+    if ARGV[4] then passed = pass_on_under(ARGV[4], ARGV[3], ARGV[2], KEYS[1]) end
     if not passed then redis.call("PUBLISH", ARGV[3], ARGV[2] .. " " .. KEYS[1]) end
   end
 end
@@ -281,8 +287,8 @@ return results"#,
 });
 
 /// Releases of distinct plain locks of one key (not fenced), coalesced into one call per
-/// node: `ARGV[1]` = channel or "", `ARGV[2]`, `ARGV[3]` and `ARGV[4]` = the prefixes of
-/// the queues' keys, of their expiry and of their hand-overs, then one token per key. Each
+/// node: `ARGV[1]` = channel or "", `ARGV[2]` = the fair queues' prefix, then one token per
+/// key. Each
 /// key that holds its token is deleted and, when its queue has a live waiter, passed on to
 /// it as [`RELEASE`] does for a plain lock of one key. Returns one 1 (deleted) or 0 (not
 /// held) per key, in order.
@@ -292,11 +298,11 @@ pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
 {ANNOUNCE}
 local results = {{}}
 for i, key in ipairs(KEYS) do
-  local token = ARGV[i + 4]
+  local token = ARGV[i + 2]
   if redis.pcall("GET", key) == token then
     redis.call("DEL", key)
     if ARGV[1] ~= "" then
-      pass_on(ARGV[1], token, key, ARGV[2] .. key, ARGV[3] .. key, ARGV[4] .. key)
+      pass_on_under(ARGV[2], ARGV[1], token, key)
     end
     results[i] = 1
   else

@@ -4,6 +4,7 @@
 mod factory;
 mod failure;
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -191,7 +192,8 @@ impl Connection {
                     let evalsha = CustomCommand::new_static("EVALSHA", None, false);
                     let start = Instant::now();
                     // Boxed where made, as in `custom`.
-                    match Box::pin(
+                    match boxed(
+                        Box::new_uninit(),
                         self.cmd.custom::<Value, Value>(
                             evalsha,
                             script_args(script.sha_arg(), keys, args),
@@ -269,7 +271,10 @@ impl Connection {
     /// lock and release went to `memcpy` (callgrind).
     async fn custom(&self, name: &'static str, args: Vec<Value>) -> Result<Value, NodeOutcome> {
         let command = CustomCommand::new_static(name, None, false);
-        let fut = Box::pin(self.cmd.custom::<Value, Value>(command, args));
+        let fut = boxed(
+            Box::new_uninit(),
+            self.cmd.custom::<Value, Value>(command, args),
+        );
         self.bounded(fut, name).await
     }
 
@@ -313,6 +318,14 @@ impl Connection {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+}
+
+/// `future`, pinned in `slot`. The slot is allocated before the future is made, so that
+/// the future (fred's is about 7 KB) can be written there directly; `Box::pin(future)` makes
+/// it on the stack first and then copies it whole.
+#[inline(always)]
+fn boxed<F>(slot: Box<std::mem::MaybeUninit<F>>, future: F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(slot, future))
 }
 
 /// How long after fred's timeout of a command [`Connection::bounded`]'s backstop ends it:

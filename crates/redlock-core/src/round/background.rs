@@ -6,9 +6,9 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -45,8 +45,15 @@ impl BackgroundWork {
     }
 
     /// Counts one piece of work until the returned guard is dropped.
+    ///
+    /// Only the count's return to zero notifies: [`idle`](Self::idle) is the one waiter,
+    /// and each notification of a `watch` takes eight locks (its wake lists), on every
+    /// round's hand-off.
     pub(crate) fn enter(&self) -> WorkGuard {
-        self.0.send_modify(|n| *n += 1);
+        self.0.send_if_modified(|n| {
+            *n += 1;
+            false
+        });
         WorkGuard(self.0.clone())
     }
 
@@ -60,7 +67,10 @@ pub(crate) struct WorkGuard(Arc<watch::Sender<usize>>);
 
 impl Drop for WorkGuard {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        self.0.send_if_modified(|n| {
+            *n -= 1;
+            *n == 0
+        });
     }
 }
 
@@ -69,6 +79,63 @@ impl Drop for WorkGuard {
 pub(crate) type Reply = (usize, Vec<Answer>, Duration);
 pub(crate) type Call = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
+/// Futures polled together, all on the waker of the task that polls the set: a round's
+/// commands (one per node) and its rollbacks. Every poll polls each pending future, which
+/// for a handful costs less than `FuturesUnordered`'s task allocation for each future
+/// pushed (and its own for each set made), three times per node and round before.
+pub(crate) struct Polled<F: Future + Unpin> {
+    pending: Vec<F>,
+    /// Finished, not yet taken.
+    ready: Vec<F::Output>,
+}
+
+impl<F: Future + Unpin> Polled<F> {
+    pub(crate) fn new() -> Self {
+        Polled::with_capacity(0)
+    }
+
+    /// A set for up to `n` futures without growing.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Polled {
+            pending: Vec::with_capacity(n),
+            ready: Vec::with_capacity(n),
+        }
+    }
+
+    pub(crate) fn push(&mut self, future: F) {
+        self.pending.push(future);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.ready.is_empty()
+    }
+
+    /// Polls every pending future (so that each is registered with this task's waker,
+    /// also right after the set moved to another task), then yields one finished
+    /// output; `None` once none is left.
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        let mut i = 0;
+        while i < self.pending.len() {
+            match Pin::new(&mut self.pending[i]).poll(cx) {
+                Poll::Ready(output) => {
+                    self.ready.push(output);
+                    drop(self.pending.swap_remove(i));
+                }
+                Poll::Pending => i += 1,
+            }
+        }
+        match self.ready.pop() {
+            Some(output) => Poll::Ready(Some(output)),
+            None if self.pending.is_empty() => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+
+    pub(crate) async fn next(&mut self) -> Option<F::Output> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+}
+
 /// A round's commands and answers until the decision; dropped undecided, it rolls back.
 pub(crate) struct InFlight {
     pub(crate) connections: Arc<[Connection]>,
@@ -76,7 +143,7 @@ pub(crate) struct InFlight {
     pub(crate) t0: Instant,
     pub(crate) settling: Arc<watch::Sender<Settling>>,
     pub(crate) work: BackgroundWork,
-    pub(crate) calls: FuturesUnordered<Call>,
+    pub(crate) calls: Polled<Call>,
     pub(crate) answered: Vec<Option<(Vec<Answer>, Duration)>>,
     pub(crate) handed_off: bool,
 }
@@ -88,7 +155,7 @@ impl InFlight {
     pub(crate) fn hand_off(&mut self, roll_back: Vec<bool>) {
         self.handed_off = true;
         let answered = std::mem::take(&mut self.answered);
-        let calls = std::mem::take(&mut self.calls);
+        let calls = std::mem::replace(&mut self.calls, Polled::new());
         let round = &self.round;
         for (i, answer) in answered.iter().enumerate() {
             if let Some((answers, latency)) = answer {
@@ -98,7 +165,7 @@ impl InFlight {
             }
         }
         let mut to_undo = Vec::new();
-        self.settling.send_modify(|settling| {
+        update(&self.settling, |settling| {
             for (i, answer) in answered.into_iter().enumerate() {
                 let Some((answers, latency)) = answer else {
                     continue;
@@ -164,6 +231,19 @@ impl Drop for InFlight {
     }
 }
 
+/// Updates a round's settling. Only its closing (every node answered or timed out, every
+/// rollback over) notifies: the one waiter is [`RoundReport::settled`], which waits for
+/// that, and each notification of a `watch` takes eight locks (its wake lists), several
+/// times per round. Readers of the state still see every update.
+///
+/// [`RoundReport::settled`]: crate::RoundReport::settled
+pub(crate) fn update(settling: &watch::Sender<Settling>, f: impl FnOnce(&mut Settling)) {
+    settling.send_if_modified(|settling| {
+        f(settling);
+        settling.open == 0
+    });
+}
+
 /// Whether a node's answer leaves our key possibly set there: everything but a refusal.
 fn needs_undo(outcome: &NodeOutcome) -> bool {
     !matches!(outcome, NodeOutcome::HeldByOther)
@@ -189,34 +269,82 @@ struct Background {
 }
 
 impl Background {
-    async fn run(self, calls: FuturesUnordered<Call>, answered: Vec<(usize, Vec<Answer>)>) {
+    async fn run(self, mut calls: Polled<Call>, answered: Vec<(usize, Vec<Answer>)>) {
         let this = &self;
-        let mut work: FuturesUnordered<Pin<Box<dyn Future<Output = ()> + Send + '_>>> =
-            FuturesUnordered::new();
-        for call in calls {
-            work.push(Box::pin(async move {
-                let (i, answers, latency) = call.await;
-                let connection = &this.connections[i];
-                let outcomes = answers.iter().map(|a| &a.outcome);
-                connection.metrics.answered(this.round.kind, outcomes, latency, true);
-                if let [answer, ..] = answers.as_slice() {
-                    tracing::debug!(node = %connection.name, outcome = %answer.outcome, ?latency, "late answer");
-                }
-                this.settling.send_modify(|settling| {
-                    for (j, answer) in answers.iter().enumerate() {
-                        let report = &mut settling.requests[j][i];
-                        report.outcome = answer.outcome.clone();
-                        report.latency = Some(latency);
-                        report.late = true;
-                    }
-                });
-                this.finish(i, &answers).await;
-            }));
-        }
+        let mut finishing: Polled<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = Polled::new();
         for (i, answers) in answered {
-            work.push(Box::pin(async move { this.finish(i, &answers).await }));
+            this.start_finish(i, answers, &mut finishing);
         }
-        while work.next().await.is_some() {}
+        // Late answers as they come, while the rollbacks started so far go on.
+        std::future::poll_fn(|cx| {
+            while let Poll::Ready(Some((i, answers, latency))) = calls.poll_next(cx) {
+                this.late_answer(i, &answers, latency);
+                this.start_finish(i, answers, &mut finishing);
+            }
+            while let Poll::Ready(Some(())) = finishing.poll_next(cx) {}
+            if calls.is_empty() && finishing.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    /// Records node `i`'s answer that came after the decision.
+    fn late_answer(&self, i: usize, answers: &[Answer], latency: Duration) {
+        let connection = &self.connections[i];
+        let outcomes = answers.iter().map(|a| &a.outcome);
+        connection
+            .metrics
+            .answered(self.round.kind, outcomes, latency, true);
+        if let [answer, ..] = answers {
+            tracing::debug!(node = %connection.name, outcome = %answer.outcome, ?latency, "late answer");
+        }
+        update(&self.settling, |settling| {
+            for (j, answer) in answers.iter().enumerate() {
+                let report = &mut settling.requests[j][i];
+                report.outcome = answer.outcome.clone();
+                report.latency = Some(latency);
+                report.late = true;
+            }
+        });
+    }
+
+    /// Finishes node `i` ([`finish`](Self::finish)): at once when nothing is to be sent
+    /// there (the usual late answer: no future kept, no allocation), else in `finishing`.
+    fn start_finish<'a>(
+        &'a self,
+        i: usize,
+        answers: Vec<Answer>,
+        finishing: &mut Polled<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>,
+    ) {
+        if self.sends_nothing(&answers) {
+            // Each request to roll back was refused there: nothing of ours was set.
+            let cleanups = (0..answers.len())
+                .filter(|&j| self.round.requests[j].undo.is_some() && self.roll_back[j])
+                .map(|j| (j, CleanupOutcome::NotPresent))
+                .collect();
+            self.close(i, cleanups);
+        } else {
+            finishing.push(Box::pin(async move { self.finish(i, &answers).await }));
+        }
+    }
+
+    /// Whether [`finish`](Self::finish) sends nothing for these answers: no request to
+    /// roll back where its key may be set, none to send again.
+    fn sends_nothing(&self, answers: &[Answer]) -> bool {
+        self.round
+            .requests
+            .iter()
+            .zip(answers)
+            .enumerate()
+            .all(|(j, (request, answer))| {
+                let redo = request.redo && needs_redo(&answer.outcome);
+                let undo =
+                    request.undo.is_some() && self.roll_back[j] && needs_undo(&answer.outcome);
+                !redo && !undo
+            })
     }
 
     /// Rolls node `i` back for every request that is not kept and whose answer may have
@@ -264,7 +392,12 @@ impl Background {
             };
             cleanups.push((j, cleanup));
         }
-        self.settling.send_modify(|settling| {
+        self.close(i, cleanups);
+    }
+
+    /// Records node `i`'s cleanups in the settling and closes the node there.
+    fn close(&self, i: usize, cleanups: Vec<(usize, CleanupOutcome)>) {
+        update(&self.settling, |settling| {
             for (j, cleanup) in cleanups {
                 settling.requests[j][i].cleanup = Some(cleanup);
             }
@@ -336,5 +469,43 @@ async fn try_on(
         }
         pause *= 2;
         attempt += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A set first polled on one task (a round, with a no-op waker) and then driven by
+    /// another (the background task) is woken by whichever future finishes, the last one
+    /// pushed too: each poll registers every pending future with the current waker.
+    #[tokio::test]
+    async fn a_set_moved_to_another_task_is_woken_by_any_of_its_futures() {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..3)
+            .map(|_| tokio::sync::oneshot::channel::<usize>())
+            .unzip();
+        let mut set = Polled::with_capacity(3);
+        for receiver in receivers {
+            set.push(receiver);
+        }
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        assert!(set.poll_next(&mut cx).is_pending());
+        let task = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(value) = set.next().await {
+                got.push(value.unwrap());
+            }
+            got
+        });
+        // The last first, after the task has waited: the others are still pending then.
+        for (i, sender) in senders.into_iter().enumerate().rev() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            sender.send(i).unwrap();
+        }
+        let got = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("a finished future never woke the set")
+            .unwrap();
+        assert_eq!(got, vec![2, 1, 0]);
     }
 }

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use fred::types::Value;
-use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -32,7 +31,7 @@ use crate::quorum::{quorum, Decision, Votes};
 use crate::report::{NodeReport, RoundReport, Settling, SettlingView};
 
 pub(crate) use background::BackgroundWork;
-use background::{Call, InFlight};
+use background::{Call, InFlight, Polled};
 use command::Answer;
 pub(crate) use command::Command;
 pub(crate) use plan::{Request, Round, Undo};
@@ -108,7 +107,7 @@ async fn run_inner(
         t0,
         settling: settling.clone(),
         work: work.clone(),
-        calls: FuturesUnordered::new(),
+        calls: Polled::with_capacity(n),
         answered: vec![None; n],
         handed_off: false,
     };

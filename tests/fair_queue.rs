@@ -1171,6 +1171,28 @@ async fn a_rollback_of_the_waiters_round_cannot_delete_a_key_handed_over_meanwhi
     no_keys_left(&set).await;
 }
 
+/// A fencing token needs the waiter's own round: a fenced fair attempt that asks for a
+/// hand-over registers none (as a reentrant one), so the release frees the key instead of
+/// setting it to a hand-over token that carries no fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_fair_attempt_is_never_handed_the_key() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = announcing_coordinator(&set).await;
+    let key = ["redlock:job"];
+    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
+    let refused = core
+        .acquire_with(Acquisition {
+            fenced: true,
+            ..fair_attempt(&key, "w:1", 1, Token::random())
+        })
+        .await;
+    assert!(refused.is_err());
+    core.release(&held).await.unwrap();
+    core.quiesce().await;
+    assert_eq!(job_values(&set).await, vec![None; 3]);
+    core.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_needs_a_quorum_and_validity_left() {
     let set = NodeSet::start(3).await.unwrap();

@@ -141,7 +141,7 @@ impl LockSpec {
         args.push(match place.handover {
             // A hand-over sets the key to a string under a token no round chose: no
             // fencing token, no reentrant hold. Only the shape whose waiters all queue.
-            Some(number) if gated && self.waiters_queue() => {
+            Some(number) if gated && fence_key.is_none() && self.waiters_queue() => {
                 Value::from(i64::try_from(number).unwrap_or(i64::MAX))
             }
             _ => Value::from(""),

@@ -445,11 +445,21 @@ async fn hear(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_fair_a_release_is_announced_only_to_the_oldest_queued_waiters_client() {
+    announced_only_to_the_oldest_queued_waiters_client(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_waiters_queue_too_and_a_release_is_announced_only_to_the_oldest_ones_client() {
+    announced_only_to_the_oldest_queued_waiters_client(true).await;
+}
+
+async fn announced_only_to_the_oldest_queued_waiters_client(fencing: bool) {
     let set = NodeSet::start(3).await.unwrap();
     // Not fair: each waiter queues from its second attempt (every 10 ms at most) only to
     // be woken.
-    let quick = |b: redlock_client::LockConfigBuilder| {
+    let quick = move |b: redlock_client::LockConfigBuilder| {
         b.backoff(Duration::from_millis(10), Duration::from_millis(10))
+            .fencing(fencing)
     };
     let holder = client(&set, quick).await;
     let guard = holder.lock("job").await.unwrap();
@@ -855,8 +865,15 @@ async fn a_release_with_nobody_queued_is_announced_to_nobody_unless_waiters_cann
     let c = client(&set, |b| b).await;
     common::subscribed(&set, 1).await;
     let (listener, mut messages) = release_listener(&set.node(0).url()).await;
-    // A plain lock of one key: its waiters queue, and nobody did.
+    // A lock of one key, plain or fenced: its waiters queue, and nobody did.
     c.lock("job").await.unwrap().release().await.unwrap();
+    let fenced = LockOptions {
+        fenced: Some(true),
+        ..LockOptions::default()
+    };
+    let g = c.lock_with("job", &fenced).await.unwrap();
+    assert!(g.fencing_token().is_some());
+    g.release().await.unwrap();
     // Locks whose waiters do not queue: over several keys, and reentrant.
     let keys = ["a", "b"];
     let none = LockOptions::default();

@@ -368,8 +368,9 @@ impl Redlock {
         config.check_min_validity(ttl, min_validity)?;
         let min_validity = min_validity.unwrap_or(Duration::ZERO);
         // One waiter id and one ticket for every attempt of this call: its place in the
-        // key's fair queue. Without `fair`, a waiter for a plain lock of one key still
-        // queues from its second attempt on (the first is a plain `SET NX`), ungated, so
+        // key's fair queue. Without `fair`, a waiter for a lock of one key (fenced or not,
+        // not reentrant) still queues from its second attempt on (the first is a plain
+        // `SET NX`, or the fenced script), ungated, so
         // that a release wakes the client of the oldest waiter instead of one waiter in
         // every client: with many clients on one key, a release announced to each of them
         // costs every client and every node more than the waiters' rounds do. And a
@@ -383,11 +384,8 @@ impl Redlock {
         // waiter id and a turn of the registry's lock, with 256 calls in flight at once in
         // the bench's P5.
         let waits = retry.max_attempts != Some(1);
-        let queues = fair
-            || (waits
-                && self.inner.notifier.is_some()
-                && matches!(target, LockShape::One(_))
-                && !fenced);
+        let queues =
+            fair || (waits && self.inner.notifier.is_some() && matches!(target, LockShape::One(_)));
         let waiter = queues.then(|| match &self.inner.notifier {
             Some(notifier) => notifier.waiter_id(),
             None => crate::owner::random_id().to_string(),

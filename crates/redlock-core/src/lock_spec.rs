@@ -29,8 +29,7 @@ pub(crate) struct LockSpec {
     pub(crate) owner: Option<Arc<str>>,
     /// Won through a fair queue: its release names the queue's next waiter.
     pub(crate) fair: bool,
-    /// Won with a fencing token: its waiters (fenced too) do not queue, so its release is
-    /// announced to every client when nobody is queued.
+    /// Won with a fencing token: its release goes alone, never in a batch.
     pub(crate) fenced: bool,
 }
 
@@ -199,12 +198,12 @@ impl LockSpec {
         self.script(script, args)
     }
 
-    /// Whether every waiter for this lock's key that wants a wake-up queues for it: a plain
-    /// lock of one key, not fenced (whose waiters queue from their second attempt, which
-    /// follows the first after at most a node timeout). Its release with nobody queued is
-    /// announced to nobody.
+    /// Whether every waiter for this lock's key that wants a wake-up queues for it: a lock
+    /// of one key, not reentrant, fenced or not (whose waiters queue from their second
+    /// attempt, which follows the first after at most a node timeout). Its release with
+    /// nobody queued is announced to nobody.
     pub(crate) fn waiters_queue(&self) -> bool {
-        self.keys.len() == 1 && self.owner.is_none() && !self.fenced
+        self.keys.len() == 1 && self.owner.is_none()
     }
 
     /// One plain lock's two arguments to the grouped acquisition script: token, TTL.

@@ -57,15 +57,15 @@ pub struct LockConfig {
     /// to `"redlock:"`.
     pub key_prefix: String,
     /// Publish on release, and wake waiters through one subscriber per node instead of
-    /// letting them sleep out their backoff delay. A waiter for a plain lock of one key
-    /// (not fenced) queues on the nodes from its second attempt on, which follows the
-    /// first after the backoff's first delay, at most a node timeout (ungated; a `fair`
-    /// one queues from its first attempt, gated), and the release wakes the oldest queued
-    /// waiter, on its client's own channel (a `fair` one is handed the key as well); with
-    /// nobody queued it is announced to nobody.
+    /// letting them sleep out their backoff delay. A waiter for a lock of one key (plain
+    /// or fenced, not reentrant) queues on the nodes from its second attempt on, which
+    /// follows the first after the backoff's first delay, at most a node timeout
+    /// (ungated; a `fair` one queues from its first attempt, gated), and the release wakes
+    /// the oldest queued waiter, on its client's own channel (a `fair` one is handed the
+    /// key as well); with nobody queued it is announced to nobody.
     /// A waiter (not fair) whose woken attempts lost twice (the releasing holder takes the
     /// key back at once) leaves the queue and polls (see [`RetryPolicy`]).
-    /// Releases of the other shapes (several keys, reentrant, fenced) are announced to
+    /// Releases of the other shapes (several keys, reentrant) are announced to
     /// every client and wake each client's oldest waiter for the key. It costs a release a
     /// read of the key's queue and one `PUBLISH` per node when someone waits, and a
     /// contended wait a script instead of `SET NX` per attempt and a leave at its end.

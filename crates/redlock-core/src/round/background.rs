@@ -3,6 +3,7 @@
 //! A round dropped before its decision hands everything here with the verdict "roll back"
 //! (deadpool's drop-guard idea), so an abandoned round leaves no key behind either.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -85,8 +86,8 @@ pub(crate) type Call = Pin<Box<dyn Future<Output = Reply> + Send>>;
 /// pushed (and its own for each set made), three times per node and round before.
 pub(crate) struct Polled<F: Future + Unpin> {
     pending: Vec<F>,
-    /// Finished, not yet taken.
-    ready: Vec<F::Output>,
+    /// Finished, not yet taken, in the order they were found finished.
+    ready: VecDeque<F::Output>,
 }
 
 impl<F: Future + Unpin> Polled<F> {
@@ -98,7 +99,7 @@ impl<F: Future + Unpin> Polled<F> {
     pub(crate) fn with_capacity(n: usize) -> Self {
         Polled {
             pending: Vec::with_capacity(n),
-            ready: Vec::with_capacity(n),
+            ready: VecDeque::with_capacity(n),
         }
     }
 
@@ -118,13 +119,13 @@ impl<F: Future + Unpin> Polled<F> {
         while i < self.pending.len() {
             match Pin::new(&mut self.pending[i]).poll(cx) {
                 Poll::Ready(output) => {
-                    self.ready.push(output);
+                    self.ready.push_back(output);
                     drop(self.pending.swap_remove(i));
                 }
                 Poll::Pending => i += 1,
             }
         }
-        match self.ready.pop() {
+        match self.ready.pop_front() {
             Some(output) => Poll::Ready(Some(output)),
             None if self.pending.is_empty() => Poll::Ready(None),
             None => Poll::Pending,

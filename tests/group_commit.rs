@@ -181,6 +181,44 @@ async fn concurrent_releases_share_script_calls_and_each_deletes_only_its_own_ke
     }
 }
 
+/// Fenced locks' waiters queue as plain ones' do, so their releases are the same script
+/// and go out together as well.
+#[tokio::test]
+async fn concurrent_releases_of_fenced_locks_share_script_calls() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_millis(500)).await;
+    let mut locks = Vec::new();
+    for i in 0..16 {
+        let key = format!("group:fenced:{i}");
+        let keys = [key.as_str()];
+        let fenced = redlock_core::Acquisition {
+            fenced: true,
+            ..redlock_core::Acquisition::new(&keys, TTL)
+        };
+        let lock = core.acquire_with(fenced).await.unwrap();
+        assert!(lock.fencing_token().is_some());
+        locks.push(lock);
+    }
+    let before = script_calls(&set).await;
+    for report in join_all(locks.iter().map(|lock| core.release(lock))).await {
+        let report = report.expect("released at a quorum");
+        assert!(report.accepted >= report.quorum, "{report}");
+    }
+    let after = script_calls(&set).await;
+    // The first release leads alone, the other 15 go out together: 16 calls each before.
+    for (node, (before, after)) in before.iter().zip(&after).enumerate() {
+        let calls = after - before;
+        assert!(
+            calls <= 3,
+            "node {node} ran {calls} script calls for 16 releases"
+        );
+    }
+    core.quiesce().await;
+    for node in set.iter() {
+        assert!(node.keys("group:fenced:*").await.unwrap().is_empty());
+    }
+}
+
 #[tokio::test]
 async fn with_group_commit_off_every_acquisition_is_a_set_of_its_own() {
     let set = NodeSet::start(3).await.unwrap();

@@ -412,7 +412,6 @@ impl Coordinator {
             && spec.keys.len() == 1
             && spec.owner.is_none()
             && !spec.fair
-            && !spec.fenced
         {
             // Concurrent releases of plain locks share their rounds (group commit).
             return self.release_grouped(spec).await;

@@ -47,6 +47,7 @@ use crate::coordinator::Coordinator;
 use crate::drift::lease;
 use crate::error::{ConfigError, Error};
 use crate::lock::Lock;
+use crate::lock_spec::channel_arg;
 use crate::report::{NodeOutcome, NodeReport, RoundKind, RoundReport};
 use crate::round::Command;
 use crate::scripts::FAIR_LEAVE;
@@ -207,12 +208,12 @@ impl Coordinator {
     /// handed over to it under `keep`).
     fn leave_command(&self, key: &str, waiter: &str, keep: Option<&Token>) -> Command {
         let [queue, expiry, handovers] = queue_keys(&self.inner.config.fair_prefix, key);
-        let channel = self.inner.config.release_channel.as_deref().unwrap_or("");
+        let channel = channel_arg(self.inner.release_channel.as_ref());
         let keep = keep.map_or(Value::from(""), |t| Value::String(t.as_fred().clone()));
         Command::Script {
             script: &FAIR_LEAVE,
             keys: vec![queue, expiry, Key::from(key), handovers],
-            args: vec![Value::from(waiter), Value::from(channel), keep],
+            args: vec![Value::from(waiter), channel, keep],
         }
     }
 

@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 use crate::coordinator::Coordinator;
 use crate::error::Error;
 use crate::lock::Lock;
-use crate::lock_spec::LockSpec;
+use crate::lock_spec::{channel_arg, LockSpec};
 use crate::report::{RoundKind, RoundReport};
 use crate::round::{self, Command, Request, Round};
 use crate::scripts::{ACQUIRE_BATCH, RELEASE_BATCH};
@@ -346,10 +346,9 @@ impl Coordinator {
         let round = match batch.as_slice() {
             [one] => self.release_round(&one.spec),
             many => {
-                let channel = self.inner.config.release_channel.as_deref().unwrap_or("");
                 let mut keys = Vec::with_capacity(many.len());
                 let mut args = Vec::with_capacity(many.len() + 2);
-                args.push(Value::from(channel));
+                args.push(channel_arg(self.inner.release_channel.as_ref()));
                 args.push(self.inner.fair_prefix.clone());
                 let mut requests = Vec::with_capacity(many.len());
                 for waiting in many {

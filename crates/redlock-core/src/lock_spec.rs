@@ -20,6 +20,11 @@ use crate::scripts::{
 };
 use crate::token::Token;
 
+/// The release channel as the scripts take it: the channel, or "" for none.
+pub(crate) fn channel_arg(channel: Option<&Value>) -> Value {
+    channel.map_or(Value::String(Str::from_static("")), Value::clone)
+}
+
 /// What a lock's scripts are built from.
 #[derive(Clone)]
 pub(crate) struct LockSpec {
@@ -29,8 +34,6 @@ pub(crate) struct LockSpec {
     pub(crate) owner: Option<Arc<str>>,
     /// Won through a fair queue: its release names the queue's next waiter.
     pub(crate) fair: bool,
-    /// Won with a fencing token: its release goes alone, never in a batch.
-    pub(crate) fenced: bool,
 }
 
 impl LockSpec {
@@ -61,7 +64,6 @@ impl LockSpec {
             token,
             owner,
             fair: false,
-            fenced: false,
         })
     }
 
@@ -73,7 +75,6 @@ impl LockSpec {
             token: lock.token.clone(),
             owner: lock.owner.clone(),
             fair: lock.fair,
-            fenced: lock.fencing_token.is_some(),
         }
     }
 
@@ -139,7 +140,7 @@ impl LockSpec {
         args.push(Value::from(if gated { "1" } else { "0" }));
         args.push(match place.handover {
             // A hand-over sets the key to a string under a token no round chose: no
-            // fencing token, no reentrant hold. Only the shape whose waiters all queue.
+            // fencing token (that needs the waiter's own round), no reentrant hold.
             Some(number) if gated && fence_key.is_none() && self.waiters_queue() => {
                 Value::from(i64::try_from(number).unwrap_or(i64::MAX))
             }
@@ -222,7 +223,7 @@ impl LockSpec {
     }
 
     fn release_script(&self, channel: Option<&Value>) -> (&'static Script, Vec<Value>) {
-        let channel = channel.map_or(Value::String(Str::from_static("")), Value::clone);
+        let channel = channel_arg(channel);
         match &self.owner {
             Some(owner) => (
                 &REENTRANT_RELEASE,

@@ -286,7 +286,7 @@ return results"#,
     )
 });
 
-/// Releases of distinct plain locks of one key (not fenced), coalesced into one call per
+/// Releases of distinct plain locks of one key (fenced or not), coalesced into one call per
 /// node: `ARGV[1]` = channel or "", `ARGV[2]` = the fair queues' prefix, then one token per
 /// key. Each
 /// key that holds its token is deleted and, when its queue has a live waiter, passed on to

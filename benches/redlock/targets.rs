@@ -290,7 +290,7 @@ pub fn evaluate(
                      waiter ({:.0} % to another worker), which costs the release's \
                      messages reaching that waiter's client on top. Fairness across clients is \
                      what the queue buys; the sections per worker (min-max) in the table show it.{budget}",
-                    share(case("rslock", workers)),
+                    100.0 - share(case("rslock", workers)),
                     share(case("ours-fair", workers)),
                 )
             },

@@ -16,6 +16,14 @@ pub fn print(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
+/// Writes to stderr. A closed stderr (a reader that went away, `2>&-`) loses the message
+/// but changes nothing else: `eprintln!` would panic there, ending `redlock` with 101
+/// instead of its own exit code, before a `run` released its lock.
+fn say(message: std::fmt::Arguments<'_>) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(message).and_then(|()| err.flush());
+}
+
 /// A value as pretty JSON on stdout, with a final newline.
 pub fn print_json(value: &impl serde::Serialize) {
     let mut text = serde_json::to_string_pretty(value).expect("plain data serializes");
@@ -41,13 +49,13 @@ impl Console {
 
     /// An error, always shown.
     pub fn error(&self, message: impl std::fmt::Display) {
-        eprintln!("redlock: {message}");
+        say(format_args!("redlock: {message}\n"));
     }
 
     /// A warning (something went wrong that does not change the outcome), unless quiet.
     pub fn warn(&self, message: impl std::fmt::Display) {
         if !self.quiet {
-            eprintln!("redlock: {message}");
+            say(format_args!("redlock: {message}\n"));
         }
     }
 
@@ -117,11 +125,11 @@ impl Waiting {
     pub fn finish(&self, outcome: &str) {
         if self.shown {
             let waited = Duration::from_millis(self.start.elapsed().as_millis() as u64);
-            eprintln!(
-                "\rredlock: lock \"{}\" {outcome} after {}\x1b[K",
+            say(format_args!(
+                "\rredlock: lock \"{}\" {outcome} after {}\x1b[K\n",
                 self.key,
                 format_duration(waited)
-            );
+            ));
         }
     }
 }
@@ -147,6 +155,9 @@ pub fn init_tracing(quiet: bool, verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (stderr closed) is dropped: by default the
+        // subscriber reports that with `eprintln!`, which panics on a closed stderr.
+        .log_internal_errors(false)
         .with_ansi(tty)
         .with_target(verbose > 0)
         .init();

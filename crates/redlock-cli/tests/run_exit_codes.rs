@@ -4,7 +4,9 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 
-use common::{assert_exit, bare, closed_ports, first_line, output, redlock};
+use common::{
+    assert_exit, bare, closed_ports, code_with_stderr_closed, first_line, output, redlock,
+};
 use redlock_testkit::NodeSet;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,4 +190,44 @@ async fn configuration_and_usage_errors() {
         "{help}"
     );
     assert!(!help.contains("s3cret"), "{help}");
+}
+
+/// Nothing `redlock` writes to stderr (errors, warnings, `-v` logs) may change how it ends:
+/// with stderr closed it used to panic at its first message (exit 101), before a `run`
+/// could release its lock or a failure report its own code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stderr_changes_no_exit_code_and_leaves_no_lock() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    // An error message: the configuration's code.
+    let code =
+        code_with_stderr_closed(redlock(&set).args(["run", "--ttl", "0s", "k", "--", "true"]))
+            .await;
+    assert_eq!(code, Some(78));
+    // Logs on every step of a whole run: the command's code, and the lock released.
+    let code = code_with_stderr_closed(
+        redlock(&set).args(["-vvv", "run", "job", "--", "sh", "-c", "exit 3"]),
+    )
+    .await;
+    assert_eq!(code, Some(3));
+    assert!(set.nodes_holding("redlock:job").await.is_empty());
+    // A lock not acquired within the wait, with logs: 75, the other holder untouched.
+    for node in set.iter() {
+        node.set("redlock:busy", "another-holder", Some(60_000))
+            .await
+            .unwrap();
+    }
+    let code = code_with_stderr_closed(
+        redlock(&set).args(["-vv", "run", "--wait", "300ms", "busy", "--", "true"]),
+    )
+    .await;
+    assert_eq!(code, Some(75));
+    assert_eq!(set.nodes_holding("redlock:busy").await, [0, 1, 2]);
+    // Unreachable nodes, with fred's own logs too: 69.
+    let nodes: Vec<String> = closed_ports(3)
+        .into_iter()
+        .map(|port| format!("redis://127.0.0.1:{port}"))
+        .collect();
+    let code =
+        code_with_stderr_closed(bare().args(["-vv", "--nodes", &nodes.join(","), "nodes"])).await;
+    assert_eq!(code, Some(69));
 }

@@ -42,6 +42,25 @@ pub async fn output(cmd: &mut Command) -> Output {
         .expect("redlock started")
 }
 
+/// Runs `cmd` to the end (within [`PATIENCE`]) with its stderr a pipe whose reading end is
+/// already closed (a log reader that went away), so that every write to stderr fails, and
+/// its stdout discarded. Returns the exit code.
+pub async fn code_with_stderr_closed(cmd: &mut Command) -> Option<i32> {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .spawn()
+        .expect("redlock started");
+    // The writing end was moved into the child's set-up; the command holds no copy now.
+    tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("redlock finished")
+        .expect("redlock's status")
+        .code()
+}
+
 /// The exit code, with stdout and stderr in the message when it is not `expected`.
 pub fn assert_exit(out: &Output, expected: i32) {
     assert_eq!(

@@ -81,10 +81,16 @@ fn redact_passwords(text: &str) -> String {
     while let Some(start) = rest.find("://") {
         let (head, tail) = rest.split_at(start + 3);
         out.push_str(head);
-        // The authority ends at the first character no URL authority holds.
-        let end = tail
-            .find(|c: char| c == '/' || c == '"' || c == '\'' || c.is_whitespace() || c == ',')
+        // The URL ends at a quote, a comma or white space. Its user information ends at
+        // its last `@`: a password may hold a `/` that was not percent-encoded, so the
+        // authority ends at the first `/` only when no `@` follows it.
+        let url_end = tail
+            .find(|c: char| c == '"' || c == '\'' || c.is_whitespace() || c == ',')
             .unwrap_or(tail.len());
+        let end = match tail[..url_end].rfind('@') {
+            Some(at) => at + tail[at..url_end].find('/').unwrap_or(url_end - at),
+            None => tail[..url_end].find('/').unwrap_or(url_end),
+        };
         let authority = &tail[..end];
         match authority.rfind('@') {
             Some(at) => {
@@ -182,5 +188,10 @@ mod tests {
             "x = \"redis://user:***@h:1/0\", 'rediss://:***@h:2' redis://h:3"
         );
         assert_eq!(redact_passwords("no urls"), "no urls");
+        // A `/` or `@` in a password that was not percent-encoded.
+        assert_eq!(
+            redact_passwords("nodes = [\"redis://u:p/w@h:1/0\", \"redis://:a@b/c@h:2\"]"),
+            "nodes = [\"redis://u:***@h:1/0\", \"redis://:***@h:2\"]"
+        );
     }
 }

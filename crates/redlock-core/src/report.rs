@@ -13,21 +13,23 @@ use crate::server_error::ServerError;
 pub struct NodeName(Arc<str>);
 
 impl NodeName {
-    /// The name of the node at `url`: the URL with any password replaced by `***` (and
-    /// an unparsable URL that may hold one replaced as a whole). Use it wherever a node URL
-    /// is shown.
+    /// The name of the node at `url`: the URL with any password replaced by `***`. Of an
+    /// unparsable URL with an `@` in it, everything between the scheme and the last `@`
+    /// (where a user and password would be) is replaced by `***`, so that an error can
+    /// still show which node's URL is wrong. Use it wherever a node URL is shown.
     pub fn redacted(url: &str) -> Self {
         let shown = match url::Url::parse(url) {
+            // An `@` past the host: a password with a `/`, `?` or `#` in it, not
+            // percent-encoded, ended the host early, so part of it reads as the path.
+            Ok(parsed) if after_host_has_at(&parsed) => masked_user_info(url),
             Ok(mut parsed) if parsed.password().is_some() => {
                 let _ = parsed.set_password(Some("***"));
                 parsed.to_string()
             }
             // Unusable input is rejected elsewhere; never echo what may hold a password.
-            Ok(parsed) if parsed.cannot_be_a_base() && url.contains('@') => {
-                "<unparsable URL>".to_string()
-            }
+            Ok(parsed) if parsed.cannot_be_a_base() && url.contains('@') => masked_user_info(url),
             Ok(_) => url.to_string(),
-            Err(_) if url.contains('@') => "<unparsable URL>".to_string(),
+            Err(_) if url.contains('@') => masked_user_info(url),
             Err(_) => url.to_string(),
         };
         NodeName(shown.into())
@@ -42,6 +44,24 @@ impl NodeName {
     pub(crate) fn shared(&self) -> Arc<str> {
         self.0.clone()
     }
+}
+
+/// Whether the path, query or fragment of `url` holds an `@`.
+fn after_host_has_at(url: &url::Url) -> bool {
+    let has_at = |part: Option<&str>| part.is_some_and(|part| part.contains('@'));
+    has_at(Some(url.path())) || has_at(url.query()) || has_at(url.fragment())
+}
+
+/// `url` with what lies between its scheme's `://` (or its start) and its last `@`
+/// replaced by `***`: a password may hold any character, `@` included, but not past the
+/// last `@`.
+fn masked_user_info(url: &str) -> String {
+    let at = url.rfind('@').unwrap_or(0);
+    let start = url.find("://").map_or(0, |i| i + 3);
+    if start > at {
+        return "<unparsable URL>".to_string();
+    }
+    format!("{}***{}", &url[..start], &url[at..])
 }
 
 impl fmt::Display for NodeName {
@@ -408,7 +428,28 @@ mod tests {
             "redis://u:***@h:1/2"
         );
         assert_eq!(NodeName::redacted("redis://h:1").as_str(), "redis://h:1");
-        assert_eq!(NodeName::redacted("x:y@z ::").as_str(), "<unparsable URL>");
+        // Unparsable: the user and password go, the host stays to say which node.
+        assert_eq!(NodeName::redacted("x:y@z ::").as_str(), "***@z ::");
+        assert_eq!(
+            NodeName::redacted("redis://u:p@ss/w@[::1:2").as_str(),
+            "redis://***@[::1:2"
+        );
+        assert_eq!(
+            NodeName::redacted("redis://h@st:1@").as_str(),
+            "redis://***@"
+        );
+        assert_eq!(NodeName::redacted("a@b://c").as_str(), "<unparsable URL>");
+        // A password whose `/`, `?` or `#` was not percent-encoded parses with part of it
+        // in the path, query or fragment: none of it shows.
+        for url in [
+            "redis://u:p@s/w@h:1",
+            "redis://u:p@s?w@h:1",
+            "redis://u:p@s#w@h:1",
+            "redis://:p/w@h:1",
+        ] {
+            let shown = NodeName::redacted(url);
+            assert!(!shown.as_str().contains('w'), "{url} shown as {shown}");
+        }
     }
 
     #[test]

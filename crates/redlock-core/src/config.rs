@@ -449,6 +449,13 @@ mod tests {
                 "{f}"
             );
         }
+        // The message shows a huge factor short, not as 300 digits.
+        let c = Config {
+            drift_factor: 1e300,
+            ..config(&["redis://127.0.0.1:7001"])
+        };
+        let message = c.validate().unwrap_err().to_string();
+        assert!(message.starts_with("drift factor 1e300 is outside"), "{message}");
         let c = Config {
             node_timeout: Duration::ZERO,
             ..config(&["redis://127.0.0.1:7001"])

@@ -61,7 +61,7 @@ pub enum ConfigError {
     #[error("the maximum reconnection delay is zero: set it to at least a few milliseconds (for example 1s)")]
     ZeroReconnectDelay,
     /// The drift factor is outside `[0, 1)`.
-    #[error("drift factor {factor} is outside [0, 1): use a small fraction such as 0.01 (1 % of the TTL)")]
+    #[error("drift factor {factor:?} is outside [0, 1): use a small fraction such as 0.01 (1 % of the TTL)")]
     DriftFactor {
         /// The rejected factor.
         factor: f64,

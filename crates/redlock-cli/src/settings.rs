@@ -4,6 +4,7 @@
 //! The file is the library's own `LockConfig` in its serde form, read the way the README
 //! shows, so a file that works for a service works here unchanged.
 
+use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
@@ -58,11 +59,25 @@ fn apply_wait(config: &mut LockConfig, wait: Duration) {
     config.retry.max_attempts = None;
 }
 
+/// The largest configuration file read: a configuration is a few hundred bytes, and a
+/// path to something endless (`/dev/zero`, a log) must end in an error, not in all of
+/// memory.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 fn read_file(path: &Path) -> Result<LockConfig, CliError> {
-    let text = std::fs::read_to_string(path).map_err(|source| CliError::ReadConfig {
+    let error = |source| CliError::ReadConfig {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text))
+        .map_err(error)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(error(std::io::Error::other(
+            "it is larger than 1 MiB, and a configuration is a few lines",
+        )));
+    }
     parse(path, &text)
 }
 
@@ -179,6 +194,22 @@ mod tests {
         assert!(shown.contains("redlock.toml"), "{shown}");
         let err = parse(path, "ttl_ms = 5").unwrap_err();
         assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+
+    #[test]
+    fn a_file_without_end_is_an_error_not_all_of_memory() {
+        for path in [Path::new("/dev/zero"), Path::new("/dev/urandom")] {
+            let err = read_file(path).unwrap_err();
+            assert!(matches!(err, CliError::ReadConfig { .. }), "{err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, format!("# {}\n", "x".repeat(1 << 20))).unwrap();
+        let err = read_file(&big).unwrap_err().to_string();
+        assert!(err.contains("larger than 1 MiB"), "{err}");
+        let small = dir.path().join("small.toml");
+        std::fs::write(&small, "ttl = \"30s\"\n").unwrap();
+        assert_eq!(read_file(&small).unwrap().ttl, Duration::from_secs(30));
     }
 
     #[test]

@@ -455,7 +455,10 @@ mod tests {
             ..config(&["redis://127.0.0.1:7001"])
         };
         let message = c.validate().unwrap_err().to_string();
-        assert!(message.starts_with("drift factor 1e300 is outside"), "{message}");
+        assert!(
+            message.starts_with("drift factor 1e300 is outside"),
+            "{message}"
+        );
         let c = Config {
             node_timeout: Duration::ZERO,
             ..config(&["redis://127.0.0.1:7001"])

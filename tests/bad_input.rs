@@ -240,7 +240,7 @@ fn config_cases() -> Vec<(&'static str, ConfigCase)> {
             ConfigCase {
                 change: |c| c.drift_factor = 1.0,
                 expect: |e| matches!(e, InvalidConfig::Core(DriftFactor { .. })),
-                advice: "drift factor 1 is outside [0, 1)",
+                advice: "drift factor 1.0 is outside [0, 1)",
             },
         ),
         (

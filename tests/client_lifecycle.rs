@@ -1,13 +1,15 @@
 //! What the client promises about the end of a hold and of the client itself: released
 //! guards say so, background releases are waited for, shutdown is bounded with a node
-//! down, guards outlive their client, and a multi-key release wakes every key's waiters.
+//! down, guards outlive their client, a multi-key release wakes every key's waiters, and a
+//! client that is shut down or whose runtime stopped says so at once.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{client, coordinator, eventually, linked, subscribed};
-use redlock_client::{LockConfig, LockOptions, LostReason, Redlock, RetryPolicy};
+use redlock_client::{Error, LockConfig, LockOptions, LostReason, Redlock, RetryPolicy};
+use redlock_core::{ClosedReason, NodeOutcome};
 use redlock_testkit::{LinkFault, NodeSet};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,4 +174,81 @@ async fn a_multi_key_release_wakes_the_waiters_of_every_key() {
         );
         got.release().await.unwrap();
     }
+}
+
+/// Every node of `error`'s report says the client is closed, for `reason`.
+fn every_node_closed(error: &Error, reason: ClosedReason) -> bool {
+    error.report().is_some_and(|report| {
+        report
+            .nodes
+            .iter()
+            .all(|n| n.outcome == NodeOutcome::Closed(reason))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_was_shut_down_says_so_at_once() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    // A wait long enough that retrying over failing rounds would show as another error.
+    let c = client(&set, |b| b.max_wait(Duration::from_secs(2))).await;
+    let held = c.lock("kept").await.unwrap();
+    c.shutdown().await;
+    let error = c.lock("after").await.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            Error::Closed {
+                reason: ClosedReason::Shutdown,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("shut down"), "{error}");
+    // A release sends nothing either, and says why on every node.
+    let error = held.release().await.unwrap_err();
+    assert!(every_node_closed(&error, ClosedReason::Shutdown), "{error}");
+    assert!(error.to_string().contains("connect a new one"), "{error}");
+}
+
+/// A client kept past the runtime that connected it (a `static` shared by
+/// `#[tokio::test]`s, each with its own runtime): fred's tasks for it are gone with that
+/// runtime. Its calls used to fail on every node as a "server error" (fred's "Failed to
+/// send command to router.", with advice to check the Redis version), and `lock` retried
+/// them until `max_wait`.
+#[test]
+fn a_client_whose_runtime_stopped_says_so_at_once() {
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let nodes = runtime();
+    let set = nodes.block_on(NodeSet::start(3)).unwrap();
+    let first = runtime();
+    let c = first.block_on(client(&set, |b| b.max_wait(Duration::from_secs(2))));
+    let held = first.block_on(c.lock("kept")).unwrap();
+    drop(first);
+    let second = runtime();
+    let error = second.block_on(c.lock("after")).unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            Error::Closed {
+                reason: ClosedReason::RuntimeStopped,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("runtime"), "{error}");
+    let error = second.block_on(held.release()).unwrap_err();
+    assert!(
+        every_node_closed(&error, ClosedReason::RuntimeStopped),
+        "{error}"
+    );
+    // Nothing was released: the key waits out its TTL on the nodes.
+    assert_eq!(nodes.block_on(set.nodes_holding("redlock:kept")).len(), 3);
 }

@@ -330,7 +330,8 @@ impl Redlock {
 
     /// Waits for background work (rollbacks, background releases of dropped guards) and
     /// closes every connection. Guards still held are not released, and their renewal fails
-    /// from then on.
+    /// from then on. Later acquisitions fail at once with [`Error::Closed`], and releases
+    /// and extensions with every node reporting `NodeOutcome::Closed`.
     ///
     /// Bounded whatever the nodes do: about `5 × node_timeout + 30 ms` for the background
     /// work (see [`Coordinator::quiesce`]), then one node timeout for the `QUIT`s and at
@@ -409,6 +410,14 @@ impl Redlock {
         // Counts the acquisition once, also when this future is dropped midway.
         let acquiring = metrics::Acquiring::start();
         let result = async {
+            // A closed client sends nothing: say why at once rather than retry until
+            // `max_wait` over rounds whose every node fails.
+            if let Some(reason) = self.inner.core.closed() {
+                return Err(Error::Closed {
+                    key: name.clone(),
+                    reason,
+                });
+            }
             let start = Instant::now();
             // A wait too long to represent (`Duration::MAX`) is no deadline at all.
             let deadline = retry.max_wait.and_then(|wait| start.checked_add(wait));
@@ -532,6 +541,14 @@ impl Redlock {
                             .expect("a round error carries its report"),
                     ),
                 };
+                // The client closed while this call waited (shut down, or its runtime
+                // stopped): no later round can send anything either.
+                if let Some(reason) = self.inner.core.closed() {
+                    return Err(Error::Closed {
+                        key: name.clone(),
+                        reason,
+                    });
+                }
                 // The nodes may have handed the key over while the round ran: a release
                 // that came after the round's command reached a node. (Never also a won
                 // round: a hand-over and a round's `SET` need a quorum each of one key.)

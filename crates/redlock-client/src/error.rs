@@ -137,6 +137,16 @@ pub enum Error {
     /// A release or extension round failed.
     #[error(transparent)]
     Round(redlock_core::Error),
+    /// The client sends nothing any more: it was shut down, or the tokio runtime that
+    /// connected it has shut down. Nothing was sent for this call (or the call stopped at
+    /// the first round that found it so).
+    #[error("lock \"{key}\" cannot be taken: {reason}; connect a new client in the tokio runtime that uses it")]
+    Closed {
+        /// The full key.
+        key: String,
+        /// Why the client is closed.
+        reason: redlock_core::ClosedReason,
+    },
 }
 
 /// A duration as people read it, to the millisecond (`2s 4ms`, not `2.004806044s`).
@@ -155,7 +165,7 @@ impl Error {
             | Error::Unreachable { report, .. }
             | Error::BelowMinValidity { report, .. } => Some(report),
             Error::Round(e) => e.report(),
-            Error::LockLost { .. } | Error::InvalidConfig(_) => None,
+            Error::LockLost { .. } | Error::InvalidConfig(_) | Error::Closed { .. } => None,
         }
     }
 }

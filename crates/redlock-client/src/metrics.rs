@@ -38,13 +38,14 @@ fn acquisition_outcome(result: &Result<LockGuard, Error>) -> usize {
         // Not returned by an acquisition; named so that every error has a label.
         Err(Error::LockLost { .. }) => 6,
         Err(Error::Round(_)) => 7,
+        Err(Error::Closed { .. }) => 9,
     }
 }
 
 const CANCELLED: usize = 8;
 
 /// One label set per acquisition outcome.
-static OUTCOMES: [[Label; 1]; 9] = [
+static OUTCOMES: [[Label; 1]; 10] = [
     [Label::from_static_parts("outcome", "acquired")],
     [Label::from_static_parts("outcome", "not_acquired")],
     [Label::from_static_parts("outcome", "deadline_passed")],
@@ -54,6 +55,7 @@ static OUTCOMES: [[Label; 1]; 9] = [
     [Label::from_static_parts("outcome", "lock_lost")],
     [Label::from_static_parts("outcome", "round_error")],
     [Label::from_static_parts("outcome", "cancelled")],
+    [Label::from_static_parts("outcome", "closed")],
 ];
 
 /// Times one acquisition, and counts it once: by its outcome when [`finish`](Self::finish)

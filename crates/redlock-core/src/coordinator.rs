@@ -1,6 +1,5 @@
 //! The coordinator: the node connections, and the acquire, extend and release rounds.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +9,7 @@ use futures::future::{join, join_all};
 use tokio::time::Instant;
 
 use crate::config::{check_key, Config, HealthPolicy};
-use crate::connection::{self, Connection};
+use crate::connection::{self, Connection, Liveness};
 use crate::drift::drift;
 use crate::error::{ConfigError, Error};
 use crate::group::{Answer, Group, Released};
@@ -19,7 +18,7 @@ use crate::inspect::Inspection;
 use crate::lock::{Lock, Renewed};
 use crate::lock_spec::LockSpec;
 use crate::quorum::quorum;
-use crate::report::{NodeName, RoundKind, RoundReport};
+use crate::report::{ClosedReason, NodeName, RoundKind, RoundReport};
 use crate::round::{self, BackgroundWork, Command, Decided, Request, Round};
 use crate::scripts::{EXTEND_BATCH, INSPECT};
 use crate::token::Token;
@@ -64,8 +63,13 @@ pub(crate) struct Inner {
     pub(crate) group: Group<Answer>,
     /// Plain releases waiting for the release round in flight.
     pub(crate) release_group: Group<Released>,
-    /// Set by the first `close`: later ones only wait for background work.
-    closed: AtomicBool,
+    /// Closed by the first `close` (later ones only wait for background work), or when
+    /// the runtime the coordinator was connected in shuts down; shared with every
+    /// connection, whose commands then fail at once.
+    liveness: Arc<Liveness>,
+    /// Held so that the task that watches the runtime for `liveness` ends with the
+    /// coordinator.
+    _runtime_watch: tokio::sync::oneshot::Sender<()>,
     /// The release channel (when notifications are on) and the fair queues' prefix, as
     /// the release scripts take them: built once here rather than for every release.
     pub(crate) release_channel: Option<Value>,
@@ -129,9 +133,10 @@ impl Coordinator {
     pub async fn connect(config: Config) -> Result<Coordinator, ConfigError> {
         crate::metrics::describe_once();
         let endpoints = config.endpoints()?;
+        let liveness = Arc::new(Liveness::default());
         let connections = endpoints
             .into_iter()
-            .map(|e| Connection::new(e, &config))
+            .map(|e| Connection::new(e, &config, liveness.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         // Long enough for a healthy node to connect even with a tiny node timeout; a node
         // that is down costs this once, at start-up.
@@ -159,7 +164,8 @@ impl Coordinator {
                 work: BackgroundWork::new(),
                 group: Group::default(),
                 release_group: Group::default(),
-                closed: AtomicBool::new(false),
+                _runtime_watch: Liveness::watch_runtime(&liveness),
+                liveness,
             }),
         })
     }
@@ -548,12 +554,20 @@ impl Coordinator {
 
     /// Waits for background work (see [`quiesce`](Self::quiesce) for the bound), then
     /// closes every connection, each `QUIT` bounded by the node timeout. Rounds started
-    /// afterwards fail with connection errors.
+    /// afterwards send nothing: each node reports
+    /// [`NodeOutcome::Closed`](crate::NodeOutcome::Closed).
     pub async fn close(&self) {
         self.quiesce().await;
-        if !self.inner.closed.swap(true, Ordering::SeqCst) {
+        if self.inner.liveness.close(ClosedReason::Shutdown) {
             join_all(self.inner.connections.iter().map(Connection::quit)).await;
         }
+    }
+
+    /// Why this coordinator can send nothing any more, or `None` while it can: it was
+    /// closed, or the tokio runtime it was connected in has shut down (a coordinator, and
+    /// a client, works only in the runtime that connected it).
+    pub fn closed(&self) -> Option<ClosedReason> {
+        self.inner.liveness.closed()
     }
 
     pub(crate) async fn run_one(&self, round: Round) -> Decided {

@@ -99,7 +99,9 @@ pub use health::{HealthProblem, NodeHealth};
 pub use inspect::{Holder, Inspection};
 pub use lock::{Lock, Renewed};
 pub use quorum::quorum;
-pub use report::{CleanupOutcome, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport};
+pub use report::{
+    CleanupOutcome, ClosedReason, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport,
+};
 pub use server_error::{ServerError, ServerErrorKind};
 pub use tls::TlsConfig;
 pub use token::{Token, MAX_TOKEN_LEN};

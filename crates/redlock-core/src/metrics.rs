@@ -148,7 +148,7 @@ pub(crate) fn describe_once() {
 }
 
 /// The `outcome` labels of node answers, in [`node_outcome_index`] order.
-const NODE_OUTCOMES: [&str; 11] = [
+const NODE_OUTCOMES: [&str; 12] = [
     "acquired",
     "held_by_other",
     "extended",
@@ -160,6 +160,7 @@ const NODE_OUTCOMES: [&str; 11] = [
     "connection_error",
     "server_error",
     "pending",
+    "closed",
 ];
 
 /// Where a node's answer's label is in [`NODE_OUTCOMES`]. Only the variant counts, never
@@ -178,6 +179,7 @@ fn node_outcome_index(outcome: &NodeOutcome) -> usize {
         NodeOutcome::ServerError(_) => 9,
         // Never recorded: a pending node is counted when it answers.
         NodeOutcome::Pending => 10,
+        NodeOutcome::Closed(_) => 11,
     }
 }
 

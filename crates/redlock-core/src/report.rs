@@ -137,6 +137,33 @@ pub enum NodeOutcome {
     /// The round was decided before this node answered; see
     /// [`RoundReport::settled`] for what it answered later.
     Pending,
+    /// Nothing was sent: this client is closed (see [`ClosedReason`]).
+    Closed(ClosedReason),
+}
+
+/// Why a client can send nothing any more ([`NodeOutcome::Closed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ClosedReason {
+    /// It was closed ([`Coordinator::close`](crate::Coordinator::close), the client's
+    /// `shutdown`).
+    Shutdown,
+    /// The tokio runtime it was connected in has shut down, and its connections' tasks
+    /// with it: a client works only in the runtime that connected it (a client kept in a
+    /// `static` across `#[tokio::test]`s, each with its own runtime, meets this).
+    RuntimeStopped,
+}
+
+impl fmt::Display for ClosedReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ClosedReason::Shutdown => "the client was shut down",
+            ClosedReason::RuntimeStopped => {
+                "the tokio runtime this client was connected in has shut down, and its \
+                 connections with it (a client works only in the runtime that connected it)"
+            }
+        })
+    }
 }
 
 impl NodeOutcome {
@@ -176,6 +203,7 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::ConnectionError(e) => write!(f, "connection error: {e}"),
             NodeOutcome::ServerError(e) => write!(f, "server error: {e}"),
             NodeOutcome::Pending => f.write_str("no answer yet when the round was decided"),
+            NodeOutcome::Closed(reason) => write!(f, "not sent: {reason}"),
         }
     }
 }
@@ -362,7 +390,16 @@ impl RoundReport {
             .iter()
             .filter(|r| matches!(r.outcome, NodeOutcome::ServerError(_)))
             .count();
+        let closed = self
+            .nodes
+            .iter()
+            .any(|r| matches!(r.outcome, NodeOutcome::Closed(_)));
         let mut advice = Vec::new();
+        if closed {
+            advice.push(
+                "this client sends nothing any more: connect a new one in the tokio runtime that uses it",
+            );
+        }
         if refused > 0 {
             advice.push(match self.kind {
                 RoundKind::Acquire => "the lock is held by another owner: retry after a randomized delay (redlock-client's `lock` does this)",
@@ -381,7 +418,7 @@ impl RoundReport {
             advice.push("retry");
         }
         let mut text = advice.join("; ");
-        if self.kind == RoundKind::Release && n > 0 {
+        if self.kind == RoundKind::Release && n > 0 && !closed {
             text.push_str(
                 "; nodes that did not answer get the release again in the background (up to three \
                  tries), and keys not deleted expire by themselves at the end of their TTL",

@@ -212,6 +212,16 @@ pub(crate) fn failure(e: &FredError, command: &'static str) -> NodeOutcome {
     }
 }
 
+/// Whether fred failed a command because this client's tasks are gone (it was quit, or
+/// the runtime it was connected in stopped), which it reports under `Unknown` like a
+/// server's error reply: "Failed to send command to router." or "Client is not
+/// initialized.".
+pub(crate) fn is_stopped(e: &FredError) -> bool {
+    *e.kind() == ErrorKind::Unknown
+        && (e.details().starts_with("Failed to send command to router")
+            || e.details().starts_with("Client is not initialized"))
+}
+
 /// Whether fred failed a command for want of a connection to route it to ("Failed to route
 /// command."), which it reports under `Unknown` like a server's error reply.
 pub(crate) fn is_unrouted(e: &FredError) -> bool {
@@ -314,6 +324,30 @@ mod tests {
         let refused = FredError::new(ErrorKind::IO, "Connection refused (os error 111)");
         let failure = ConnectFailure::from_fred(&refused, &without);
         assert!(matches!(failure, ConnectFailure::Other(_)), "{failure:?}");
+    }
+
+    /// fred's words for a client whose tasks are gone (quit, or its runtime stopped) are
+    /// told from a server's error reply, which `failure` alone would call them.
+    #[test]
+    fn a_client_whose_tasks_are_gone_is_told_from_a_server_reply() {
+        for details in [
+            "Failed to send command to router.",
+            "Client is not initialized.",
+        ] {
+            assert!(
+                is_stopped(&FredError::new(ErrorKind::Unknown, details)),
+                "{details}"
+            );
+        }
+        for details in [
+            "Failed to route command.",
+            "ERR Failed to send command to router.",
+        ] {
+            assert!(
+                !is_stopped(&FredError::new(ErrorKind::Unknown, details)),
+                "{details}"
+            );
+        }
     }
 
     /// A command fred could not route (its connection had just gone) is a connection error:

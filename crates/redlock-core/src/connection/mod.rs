@@ -5,6 +5,7 @@ mod factory;
 mod failure;
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use tokio::time::Instant;
 use crate::config::{Config, Endpoint};
 use crate::error::ConfigError;
 use crate::health::NodeHealth;
-use crate::report::{NodeName, NodeOutcome};
+use crate::report::{ClosedReason, NodeName, NodeOutcome};
 use crate::scripts::Script;
 use crate::server_error::{ServerError, ServerErrorKind};
 
@@ -50,12 +51,81 @@ pub(crate) struct Connection {
     /// back. A command refused for want of a connection reports this instead of fred's
     /// generic "connection closed", so that a wrong password or database says so.
     last_error: Arc<Mutex<Option<ConnectFailure>>>,
+    /// Whether the client is closed, shared by every node's connection.
+    liveness: Arc<Liveness>,
+}
+
+/// Whether a client (all of its connections) can still send: open until it is closed or
+/// the tokio runtime it was connected in shuts down. A closed client's commands fail at
+/// once with [`NodeOutcome::Closed`], never sent, instead of with fred's words for a
+/// client whose tasks are gone ("Failed to send command to router", a server error to
+/// look at) or for a connection that was quit.
+#[derive(Debug, Default)]
+pub(crate) struct Liveness(AtomicU8);
+
+impl Liveness {
+    const OPEN: u8 = 0;
+    const SHUTDOWN: u8 = 1;
+    const RUNTIME_STOPPED: u8 = 2;
+
+    /// Why the client is closed, or `None` while it is open.
+    pub(crate) fn closed(&self) -> Option<ClosedReason> {
+        match self.0.load(Ordering::Acquire) {
+            Liveness::OPEN => None,
+            Liveness::SHUTDOWN => Some(ClosedReason::Shutdown),
+            _ => Some(ClosedReason::RuntimeStopped),
+        }
+    }
+
+    /// Closes the client for `reason`; returns whether it was open (the first reason
+    /// stays).
+    pub(crate) fn close(&self, reason: ClosedReason) -> bool {
+        let code = match reason {
+            ClosedReason::Shutdown => Liveness::SHUTDOWN,
+            ClosedReason::RuntimeStopped => Liveness::RUNTIME_STOPPED,
+        };
+        self.0
+            .compare_exchange(Liveness::OPEN, code, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Closes `liveness` when the runtime this runs in shuts down: a task holds a guard
+    /// that closes it when dropped (a runtime drops its tasks as it shuts down), until the
+    /// returned sender is dropped (with the coordinator), when the task ends quietly.
+    pub(crate) fn watch_runtime(liveness: &Arc<Liveness>) -> tokio::sync::oneshot::Sender<()> {
+        struct CloseOnDrop(Option<std::sync::Weak<Liveness>>);
+        impl CloseOnDrop {
+            fn disarm(&mut self) {
+                self.0 = None;
+            }
+        }
+        impl Drop for CloseOnDrop {
+            fn drop(&mut self) {
+                if let Some(liveness) = self.0.take().and_then(|weak| weak.upgrade()) {
+                    liveness.close(ClosedReason::RuntimeStopped);
+                }
+            }
+        }
+        let (owner, gone) = tokio::sync::oneshot::channel::<()>();
+        let guard = CloseOnDrop(Some(Arc::downgrade(liveness)));
+        tokio::spawn(async move {
+            let mut guard = guard;
+            // Only a dropped sender ends this: the coordinator is gone, nothing to close.
+            let _ = gone.await;
+            guard.disarm();
+        });
+        owner
+    }
 }
 
 impl Connection {
     /// Builds the client (it connects in [`connect`](Self::connect)). Must run inside a
     /// Tokio runtime: it starts the task that records the connection's errors.
-    pub(crate) fn new(endpoint: Endpoint, config: &Config) -> Result<Connection, ConfigError> {
+    pub(crate) fn new(
+        endpoint: Endpoint,
+        config: &Config,
+        liveness: Arc<Liveness>,
+    ) -> Result<Connection, ConfigError> {
         let timeout = config.node_timeout;
         let client = factory::round_client(&endpoint, config)?;
         let cmd = client.with_options(&command_options(timeout));
@@ -78,6 +148,7 @@ impl Connection {
             cmd,
             timeout,
             last_error,
+            liveness,
         })
     }
 
@@ -294,6 +365,9 @@ impl Connection {
         fut: impl std::future::Future<Output = Result<T, FredError>>,
         command: &'static str,
     ) -> Result<T, NodeOutcome> {
+        if let Some(reason) = self.liveness.closed() {
+            return Err(NodeOutcome::Closed(reason));
+        }
         match tokio::time::timeout(self.timeout + BACKSTOP_MARGIN, fut).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(self.failure(&e, command)),
@@ -304,6 +378,16 @@ impl Connection {
     /// Sorts a fred error into what a report can say about the node. A command that fred
     /// refused for want of a connection reports why the connection failed, when known.
     fn failure(&self, e: &FredError, command: &'static str) -> NodeOutcome {
+        if failure::is_stopped(e) {
+            // fred's tasks for this client are gone: it was quit, or its runtime stopped
+            // (a runtime that shuts down drops them before the watch on it runs).
+            self.liveness.close(ClosedReason::RuntimeStopped);
+            return NodeOutcome::Closed(
+                self.liveness
+                    .closed()
+                    .unwrap_or(ClosedReason::RuntimeStopped),
+            );
+        }
         if *e.kind() == ErrorKind::Canceled || failure::is_unrouted(e) {
             if let Some(failure) = self.connect_failure() {
                 return failure.outcome();

@@ -67,6 +67,32 @@ async fn several_keys_are_taken_all_or_nothing() {
     assert!(set.nodes_holding("redlock:b").await.is_empty());
 }
 
+/// A lock over many keys is named by its first few keys and a count in its errors and
+/// reports: every key used to be listed, so each message about a lock over 2,000 keys was
+/// about 30 KB (and 300 KB at 20,000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_over_many_keys_is_named_in_a_few_words() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.max_attempts(1)).await;
+    let keys: Vec<String> = (0..2_000).map(|i| format!("item-{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let all = c.lock_many(&keys, &LockOptions::default()).await.unwrap();
+    let err = c
+        .lock_many(&keys, &LockOptions::default())
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("\"redlock:item-0, redlock:item-1, redlock:item-2, redlock:item-3, redlock:item-4 and 1995 more keys\""),
+        "{}",
+        &text[..text.len().min(500)]
+    );
+    assert!(text.len() < 2_000, "{} bytes", text.len());
+    let report = all.release().await.unwrap();
+    assert!(report.key.ends_with("and 1995 more keys"), "{}", report.key);
+    assert!(set.nodes_holding("redlock:item-1999").await.is_empty());
+}
+
 /// A seed whose first two backoff delays are long, so that only a notification can end the
 /// wait early (with notifications on, the first delay is cut to a node timeout: the second
 /// attempt queues the waiter; the second delay is the wait for the release).

@@ -398,7 +398,7 @@ impl Redlock {
             LockShape::One(key) | LockShape::Reentrant(key, _) => vec![key.to_string()],
             LockShape::Many(keys) => keys.to_vec(),
         };
-        let name = keys.join(", ");
+        let name = redlock_core::lock_name(&keys);
         let span = tracing::debug_span!(
             "redlock.lock",
             key = %name,

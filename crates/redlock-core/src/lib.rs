@@ -98,6 +98,7 @@ pub use fence::FencingToken;
 pub use health::{HealthProblem, NodeHealth};
 pub use inspect::{Holder, Inspection};
 pub use lock::{Lock, Renewed};
+pub use lock_spec::{lock_name, NAMED_KEYS};
 pub use quorum::quorum;
 pub use report::{
     CleanupOutcome, ClosedReason, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport,

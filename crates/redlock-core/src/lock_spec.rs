@@ -60,7 +60,7 @@ impl LockSpec {
         }
         Ok(LockSpec {
             keys: keys.iter().map(|k| Arc::from(*k)).collect(),
-            name: keys.join(", ").into(),
+            name: lock_name(keys).into(),
             token,
             owner,
             fair: false,
@@ -247,3 +247,24 @@ impl LockSpec {
 fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
 }
+
+/// How reports, errors and logs name a lock over `keys`: the keys, comma-separated, up to
+/// [`NAMED_KEYS`] of them, and how many more (a lock over 20,000 keys would otherwise put
+/// every one of them in each message about it).
+///
+/// ```
+/// assert_eq!(redlock_core::lock_name(&["a", "b"]), "a, b");
+/// let many: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+/// assert_eq!(redlock_core::lock_name(&many), "k0, k1, k2, k3, k4 and 3 more keys");
+/// ```
+pub fn lock_name<S: AsRef<str>>(keys: &[S]) -> String {
+    let shown: Vec<&str> = keys.iter().take(NAMED_KEYS).map(AsRef::as_ref).collect();
+    let mut name = shown.join(", ");
+    if keys.len() > NAMED_KEYS {
+        name.push_str(&format!(" and {} more keys", keys.len() - NAMED_KEYS));
+    }
+    name
+}
+
+/// How many keys [`lock_name`] names.
+pub const NAMED_KEYS: usize = 5;

@@ -1102,6 +1102,56 @@ async fn a_release_hands_the_key_to_the_fair_head_which_runs_no_round_of_its_own
     no_keys_left(&set).await;
 }
 
+/// Waiters whose processes died stay in the queue until their patience passes. A release
+/// looked at the first 16 entries only: with more dead ones at the head, it found no live
+/// waiter, handed nothing over and told nobody, and the live waiter behind them waited for
+/// its own next attempt (up to `max_delay`, 10 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_finds_the_live_waiter_behind_many_dead_ones() {
+    let set = NodeSet::start(3).await.unwrap();
+    let (holder, c) = holder_and_patient(&set).await;
+    let guard = holder.lock("job").await.unwrap();
+    // Twenty waiters that queued first (the oldest tickets) and died: their entries expire
+    // a second from now.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for node in set.iter() {
+        let r = raw(&node.url()).await;
+        for i in 0..20_i64 {
+            let zadd = |key: &str, score: i64| {
+                (
+                    CustomCommand::new_static("ZADD", None, false),
+                    vec![
+                        Value::from(key),
+                        Value::from(score),
+                        Value::from(format!("dead-{i}")),
+                    ],
+                )
+            };
+            for (command, args) in [
+                zadd(QUEUE, i),
+                zadd("redlock:fair-expiry:redlock:job", now_ms + 1_000),
+            ] {
+                let _: Value = r.custom(command, args).await.unwrap();
+            }
+        }
+        r.quit().await.unwrap();
+    }
+    let waiter = c.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("job").await });
+    queued_everywhere(&set, 21).await;
+    // The dead entries expire; the live waiter is not woken before the release.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    guard.release().await.unwrap();
+    let (handed, _) = handed_over_at_first_attempt(waiting).await;
+    handed.release().await.unwrap();
+    holder.shutdown().await;
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
 /// A release that hands the key to the head on fewer nodes than a quorum (here the other
 /// nodes had lost their queue, as a node restarted without persistence does; in the fault
 /// lab, a client that cannot hear some nodes met the same) leaves the key handed to the head

@@ -93,8 +93,12 @@ return 0"#
 });
 
 /// The Lua helpers of the scripts that free a key while waiters queue for it (releases, and
-/// a fair waiter leaving): `next_waiter(queue, expiry)` is the first waiter of the queue
-/// whose entry has not expired by the node's clock (or nil); `pass_on(channel, token, key,
+/// a fair waiter leaving): `next_waiter(queue, expiry, handovers)` is the first waiter of
+/// the queue whose entry has not expired by the node's clock (or nil). When the head's
+/// entry has expired (a waiter that died, or left while this node was cut off), it first
+/// drops every expired entry, as an acquisition does, so that a live waiter behind any
+/// number of dead ones is found (it used to look at the first sixteen entries only);
+/// `pass_on(channel, token, key,
 /// queue, expiry, handovers)` passes the freed key on to that waiter and tells its client,
 /// returning whether there was one. `pass_on_under(prefix, channel, token, key)` does the
 /// same for the queue named after the fair queues' prefix: `<prefix>queue:<key>`,
@@ -115,12 +119,22 @@ return 0"#
 /// deletes only the round's own token) can delete a key handed over meanwhile; a later
 /// attempt of the waiter takes such a key on under its round's token instead.
 const ANNOUNCE: &str = r#"local now = nil
-local function next_waiter(queue, expiry)
+local function next_waiter(queue, expiry, handovers)
   local waiters = redis.call("ZRANGE", queue, 0, 15)
   if #waiters == 0 then return nil end
   if not now then
     local time = redis.call("TIME")
     now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
+  local head = tonumber(redis.call("ZSCORE", expiry, waiters[1]) or "0")
+  if head <= now then
+    local gone = redis.call("ZRANGEBYSCORE", expiry, "-inf", now)
+    for _, waiter in ipairs(gone) do
+      redis.call("ZREM", queue, waiter)
+      redis.call("HDEL", handovers, waiter)
+    end
+    redis.call("ZREMRANGEBYSCORE", expiry, "-inf", now)
+    waiters = redis.call("ZRANGE", queue, 0, 15)
   end
   for _, waiter in ipairs(waiters) do
     local until_ms = tonumber(redis.call("ZSCORE", expiry, waiter) or "0")
@@ -129,7 +143,7 @@ local function next_waiter(queue, expiry)
   return nil
 end
 local function pass_on(channel, token, key, queue, expiry, handovers)
-  local waiter = next_waiter(queue, expiry)
+  local waiter = next_waiter(queue, expiry, handovers)
   if not waiter then return false end
   local message = token .. "\t" .. waiter
   local registered = redis.call("HGET", handovers, waiter)

@@ -213,6 +213,17 @@ mod tests {
     }
 
     #[test]
+    fn a_ttl_of_one_year_as_written_is_accepted() {
+        let config = parse(
+            Path::new("redlock.toml"),
+            "nodes = [\"redis://h:1\"]\nttl = \"1y\"\n",
+        )
+        .unwrap();
+        // It used to be refused: longer than the maximum 31536000s (365 days).
+        config.validate().unwrap();
+    }
+
+    #[test]
     fn redacts_passwords_in_any_url() {
         assert_eq!(
             redact_passwords("x = \"redis://user:pw@h:1/0\", 'rediss://:pw@h:2' redis://h:3"),

@@ -16,9 +16,10 @@ use crate::tls::TlsConfig;
 /// Hash long resource names into a key instead.
 pub const MAX_KEY_LEN: usize = 4096;
 
-/// The longest TTL a round accepts. Locks are leases: a TTL of a year is a bug, and keeping
-/// TTLs bounded keeps every `Instant` computed from them far from overflow.
-pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+/// The longest TTL a round accepts: a year as humantime counts one (365.25 days), so that
+/// a configuration's `"1y"` is accepted. Locks are leases: a TTL of a year is a bug, and
+/// keeping TTLs bounded keeps every `Instant` computed from them far from overflow.
+pub const MAX_TTL: Duration = Duration::from_secs(31_557_600);
 
 /// The key of the fencing counter on each node, unless configured otherwise.
 pub const DEFAULT_FENCE_KEY: &str = "redlock:fencing-counter";
@@ -485,6 +486,10 @@ mod tests {
             check_ttl(MAX_TTL * 2, 0.01, t),
             Err(ConfigError::TtlTooLong { .. })
         ));
+        // humantime's "1y" (365.25 days) is the longest TTL; a millisecond more is not.
+        let year = Duration::from_secs(365 * 24 * 3600 + 6 * 3600);
+        assert_eq!(check_ttl(year, 0.01, t).unwrap(), year);
+        assert!(check_ttl(year + Duration::from_millis(1), 0.01, t).is_err());
         assert_eq!(
             check_ttl(Duration::from_micros(1_000_999), 0.01, t).unwrap(),
             Duration::from_millis(1000)

@@ -980,8 +980,14 @@ async fn script_calls(set: &NodeSet) -> Vec<u64> {
 
 /// A core coordinator for `set` whose releases announce themselves (and so hand keys over).
 async fn announcing_coordinator(set: &NodeSet) -> redlock_core::Coordinator {
+    announcing_coordinator_of(set.urls()).await
+}
+
+/// [`announcing_coordinator`] for the nodes at `nodes` (some of a set's, to play a
+/// release that reaches only those).
+async fn announcing_coordinator_of(nodes: Vec<String>) -> redlock_core::Coordinator {
     let config = redlock_core::Config {
-        nodes: set.urls(),
+        nodes,
         node_timeout: Duration::from_millis(500),
         release_channel: Some("redlock:released".into()),
         ..Default::default()
@@ -1328,6 +1334,66 @@ async fn a_later_attempt_takes_a_handed_over_key_on_and_a_leave_passes_one_on() 
     core.leave_queue(key[0], "b:1").await.unwrap();
     core.quiesce().await;
     core.close().await;
+    no_keys_left(&set).await;
+}
+
+/// A holder's release that reached one node late (its link there was slow) came after the
+/// waiter that the other nodes handed the key to had held the lock and released it. The
+/// waiter was still queued on the late node (its leave after the win goes in the
+/// background), so the late release handed the key to it there again, and its leave, which
+/// keeps a key handed over under the won lock's token, kept it: the key stayed for the
+/// hand-over's TTL, and the next waiter could not take it. Seen once in CI, where
+/// `fair_waiters_run_no_rounds_while_they_wait_for_their_turn` left `redlock:job` behind.
+/// The release of a handed-over lock now takes its waiter out of the key's queue on every
+/// node it reaches, whether or not the key is still the waiter's there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_release_hands_nothing_to_a_waiter_that_held_and_released_meanwhile() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = announcing_coordinator(&set).await;
+    let key = ["redlock:job"];
+    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
+    let attempt = fair_attempt(&key, "a:1", 1, Token::random());
+    assert!(core.acquire_with(attempt).await.is_err());
+    queued_everywhere(&set, 1).await;
+    // The holder's release reaches nodes 0 and 1 first: they hand the key to "a".
+    let urls = set.urls();
+    let first_two = announcing_coordinator_of(urls[..2].to_vec()).await;
+    first_two.release_token(key[0], held.token()).await.unwrap();
+    let handed = redlock_core::handover_token("a:1", 1);
+    let values = job_values(&set).await;
+    assert_eq!(
+        values[..2],
+        [
+            Some(handed.as_str().to_string()),
+            Some(handed.as_str().to_string())
+        ]
+    );
+    // "a" holds the lock (a quorum handed it over) and releases it at once; node 2 still
+    // holds the old holder's key, so the release deletes nothing there.
+    let lock = core
+        .handed_over(redlock_core::Handover {
+            key: key[0],
+            waiter: "a:1",
+            number: 1,
+            ttl: Duration::from_secs(30),
+            since: tokio::time::Instant::now(),
+            nodes: &[0, 1],
+        })
+        .unwrap();
+    core.release(&lock).await.unwrap();
+    // Then the holder's release reaches node 2, and then "a"'s leave after its win.
+    let last = announcing_coordinator_of(urls[2..].to_vec()).await;
+    last.release_token(key[0], held.token()).await.unwrap();
+    assert!(core.leave_queue_after_win(&lock, "a:1".to_string()));
+    core.quiesce().await;
+    assert_eq!(
+        job_values(&set).await,
+        vec![None; 3],
+        "the key is left behind"
+    );
+    for c in [core, first_two, last] {
+        c.close().await;
+    }
     no_keys_left(&set).await;
 }
 

@@ -67,13 +67,16 @@ return 1"#;
 /// `pass_on` in [`ANNOUNCE`]): a fair waiter is handed the key there and then, and either
 /// kind is told on its client's channel alone. When the queue has none, `ARGV[4]` = "1"
 /// publishes nothing: every waiter of a plain lock of one key queues. Tokens and waiter
-/// ids hold no white space, so every form of the message parses.
+/// ids hold no white space, so every form of the message parses. The release of a key
+/// handed over to a fair waiter (a token `"<waiter>~<number>"`) first takes that waiter out
+/// of the key's queue (`leave_handed_over` in [`ANNOUNCE`]), wherever the key stands.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"if ARGV[3] and redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}
 local deleted = 0
 for _, key in ipairs(KEYS) do
+  if ARGV[3] then leave_handed_over(ARGV[3], ARGV[1], key) end
   local value = redis.pcall("GET", key)
   if value == ARGV[1] then
     redis.call("DEL", key)
@@ -103,6 +106,11 @@ return 0"#
 /// returning whether there was one. `pass_on_under(prefix, channel, token, key)` does the
 /// same for the queue named after the fair queues' prefix: `<prefix>queue:<key>`,
 /// `<prefix>expiry:<key>` and `<prefix>handover:<key>` (one argument for the three).
+/// `leave_handed_over(prefix, token, key)` takes the waiter of a hand-over token out of
+/// those three, for the release of a lock handed over to it: on a node that the release
+/// reaches before the releasing holder's did (whose key is still the old holder's), the
+/// waiter would otherwise still head the queue when the holder's release came, and be
+/// handed the key again after it had released it, leaving the key there for a TTL.
 ///
 /// A fair waiter registers a hand-over with each attempt (`"<number> <ttl ms>"` under its
 /// id in the `handovers` hash, see [`FAIR_ACQUIRE`]): `pass_on` then sets the key to
@@ -164,6 +172,13 @@ local function pass_on(channel, token, key, queue, expiry, handovers)
 end
 local function pass_on_under(prefix, channel, token, key)
   return pass_on(channel, token, key, prefix .. "queue:" .. key, prefix .. "expiry:" .. key, prefix .. "handover:" .. key)
+end
+local function leave_handed_over(prefix, token, key)
+  local waiter = string.match(token, "^([^~]+)~%d+$")
+  if not waiter then return end
+  redis.call("ZREM", prefix .. "queue:" .. key, waiter)
+  redis.call("ZREM", prefix .. "expiry:" .. key, waiter)
+  redis.call("HDEL", prefix .. "handover:" .. key, waiter)
 end"#;
 
 /// A reentrant lock is a hash: field `owner` names the owner, and each hold adds a field
@@ -304,8 +319,9 @@ return results"#,
 /// node: `ARGV[1]` = channel or "", `ARGV[2]` = the fair queues' prefix, then one token per
 /// key. Each
 /// key that holds its token is deleted and, when its queue has a live waiter, passed on to
-/// it as [`RELEASE`] does for a plain lock of one key. Returns one 1 (deleted) or 0 (not
-/// held) per key, in order.
+/// it as [`RELEASE`] does for a plain lock of one key, and a hand-over token's waiter leaves
+/// the key's queue first, as there. Returns one 1 (deleted) or 0 (not held) per key, in
+/// order.
 pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
@@ -313,6 +329,7 @@ pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
 local results = {{}}
 for i, key in ipairs(KEYS) do
   local token = ARGV[i + 2]
+  leave_handed_over(ARGV[2], token, key)
   if redis.pcall("GET", key) == token then
     redis.call("DEL", key)
     if ARGV[1] ~= "" then

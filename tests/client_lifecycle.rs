@@ -8,7 +8,9 @@ mod common;
 use std::time::Duration;
 
 use common::{client, coordinator, eventually, linked, subscribed};
-use redlock_client::{Error, LockConfig, LockOptions, LostReason, Redlock, RetryPolicy};
+use redlock_client::{
+    Error, HoldHealth, LockConfig, LockOptions, LostReason, Redlock, RetryPolicy,
+};
 use redlock_core::{ClosedReason, NodeOutcome};
 use redlock_testkit::{LinkFault, NodeSet};
 
@@ -192,7 +194,19 @@ async fn a_client_that_was_shut_down_says_so_at_once() {
     // A wait long enough that retrying over failing rounds would show as another error.
     let c = client(&set, |b| b.max_wait(Duration::from_secs(2))).await;
     let held = c.lock("kept").await.unwrap();
+    let suspended = held.suspended();
     c.shutdown().await;
+    // Renewal stops at its next tick, and says why.
+    let health = tokio::time::timeout(Duration::from_secs(10), suspended)
+        .await
+        .expect("renewal went on after the shutdown");
+    match health {
+        HoldHealth::RenewalFailing { last_error, .. } => {
+            assert!(last_error.contains("renewal stopped"), "{last_error}");
+            assert!(last_error.contains("shut down"), "{last_error}");
+        }
+        other => panic!("{other:?}"),
+    }
     let error = c.lock("after").await.unwrap_err();
     assert!(
         matches!(
@@ -230,7 +244,17 @@ fn a_client_whose_runtime_stopped_says_so_at_once() {
     let first = runtime();
     let c = first.block_on(client(&set, |b| b.max_wait(Duration::from_secs(2))));
     let held = first.block_on(c.lock("kept")).unwrap();
+    assert_eq!(held.health(), HoldHealth::Healthy);
     drop(first);
+    // Its renewal went with the runtime: the guard says so at once (it said `Healthy`
+    // until its validity ran out).
+    match held.health() {
+        HoldHealth::RenewalFailing { last_error, .. } => {
+            assert!(last_error.contains("renewal stopped"), "{last_error}");
+            assert!(last_error.contains("runtime"), "{last_error}");
+        }
+        other => panic!("{other:?}"),
+    }
     let second = runtime();
     let error = second.block_on(c.lock("after")).unwrap_err();
     assert!(

@@ -10,6 +10,8 @@
 //! answers is retried sooner while the lock is still valid; if the validity runs out first,
 //! the guard's lost signal fires. Meanwhile the guard's health is `RenewalFailing` (see
 //! [`HoldHealth`](crate::HoldHealth)), `Healthy` again at the next renewal that succeeds.
+//! Renewal stops for good when the client is closed (shut down, or its runtime stopped):
+//! its locks are then `RenewalFailing` and say why, until their validity runs out.
 //! With `max_hold`, renewal stops once the lock has been
 //! held that long, and the lock then expires with its last validity (the Redlock spec asks
 //! that extensions be bounded).
@@ -22,7 +24,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_core::{Coordinator, Error as CoreError};
+use redlock_core::{ClosedReason, Coordinator, Error as CoreError};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -63,7 +65,11 @@ pub(crate) struct Renewer {
 impl Renewer {
     pub(crate) fn start(core: Coordinator) -> Renewer {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(core, rx));
+        let scheduled = Scheduled {
+            rx,
+            entries: Vec::new(),
+        };
+        tokio::spawn(run(core, scheduled));
         Renewer { tx }
     }
 
@@ -72,16 +78,59 @@ impl Renewer {
     }
 }
 
-async fn run(core: Coordinator, mut rx: mpsc::UnboundedReceiver<(Arc<HoldState>, RenewalPlan)>) {
-    let mut entries: Vec<Entry> = Vec::new();
+async fn run(core: Coordinator, mut scheduled: Scheduled) {
+    let Scheduled { rx, entries } = &mut scheduled;
     loop {
         let next = entries.iter().map(|e| e.due).min();
         tokio::select! {
             added = rx.recv() => match added {
                 Some((shared, plan)) => entries.push(Entry { due: Instant::now() + plan.every, shared, plan }),
-                None => return,
+                // Every handle and guard is gone: nothing left to tell.
+                None => {
+                    entries.clear();
+                    return;
+                }
             },
-            _ = sleep_until(next), if next.is_some() => renew_due(&core, &mut entries).await,
+            _ = sleep_until(next), if next.is_some() => {
+                if let Some(reason) = core.closed() {
+                    // No renewal can reach a node again: say so once, and stop.
+                    renewal_stopped(entries.iter().map(|e| &e.shared), &reason.to_string());
+                    entries.clear();
+                } else {
+                    renew_due(&core, entries).await;
+                }
+            }
+        }
+    }
+}
+
+/// The scheduler's locks, and those sent to it and not received yet. It is made before
+/// the task starts, so that when the task ends with locks still held (the runtime that
+/// ran it shut down, and the client's tasks with it, perhaps before the task ran at all),
+/// each is told that renewal stopped: its health is `RenewalFailing` from then on instead
+/// of `Healthy` until its validity runs out.
+struct Scheduled {
+    rx: mpsc::UnboundedReceiver<(Arc<HoldState>, RenewalPlan)>,
+    entries: Vec<Entry>,
+}
+
+impl Drop for Scheduled {
+    fn drop(&mut self) {
+        let why = ClosedReason::RuntimeStopped.to_string();
+        renewal_stopped(self.entries.iter().map(|e| &e.shared), &why);
+        while let Ok((shared, _)) = self.rx.try_recv() {
+            renewal_stopped([&shared], &why);
+        }
+    }
+}
+
+/// Tells each lock still held among `locks` that its renewal stopped, because `why`.
+fn renewal_stopped<'a>(locks: impl IntoIterator<Item = &'a Arc<HoldState>>, why: &str) {
+    for shared in locks {
+        if !shared.done.load(Ordering::SeqCst) {
+            shared.renewal_failed(format!(
+                "renewal stopped: {why}; the lock expires at the end of its validity"
+            ));
         }
     }
 }
@@ -157,6 +206,13 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
                     metrics::renewal(Renewal::Refused);
                     tracing::warn!(parent: &span, report = %report, "renewal refused by a majority: the lock is lost");
                     entry.shared.mark_lost(LostReason::Refused);
+                }
+                Err(_) if core.closed().is_some() => {
+                    // Closed while this tick was out: the next tick stops renewal.
+                    failed += 1;
+                    metrics::renewal(Renewal::Failed);
+                    let reason = core.closed().map(|r| r.to_string()).unwrap_or_default();
+                    renewal_stopped([&entry.shared], &reason);
                 }
                 Err(e) => {
                     failed += 1;

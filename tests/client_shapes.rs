@@ -93,6 +93,48 @@ async fn a_lock_over_many_keys_is_named_in_a_few_words() {
     assert!(set.nodes_holding("redlock:item-1999").await.is_empty());
 }
 
+/// A lock over more keys than a node can set within the per-node timeout: every node times
+/// out. The error said only "check that the nodes are running and reachable from this
+/// host", which sent the user looking at a network that was fine; it now names the timeout
+/// and the size of the request. Nothing is left on the nodes once the rollbacks are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_over_too_many_keys_for_the_node_timeout_says_so_and_leaves_nothing() {
+    let set = NodeSet::start(3).await.unwrap();
+    // 100,000 keys are megabytes to send and 200,000 commands for each node's script:
+    // never within 5 ms.
+    let c = client(&set, |b| {
+        b.max_attempts(1)
+            .node_timeout(Duration::from_millis(5))
+            .ttl(Duration::from_secs(30))
+    })
+    .await;
+    let keys: Vec<String> = (0..100_000).map(|i| format!("k{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let err = c
+        .lock_many(&keys, &LockOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unreachable { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("slower than the per-node timeout (`node_timeout`)"),
+        "{text}"
+    );
+    assert!(text.contains("lock fewer keys at a time"), "{text}");
+    // The rollbacks run in the background, each as long as the acquisition (a node busy
+    // with them may not answer the check at once).
+    let cleaned = common::eventually(Duration::from_secs(20), || async {
+        let mut left = 0;
+        for node in set.iter() {
+            left += node.redis().dbsize().await.unwrap_or(1);
+        }
+        left == 0
+    })
+    .await;
+    assert!(cleaned, "keys left behind");
+    c.shutdown().await;
+}
+
 /// A seed whose first two backoff delays are long, so that only a notification can end the
 /// wait early (with notifications on, the first delay is cut to a node timeout: the second
 /// attempt queues the waiter; the second delay is the wait for the release).

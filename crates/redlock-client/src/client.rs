@@ -191,6 +191,12 @@ impl Redlock {
 
     /// Acquires several keys all-or-nothing (each node sets all of them or none) and holds
     /// them as one lock, released together.
+    ///
+    /// Each node runs the acquisition as one script over every key, so its round takes
+    /// longer with more keys (tens of milliseconds for 20,000 keys), and must still fit in
+    /// the per-node timeout (`node_timeout`): for locks over thousands of keys, raise it.
+    /// A round that every node timed out fails with [`Error::Unreachable`], whose message
+    /// says so; nothing it set is left behind.
     pub async fn lock_many(
         &self,
         keys: &[&str],

@@ -26,9 +26,9 @@
 //! no rollback of the waiter's rounds deletes a key handed over meanwhile; a later attempt
 //! takes such a key on under its round's token. A waiter that dies after registering and is
 //! then handed the key holds it up for one TTL, as a holder that dies does. The release of
-//! a handed-over lock takes its waiter out of the key's queue on every node it reaches, so
-//! that a holder's release that reaches a node late (after the waiter held and released the
-//! lock) cannot hand the key to it there again.
+//! a handed-over lock takes its waiter out of the key's queue on every node where the key
+//! is not its own, so that a holder's release that reaches such a node late (after the
+//! waiter held and released the lock) cannot hand the key to it there again.
 //!
 //! Reentrant, fenced and multi-key locks queue the same way, gated by the same queues, but
 //! are not handed the key: a release that finds one at the head frees the key and tells

@@ -68,16 +68,17 @@ return 1"#;
 /// kind is told on its client's channel alone. When the queue has none, `ARGV[4]` = "1"
 /// publishes nothing: every waiter of a plain lock of one key queues. Tokens and waiter
 /// ids hold no white space, so every form of the message parses. The release of a key
-/// handed over to a fair waiter (a token `"<waiter>~<number>"`) first takes that waiter out
-/// of the key's queue (`leave_handed_over` in [`ANNOUNCE`]), wherever the key stands.
+/// handed over to a fair waiter (a token `"<waiter>~<number>"`) that finds the key not its
+/// own takes that waiter out of the key's queue (`leave_handed_over` in [`ANNOUNCE`]); where
+/// the key is its own, the hand-over took it out already.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"if ARGV[3] and redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}
 local deleted = 0
 for _, key in ipairs(KEYS) do
-  if ARGV[3] then leave_handed_over(ARGV[3], ARGV[1], key) end
   local value = redis.pcall("GET", key)
+  if value ~= ARGV[1] and ARGV[3] then leave_handed_over(ARGV[3], ARGV[1], key) end
   if value == ARGV[1] then
     redis.call("DEL", key)
     deleted = deleted + 1
@@ -107,10 +108,13 @@ return 0"#
 /// same for the queue named after the fair queues' prefix: `<prefix>queue:<key>`,
 /// `<prefix>expiry:<key>` and `<prefix>handover:<key>` (one argument for the three).
 /// `leave_handed_over(prefix, token, key)` takes the waiter of a hand-over token out of
-/// those three, for the release of a lock handed over to it: on a node that the release
-/// reaches before the releasing holder's did (whose key is still the old holder's), the
-/// waiter would otherwise still head the queue when the holder's release came, and be
-/// handed the key again after it had released it, leaving the key there for a TTL.
+/// those three, for the release of a lock handed over to it on a node where the key is not
+/// the waiter's: there the release came before the releasing holder's (the key is still
+/// the old holder's), and the waiter would otherwise still head the queue when the
+/// holder's release came, and be handed the key again after it had released it, leaving
+/// the key there for a TTL. (Where the key is the waiter's, the hand-over that set it took
+/// the waiter out of the queue, and a later attempt of the waiter that reached the node
+/// would have taken the key on under its own token.)
 ///
 /// A fair waiter registers a hand-over with each attempt (`"<number> <ttl ms>"` under its
 /// id in the `handovers` hash, see [`FAIR_ACQUIRE`]): `pass_on` then sets the key to
@@ -319,8 +323,8 @@ return results"#,
 /// node: `ARGV[1]` = channel or "", `ARGV[2]` = the fair queues' prefix, then one token per
 /// key. Each
 /// key that holds its token is deleted and, when its queue has a live waiter, passed on to
-/// it as [`RELEASE`] does for a plain lock of one key, and a hand-over token's waiter leaves
-/// the key's queue first, as there. Returns one 1 (deleted) or 0 (not held) per key, in
+/// it as [`RELEASE`] does for a plain lock of one key; where a hand-over token does not
+/// hold its key, its waiter leaves the key's queue, as there. Returns one 1 (deleted) or 0 (not held) per key, in
 /// order.
 pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
@@ -329,7 +333,6 @@ pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
 local results = {{}}
 for i, key in ipairs(KEYS) do
   local token = ARGV[i + 2]
-  leave_handed_over(ARGV[2], token, key)
   if redis.pcall("GET", key) == token then
     redis.call("DEL", key)
     if ARGV[1] ~= "" then
@@ -337,6 +340,7 @@ for i, key in ipairs(KEYS) do
     end
     results[i] = 1
   else
+    leave_handed_over(ARGV[2], token, key)
     results[i] = 0
   end
 end

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use redlock_core::{NodeOutcome, RoundReport};
+use redlock_core::RoundReport;
 
 /// Why a lock was lost while it was held.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +111,7 @@ pub enum Error {
     /// No node answered about the key before the last round was decided: each failed
     /// (timed out, connection down) or had not answered yet. A node that had not answered
     /// may still answer later (see `RoundReport::settled`).
-    #[error("no Redis node answered for lock \"{key}\" before the round was decided (each failed or had not answered yet): {report}; {}", unreachable_advice(report))]
+    #[error("no Redis node answered for lock \"{key}\" before the round was decided (each failed or had not answered yet): {report}; {}", report.advice())]
     Unreachable {
         /// The full key.
         key: String,
@@ -167,26 +167,6 @@ impl Error {
             Error::Round(e) => e.report(),
             Error::LockLost { .. } | Error::InvalidConfig(_) | Error::Closed { .. } => None,
         }
-    }
-}
-
-/// What to do about a round that no node answered. Nodes that only timed out (no
-/// connection failed) may be up and merely slower than the per-node timeout for this
-/// request, which a lock over many keys is: each node runs it as one script over all of
-/// them (20,000 keys take tens of milliseconds), so the advice says so rather than only
-/// pointing at the network.
-fn unreachable_advice(report: &RoundReport) -> &'static str {
-    let timed_out_only = report
-        .nodes
-        .iter()
-        .all(|n| matches!(n.outcome, NodeOutcome::TimedOut | NodeOutcome::Pending));
-    if timed_out_only {
-        "check that the nodes are running and reachable from this host; if they are, they \
-         were slower than the per-node timeout (`node_timeout`) for this request: raise it, \
-         or lock fewer keys at a time (each node runs a lock over many keys as one script \
-         over all of them)"
-    } else {
-        "check that the nodes are running and reachable from this host"
     }
 }
 

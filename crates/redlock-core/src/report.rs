@@ -406,7 +406,15 @@ impl RoundReport {
                 _ => "the lock is no longer ours (it expired or was taken over): stop using the protected resource and acquire it again",
             });
         }
-        if unreachable > 0 {
+        // Nodes that timed out with their connections up may only be slow for this request
+        // (a lock over many keys is one script over all of them on each node).
+        let timed_out_only = !self
+            .nodes
+            .iter()
+            .any(|r| matches!(r.outcome, NodeOutcome::ConnectionError(_)));
+        if unreachable > 0 && timed_out_only {
+            advice.push("some nodes did not answer in time: check that they are up and reachable; if they are, they were slower than the per-node timeout (`node_timeout`) for this request: raise it, or lock fewer keys at a time (each node runs a lock over many keys as one script over all of them)");
+        } else if unreachable > 0 {
             advice.push("some nodes did not answer in time: check that they are up and reachable, or raise the per-node timeout if they are only slow");
         }
         if server > 0 {
@@ -511,6 +519,33 @@ mod tests {
             "{debug}"
         );
         assert!(!debug.contains("Receiver"), "{debug}");
+    }
+
+    /// Nodes that only timed out (their connections up) may be slow for this request, a
+    /// lock over many keys among them: the advice names the node timeout and the lock's
+    /// size, not only the network. A node whose connection failed keeps the short advice.
+    #[test]
+    fn timeouts_alone_are_advised_as_slowness_too() {
+        let report = |outcome: NodeOutcome| RoundReport {
+            kind: RoundKind::Acquire,
+            key: "k".into(),
+            quorum: 2,
+            accepted: 0,
+            nodes: vec![NodeReport::pending(NodeName::redacted("redis://h:1")), {
+                let mut node = NodeReport::pending(NodeName::redacted("redis://h:2"));
+                node.outcome = outcome;
+                node
+            }],
+            elapsed: Duration::from_millis(5),
+            validity: None,
+            settling: None,
+        };
+        let slow = report(NodeOutcome::TimedOut).advice();
+        assert!(slow.contains("(`node_timeout`)"), "{slow}");
+        assert!(slow.contains("lock fewer keys at a time"), "{slow}");
+        let down = report(NodeOutcome::ConnectionError("refused".into())).advice();
+        assert!(!down.contains("lock fewer keys"), "{down}");
+        assert!(down.contains("did not answer in time"), "{down}");
     }
 
     /// A release that a node did not answer is sent again, not rolled back: its report says

@@ -208,11 +208,10 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
                     entry.shared.mark_lost(LostReason::Refused);
                 }
                 Err(_) if core.closed().is_some() => {
-                    // Closed while this tick was out: the next tick stops renewal.
+                    // Closed while this tick was out: still due, so the next tick, at
+                    // once, stops renewal and says why.
                     failed += 1;
                     metrics::renewal(Renewal::Failed);
-                    let reason = core.closed().map(|r| r.to_string()).unwrap_or_default();
-                    renewal_stopped([&entry.shared], &reason);
                 }
                 Err(e) => {
                     failed += 1;

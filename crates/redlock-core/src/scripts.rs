@@ -116,6 +116,9 @@ return 0"#
 /// the waiter out of the queue, and a later attempt of the waiter that reached the node
 /// would have taken the key on under its own token.)
 ///
+/// `dequeue(queue, expiry, handovers, waiter)` takes a waiter out of a key's queue, its
+/// expiry and its hand-overs, returning 1 when it was queued.
+///
 /// A fair waiter registers a hand-over with each attempt (`"<number> <ttl ms>"` under its
 /// id in the `handovers` hash, see [`FAIR_ACQUIRE`]): `pass_on` then sets the key to
 /// `"<waiter>~<number>"` with that TTL, takes the waiter out of the queue, and publishes
@@ -131,6 +134,12 @@ return 0"#
 /// deletes only the round's own token) can delete a key handed over meanwhile; a later
 /// attempt of the waiter takes such a key on under its round's token instead.
 const ANNOUNCE: &str = r#"local now = nil
+local function dequeue(queue, expiry, handovers, waiter)
+  local removed = redis.call("ZREM", queue, waiter)
+  redis.call("ZREM", expiry, waiter)
+  redis.call("HDEL", handovers, waiter)
+  return removed
+end
 local function next_waiter(queue, expiry, handovers)
   local waiters = redis.call("ZRANGE", queue, 0, 15)
   if #waiters == 0 then return nil end
@@ -164,9 +173,7 @@ local function pass_on(channel, token, key, queue, expiry, handovers)
   if number then
     local handed = waiter .. "~" .. number
     redis.call("SET", key, handed, "PX", ttl)
-    redis.call("ZREM", queue, waiter)
-    redis.call("ZREM", expiry, waiter)
-    redis.call("HDEL", handovers, waiter)
+    dequeue(queue, expiry, handovers, waiter)
     message = message .. "\t" .. handed
   end
   local tag = string.match(waiter, "^([^:]+):")
@@ -179,10 +186,9 @@ local function pass_on_under(prefix, channel, token, key)
 end
 local function leave_handed_over(prefix, token, key)
   local waiter = string.match(token, "^([^~]+)~%d+$")
-  if not waiter then return end
-  redis.call("ZREM", prefix .. "queue:" .. key, waiter)
-  redis.call("ZREM", prefix .. "expiry:" .. key, waiter)
-  redis.call("HDEL", prefix .. "handover:" .. key, waiter)
+  if waiter then
+    dequeue(prefix .. "queue:" .. key, prefix .. "expiry:" .. key, prefix .. "handover:" .. key, waiter)
+  end
 end"#;
 
 /// A reentrant lock is a hash: field `owner` names the owner, and each hold adds a field
@@ -324,8 +330,8 @@ return results"#,
 /// key. Each
 /// key that holds its token is deleted and, when its queue has a live waiter, passed on to
 /// it as [`RELEASE`] does for a plain lock of one key; where a hand-over token does not
-/// hold its key, its waiter leaves the key's queue, as there. Returns one 1 (deleted) or 0 (not held) per key, in
-/// order.
+/// hold its key, its waiter leaves the key's queue, as there. Returns one 1 (deleted) or 0
+/// (not held) per key, in order.
 pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
@@ -596,9 +602,7 @@ pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
 local time = redis.call("TIME")
 now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 drop_expired(KEYS[1], KEYS[2], KEYS[4], now)
-local removed = redis.call("ZREM", KEYS[1], ARGV[1])
-redis.call("ZREM", KEYS[2], ARGV[1])
-redis.call("HDEL", KEYS[4], ARGV[1])
+local removed = dequeue(KEYS[1], KEYS[2], KEYS[4], ARGV[1])
 local value = redis.pcall("GET", KEYS[3])
 if type(value) == "string" and value ~= ARGV[3] and string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. "~" then
   redis.call("DEL", KEYS[3])

@@ -336,9 +336,10 @@ impl Redlock {
 
     /// Waits for background work (rollbacks, background releases of dropped guards) and
     /// closes every connection. Guards still held are not released, and their renewal stops
-    /// at its next tick: their health turns [`RenewalFailing`](crate::HoldHealth::RenewalFailing),
-    /// saying why, and they expire with their validity. Later acquisitions fail at once with [`Error::Closed`], and releases
-    /// and extensions with every node reporting `NodeOutcome::Closed`.
+    /// at its next tick: their health turns
+    /// [`RenewalFailing`](crate::HoldHealth::RenewalFailing), saying why, and they expire
+    /// with their validity. Later acquisitions fail at once with [`Error::Closed`], and
+    /// releases and extensions with every node reporting `NodeOutcome::Closed`.
     ///
     /// Bounded whatever the nodes do: about `5 × node_timeout + 30 ms` for the background
     /// work (see [`Coordinator::quiesce`]), then one node timeout for the `QUIT`s and at

@@ -413,9 +413,9 @@ impl RoundReport {
             .iter()
             .any(|r| matches!(r.outcome, NodeOutcome::ConnectionError(_)));
         if unreachable > 0 && timed_out_only {
-            advice.push("some nodes did not answer in time: check that they are up and reachable; if they are, they were slower than the per-node timeout (`node_timeout`) for this request: raise it, or lock fewer keys at a time (each node runs a lock over many keys as one script over all of them)");
+            advice.push("some nodes did not answer in time: check that the nodes are running and reachable from this host; if they are, they were slower than the per-node timeout (`node_timeout`) for this request: raise it, or lock fewer keys at a time (each node runs a lock over many keys as one script over all of them)");
         } else if unreachable > 0 {
-            advice.push("some nodes did not answer in time: check that they are up and reachable, or raise the per-node timeout if they are only slow");
+            advice.push("some nodes did not answer in time: check that the nodes are running and reachable from this host, or raise the per-node timeout if they are only slow");
         }
         if server > 0 {
             advice.push(
@@ -546,6 +546,8 @@ mod tests {
         let down = report(NodeOutcome::ConnectionError("refused".into())).advice();
         assert!(!down.contains("lock fewer keys"), "{down}");
         assert!(down.contains("did not answer in time"), "{down}");
+        assert!(down.contains("check that the nodes are running"), "{down}");
+        assert!(slow.contains("check that the nodes are running"), "{slow}");
     }
 
     /// A release that a node did not answer is sent again, not rolled back: its report says

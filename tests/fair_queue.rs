@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{client, eventually, raw};
-use fred::prelude::{ClientLike, KeysInterface, LuaInterface};
+use fred::prelude::{ClientLike, HashesInterface, KeysInterface, LuaInterface};
 use fred::types::{CustomCommand, Value};
 use redlock_client::{Error, InvalidConfig, LockOptions, Redlock, RetryPolicy};
 use redlock_core::{Acquisition, ConfigError, FairPlace, Token};
@@ -1384,7 +1384,7 @@ async fn a_late_release_hands_nothing_to_a_waiter_that_held_and_released_meanwhi
     // Then the holder's release reaches node 2, and then "a"'s leave after its win.
     let last = announcing_coordinator_of(urls[2..].to_vec()).await;
     last.release_token(key[0], held.token()).await.unwrap();
-    assert!(core.leave_queue_after_win(&lock, "a:1".to_string()));
+    assert!(core.leave_queue_after_win(&lock, "a:1".to_string(), None));
     core.quiesce().await;
     assert_eq!(
         job_values(&set).await,
@@ -1899,5 +1899,162 @@ async fn a_lock_over_several_keys_takes_its_turn_on_each_and_those_behind_it_wai
     assert_eq!(order[0], "a+b", "{order:?}");
     assert_eq!(order.len(), 3, "{order:?}");
     holder.shutdown().await;
+    no_keys_left(&set).await;
+}
+
+/// Each node's queue of `redlock:job` in order, with each waiter's ticket and registered
+/// hand-over (`"<number> <ttl ms>"`, or `None`).
+async fn queues(set: &NodeSet) -> Vec<Vec<(String, i64, Option<String>)>> {
+    let mut all = Vec::new();
+    for node in set.iter() {
+        let r = raw(&node.url()).await;
+        let reply: Value = r
+            .custom(
+                CustomCommand::new_static("ZRANGE", None, false),
+                vec![
+                    QUEUE.to_string(),
+                    "0".into(),
+                    "-1".into(),
+                    "WITHSCORES".into(),
+                ],
+            )
+            .await
+            .unwrap();
+        let flat: Vec<String> = reply.convert().unwrap();
+        let mut queue = Vec::new();
+        for pair in flat.chunks(2) {
+            let registered: Option<String> = r
+                .hget("redlock:fair-handover:redlock:job", &pair[0])
+                .await
+                .unwrap();
+            queue.push((pair[0].clone(), pair[1].parse().unwrap(), registered));
+        }
+        r.quit().await.unwrap();
+        all.push(queue);
+    }
+    all
+}
+
+/// Another holder takes `redlock:job` on nodes 1 and 2 of three (through a coordinator of
+/// those two), for 30 s: a round of all three can then take node 0 only, and loses.
+async fn held_on_nodes_1_and_2(set: &NodeSet) -> (redlock_core::Coordinator, redlock_core::Lock) {
+    let last = announcing_coordinator_of(set.urls()[1..].to_vec()).await;
+    let held = last
+        .acquire("redlock:job", Duration::from_secs(30))
+        .await
+        .unwrap();
+    (last, held)
+}
+
+/// A fair waiter's round that took the key on some nodes and lost on the others used to
+/// leave the queues unequal: the script takes the waiter out of the queue where it sets the
+/// key, and the rollback only deleted the key. The waiter kept its place only where it
+/// lost, so the next waiter headed the other queues, and each could block the other's
+/// quorum until the first waiter's next attempt (a backoff away) or its patience: the slow
+/// runs of the lab's `restart_after_ttl` with every client fair. The rollback of a queued
+/// round now puts the waiter back, under its ticket and hand-over, wherever it freed the
+/// key. Every shape that queues (plain, reentrant, several keys) is checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_fair_round_keeps_the_waiters_place_where_it_took_the_key() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = announcing_coordinator(&set).await;
+    let (last, held) = held_on_nodes_1_and_2(&set).await;
+    let one = ["redlock:job"];
+    let two = ["redlock:job", "redlock:other"];
+    let shapes: [(&str, Acquisition<'_>); 3] = [
+        ("plain", fair_attempt(&one, "a:1", 1, Token::random())),
+        (
+            "reentrant",
+            Acquisition {
+                owner: Some("owner-a"),
+                ..fair_attempt(&one, "a:1", 1, Token::random())
+            },
+        ),
+        (
+            "several keys",
+            fair_attempt(&two, "a:1", 1, Token::random()),
+        ),
+    ];
+    for (shape, attempt) in shapes {
+        // The round takes node 0 (free, nobody queued) and loses at nodes 1 and 2.
+        let lost = core.acquire_with(attempt).await;
+        assert!(lost.is_err(), "{shape}: the round won");
+        core.quiesce().await;
+        // Only a plain lock of one key registers a hand-over (see `FairPlace::handover`).
+        let registered = (shape == "plain").then(|| "1 5000".to_string());
+        let entry = vec![("a:1".to_string(), 1, registered)];
+        assert_eq!(
+            queues(&set).await,
+            vec![entry.clone(), entry.clone(), entry],
+            "{shape}: the waiter's place after its lost round"
+        );
+        assert_eq!(job_values(&set).await[0], None, "{shape}");
+        // A younger waiter may not take the free node meanwhile: it heads no queue.
+        let younger = Acquisition {
+            fair: Some(FairPlace {
+                ticket: 2,
+                ..fair_attempt(&one, "b:1", 1, Token::random()).fair.unwrap()
+            }),
+            ..fair_attempt(&one, "b:1", 1, Token::random())
+        };
+        assert!(core.acquire_with(younger).await.is_err());
+        core.quiesce().await;
+        assert_eq!(job_values(&set).await[0], None, "{shape}");
+        for waiter in ["a:1", "b:1"] {
+            let keys: &[&str] = if shape == "several keys" { &two } else { &one };
+            for key in keys {
+                core.leave_queue(key, waiter).await.unwrap();
+            }
+        }
+        core.quiesce().await;
+        assert_eq!(queue_lengths(&set).await, vec![0; 3], "{shape}");
+    }
+    last.release(&held).await.unwrap();
+    for c in [core, last] {
+        c.close().await;
+    }
+    no_keys_left(&set).await;
+}
+
+/// The other side of the test above: a round dropped before its decision (its caller
+/// cancelled the call) puts nobody back. Its waiter no longer waits, and its leave may reach
+/// a node before the rollback there, which would then leave its entry at the head of the
+/// queue for its patience.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_fair_round_puts_its_waiter_back_nowhere() {
+    use redlock_testkit::LinkFault;
+
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    let (last, held) = held_on_nodes_1_and_2(&set).await;
+    let config = redlock_core::Config {
+        nodes: links.urls(0),
+        node_timeout: Duration::from_secs(3),
+        release_channel: Some("redlock:released".into()),
+        ..Default::default()
+    };
+    let core = redlock_core::Coordinator::connect(config).await.unwrap();
+    // Nodes 1 and 2 answer 2 s late; node 0 takes the key at once.
+    let late = LinkFault::Latency {
+        to_server: Duration::ZERO,
+        to_client: Duration::from_secs(2),
+    };
+    links.link(0, 1).set(late);
+    links.link(0, 2).set(late);
+    let key = ["redlock:job"];
+    let attempt = core.acquire_with(fair_attempt(&key, "a:1", 1, Token::random()));
+    let cancelled = tokio::time::timeout(Duration::from_millis(500), attempt).await;
+    assert!(cancelled.is_err(), "the round was decided: {cancelled:?}");
+    core.quiesce().await;
+    let lengths = queue_lengths(&set).await;
+    assert_eq!(lengths[0], 0, "put back on node 0: {lengths:?}");
+    assert_eq!(job_values(&set).await[0], None);
+    links.link(0, 1).set(LinkFault::Pass);
+    links.link(0, 2).set(LinkFault::Pass);
+    core.leave_queue(key[0], "a:1").await.unwrap();
+    last.release(&held).await.unwrap();
+    for c in [core, last] {
+        c.close().await;
+    }
     no_keys_left(&set).await;
 }

@@ -518,6 +518,7 @@ impl Redlock {
                         core: &self.inner.core,
                         keys: &keys,
                         waiter,
+                        lost: None,
                     });
                 }
                 let report = match self.round(target, ttl, fenced, places, fence_by).await {
@@ -549,6 +550,11 @@ impl Redlock {
                             .expect("a round error carries its report"),
                     ),
                 };
+                // Whatever comes next, the waiter's leave waits for this round's
+                // rollbacks (they may put it back in the queues).
+                if let Some(exit) = queued.as_mut() {
+                    exit.lost = Some(RoundReport::clone(&report));
+                }
                 // The client closed while this call waited (shut down, or its runtime
                 // stopped): no later round can send anything either.
                 if let Some(reason) = self.inner.core.closed() {
@@ -584,12 +590,13 @@ impl Redlock {
                         Handed::TooLate => take_on = true,
                         // Some nodes handed it the key while its round was out, and the
                         // round took the key on others (where the release had come first)
-                        // but lost, so its rollback passed those on to the next waiter: no
-                        // message will come from them, and the key is out of everyone's
-                        // reach where it was handed over. The next round, at once, takes
-                        // those on, or its rollback passes them on too. A node may take the
-                        // key after the round was decided (its answer came late), so the
-                        // round's settled report tells, once its rollbacks are done too.
+                        // but lost, so its rollback freed those again and put the waiter
+                        // back at the head of their queues: no message will come from
+                        // them, and the key is out of everyone's reach where it was handed
+                        // over. The next round, at once, takes both kinds (or its rollback
+                        // frees them too). A node may take the key after the round was
+                        // decided (its answer came late), so the round's settled report
+                        // tells, once its rollbacks are done too.
                         Handed::Not => {
                             if let Some(watch) = watch.as_ref().filter(|w| w.handed_partly()) {
                                 take_on = settle(&report, node_timeout, deadline)
@@ -917,14 +924,18 @@ struct QueueExit<'a> {
     core: &'a Coordinator,
     keys: &'a [String],
     waiter: &'a str,
+    /// The waiter's last round that was not won: the leave waits for its rollbacks, which
+    /// put the waiter back in the queues where they free the keys.
+    lost: Option<RoundReport>,
 }
 
 impl QueueExit<'_> {
     /// The waiter won `lock`: it leaves the queue only on the nodes whose winning script
     /// did not take it out (see [`Coordinator::leave_queue_after_win`]).
-    fn after_win(self, lock: &Lock) {
+    fn after_win(mut self, lock: &Lock) {
+        let lost = self.lost.take();
         self.core
-            .leave_queue_after_win(lock, self.waiter.to_string());
+            .leave_queue_after_win(lock, self.waiter.to_string(), lost);
         std::mem::forget(self);
     }
 }
@@ -932,8 +943,11 @@ impl QueueExit<'_> {
 impl Drop for QueueExit<'_> {
     fn drop(&mut self) {
         for key in self.keys {
-            self.core
-                .leave_queue_in_background(key.clone(), self.waiter.to_string());
+            self.core.leave_queue_in_background(
+                key.clone(),
+                self.waiter.to_string(),
+                self.lost.clone(),
+            );
         }
     }
 }

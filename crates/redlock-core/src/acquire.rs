@@ -52,7 +52,9 @@ pub struct Acquisition<'a> {
     /// the queue of each of its keys), fenced or not. Only a plain lock of one key's
     /// attempt, not fenced, registers the place's [`handover`](FairPlace::handover): a
     /// release hands such a waiter the key, and tells the others (which then run a
-    /// round). Defaults to `None`.
+    /// round). An attempt that is not won puts the waiter back in the queues wherever its
+    /// rollback frees the keys (the script that set them took it out), so that every node
+    /// keeps the same queue. Defaults to `None`.
     pub fair: Option<FairPlace<'a>>,
     /// For a waiter that is not fair: its place in the key's queue all the same, only so
     /// that the release of the key wakes the oldest waiter's client instead of every
@@ -210,7 +212,16 @@ impl Coordinator {
                 ),
                 None => spec.acquire(ttl, fence_key),
             },
-            requests: vec![spec.acquire_request(ttl)],
+            requests: vec![match &place {
+                Some(place) => spec.acquire_queued_request(
+                    ttl,
+                    place,
+                    what.fair.is_some(),
+                    &config.fair_prefix,
+                    what.fenced,
+                ),
+                None => spec.acquire_request(ttl),
+            }],
             drift_factor: config.drift_factor,
         };
         let decided = self.run_one(round).await;

@@ -224,8 +224,24 @@ impl Coordinator {
     /// (a dropped `lock` call). Counts as background work, like
     /// [`release_in_background`](Self::release_in_background); outside a tokio runtime it
     /// sends nothing and the entry expires with its patience.
-    pub fn leave_queue_in_background(&self, key: String, waiter: String) -> bool {
+    ///
+    /// `lost` is the report of the waiter's last round that was not won, if any: the leave
+    /// waits until that round has settled, because its rollback puts the waiter back in the
+    /// queue on every node where it frees the key (see [`Acquisition::fair`]); a leave that
+    /// reached a node before that rollback would leave the entry there for the waiter's
+    /// patience.
+    ///
+    /// [`Acquisition::fair`]: crate::Acquisition::fair
+    pub fn leave_queue_in_background(
+        &self,
+        key: String,
+        waiter: String,
+        lost: Option<RoundReport>,
+    ) -> bool {
         self.spawn_background(|this| async move {
+            if let Some(lost) = lost {
+                lost.settled().await;
+            }
             if let Err(e) = this.leave_queue(&key, &waiter).await {
                 tracing::debug!(error = %e, "leaving a fair queue failed; the entry expires with its patience");
             }
@@ -241,12 +257,23 @@ impl Coordinator {
     /// that did not, or did not say so, once the round's late answers are in. One try per
     /// node, bounded by the node timeout: an entry not taken out expires with its patience.
     ///
-    /// Where it leaves, a key handed over to it that is not this lock's is deleted.
-    pub fn leave_queue_after_win(&self, lock: &Lock, waiter: String) -> bool {
+    /// Where it leaves, a key handed over to it that is not this lock's is deleted. With
+    /// `lost`, the waiter's last round that was not won (one that ran while the key was
+    /// handed over to it, say), it first waits for that round's rollbacks, as
+    /// [`leave_queue_in_background`](Self::leave_queue_in_background) does.
+    pub fn leave_queue_after_win(
+        &self,
+        lock: &Lock,
+        waiter: String,
+        lost: Option<RoundReport>,
+    ) -> bool {
         let report = lock.report().clone();
         let keys = lock.keys.clone();
         let token = lock.token().clone();
         self.spawn_background(|this| async move {
+            if let Some(lost) = lost {
+                lost.settled().await;
+            }
             let settled = report.settled().await;
             let missed: Vec<_> = settled
                 .nodes

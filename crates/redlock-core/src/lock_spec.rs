@@ -14,9 +14,9 @@ use crate::lock::Lock;
 use crate::round::{Command, Request, Undo};
 use crate::scripts::{
     Script, ACQUIRE_MANY, FAIR_ACQUIRE, FAIR_ACQUIRE_MANY, FAIR_REENTRANT_ACQUIRE,
-    FENCED_ACQUIRE_MANY, FENCED_ACQUIRE_ONE, FENCED_FAIR_ACQUIRE, FENCED_FAIR_ACQUIRE_MANY,
-    FENCED_FAIR_REENTRANT_ACQUIRE, FENCED_REENTRANT_ACQUIRE, REENTRANT_ACQUIRE, REENTRANT_RELEASE,
-    RELEASE,
+    FAIR_REENTRANT_ROLLBACK, FAIR_ROLLBACK, FENCED_ACQUIRE_MANY, FENCED_ACQUIRE_ONE,
+    FENCED_FAIR_ACQUIRE, FENCED_FAIR_ACQUIRE_MANY, FENCED_FAIR_REENTRANT_ACQUIRE,
+    FENCED_REENTRANT_ACQUIRE, REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE,
 };
 use crate::token::Token;
 
@@ -138,21 +138,14 @@ impl LockSpec {
         let mut args = vec![self.token_value(), Value::from(ttl_ms(ttl))];
         args.extend(place.args());
         args.push(Value::from(if gated { "1" } else { "0" }));
-        args.push(match place.handover {
-            // A hand-over sets the key to a string under a token no round chose: no
-            // fencing token (that needs the waiter's own round), no reentrant hold.
-            Some(number) if gated && fence_key.is_none() && self.waiters_queue() => {
-                Value::from(i64::try_from(number).unwrap_or(i64::MAX))
-            }
-            _ => Value::from(""),
-        });
+        args.push(
+            self.handover(place, gated, fence_key.is_some())
+                .map_or(Value::from(""), Value::from),
+        );
         if let Some(owner) = &self.owner {
             args.push(Value::from(&**owner));
         }
-        let mut keys = self.fred_keys();
-        for key in self.keys.iter() {
-            keys.extend(fair::queue_keys(prefix, key));
-        }
+        let mut keys = self.queued_keys(prefix);
         let script = match (&self.owner, self.keys.len() > 1, fence_key) {
             (Some(_), _, None) => &*FAIR_REENTRANT_ACQUIRE,
             (Some(_), _, Some(_)) => &*FENCED_FAIR_REENTRANT_ACQUIRE,
@@ -167,6 +160,69 @@ impl LockSpec {
         Command::Script { script, keys, args }
     }
 
+    /// The hand-over number that a queued attempt registers: a hand-over sets the key to a
+    /// string under a token no round chose, so only a gated attempt of a plain lock of one
+    /// key has one: no fencing token (that needs the waiter's own round), no reentrant
+    /// hold.
+    fn handover(&self, place: &FairPlace<'_>, gated: bool, fenced: bool) -> Option<i64> {
+        place
+            .handover
+            .filter(|_| gated && !fenced && self.waiters_queue())
+            .map(|number| i64::try_from(number).unwrap_or(i64::MAX))
+    }
+
+    /// The lock's keys, then each key's queue, expiry and hand-overs.
+    fn queued_keys(&self, prefix: &str) -> Vec<Key> {
+        let mut keys = self.fred_keys();
+        for key in self.keys.iter() {
+            keys.extend(fair::queue_keys(prefix, key));
+        }
+        keys
+    }
+
+    /// The request of a queued acquisition ([`acquire_queued`](Self::acquire_queued)): it
+    /// asks for `ttl`, and its rollback also puts the waiter back in the queues where it
+    /// frees the keys (see `FAIR_ROLLBACK`), as they were before the round took it out.
+    pub(crate) fn acquire_queued_request(
+        &self,
+        ttl: Duration,
+        place: &FairPlace<'_>,
+        gated: bool,
+        prefix: &str,
+        fenced: bool,
+    ) -> Request {
+        let ttl_ms = ttl_ms(ttl);
+        let [waiter, ticket, patience] = place.args();
+        let handover = self
+            .handover(place, gated, fenced)
+            .map_or(String::new(), |number| format!("{number} {ttl_ms}"));
+        let mut args = vec![
+            self.token_value(),
+            waiter,
+            ticket,
+            patience,
+            handover.into(),
+        ];
+        let script = match &self.owner {
+            Some(owner) => {
+                args.push(Value::from(&**owner));
+                &*FAIR_REENTRANT_ROLLBACK
+            }
+            None => &*FAIR_ROLLBACK,
+        };
+        Request {
+            name: self.name.clone(),
+            ttl: Some(ttl),
+            undo: Some(Undo {
+                script,
+                keys: self.queued_keys(prefix),
+                args,
+                waiter_arg: Some(1),
+            }),
+            redo: false,
+        }
+    }
+
     /// The acquisition's request: it asks for `ttl`, and is undone by a compare-and-delete
     /// that publishes nothing (nobody held the lock, so nobody waits for its release).
     pub(crate) fn acquire_request(&self, ttl: Duration) -> Request {
@@ -178,6 +234,7 @@ impl LockSpec {
                 script,
                 keys: self.fred_keys(),
                 args,
+                waiter_arg: None,
             }),
             redo: false,
         }

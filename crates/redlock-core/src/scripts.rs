@@ -615,8 +615,83 @@ return 1"#
     ))
 });
 
+/// The rollback of a queued acquisition ([`FAIR_ACQUIRE`] and its forms) that was not won:
+/// deletes what the round set and, where that freed the lock's keys, puts the waiter back
+/// in their queues as it was before the round (its ticket, its expiry refreshed, and its
+/// hand-over when the attempt registered one and no later attempt did), since the winning
+/// script took it out of the queue where it set the keys. Without it a round that took the
+/// keys on some nodes and lost on others left the waiter queued only where it lost: the
+/// next waiter headed the other queues, and each could block the other's quorum until
+/// the first waiter tried again. Where the keys were not freed (the round set nothing
+/// there, or a reentrant owner still has other holds), nothing is restored, so a rollback
+/// that reaches a node after the waiter's next round there changes nothing of that round's.
+///
+/// `KEYS` = the lock's `n` keys, then each key's queue, expiry and hand-overs (as
+/// [`FAIR_ACQUIRE`]'s), `ARGV[1]` = the round's token, `ARGV[2]` = waiter (or "" to restore
+/// nothing: the round was abandoned, and its waiter's leave may come first), `ARGV[3]` =
+/// ticket, `ARGV[4]` = patience in ms, `ARGV[5]` = the hand-over registration
+/// (`"<number> <ttl ms>"`) or "". Returns 1 when it deleted something, 0 otherwise.
+pub(crate) static FAIR_ROLLBACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(fair_rollback(
+        r#"local function undo()
+  local freed = false
+  for i = 1, n do
+    if redis.pcall("GET", KEYS[i]) == ARGV[1] then
+      redis.call("DEL", KEYS[i])
+      freed = true
+    end
+  end
+  if freed then return 1, true end
+  return 0, false
+end"#,
+    ))
+});
+
+/// [`FAIR_ROLLBACK`] for a reentrant lock: drops the round's hold (`ARGV[6]` = the owner),
+/// and restores the waiter's place only where that was the key's last hold.
+pub(crate) static FAIR_REENTRANT_ROLLBACK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(fair_rollback(
+        r#"local function undo()
+  if redis.pcall("HGET", KEYS[1], "owner") ~= ARGV[6] then return 0, false end
+  if redis.call("HDEL", KEYS[1], "hold:" .. ARGV[1]) == 0 then return 0, false end
+  if redis.call("HLEN", KEYS[1]) <= 1 then
+    redis.call("DEL", KEYS[1])
+    return 1, true
+  end
+  return 1, false
+end"#,
+    ))
+});
+
+/// The body of a queued acquisition's rollback whose `undo` step returns what the script
+/// returns and whether it freed the keys (see [`FAIR_ROLLBACK`]).
+fn fair_rollback(undo: &str) -> String {
+    format!(
+        r#"if redis.replicate_commands then redis.replicate_commands() end
+local n = #KEYS / 4
+{undo}
+local removed, freed = undo()
+if not freed or ARGV[2] == "" then return removed end
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local patience = tonumber(ARGV[4])
+for i = 1, n do
+  local waiters, expiry, handovers = KEYS[n + 3 * i - 2], KEYS[n + 3 * i - 1], KEYS[n + 3 * i]
+  redis.call("ZADD", waiters, "NX", ARGV[3], ARGV[2])
+  redis.call("ZADD", expiry, now + patience, ARGV[2])
+  if ARGV[5] ~= "" then redis.call("HSETNX", handovers, ARGV[2], ARGV[5]) end
+  for _, key in ipairs({{waiters, expiry, handovers}}) do
+    if redis.call("PTTL", key) < patience and redis.call("EXISTS", key) == 1 then
+      redis.call("PEXPIRE", key, patience)
+    end
+  end
+end
+return removed"#
+    )
+}
+
 /// Every script, for preloading.
-pub(crate) fn all() -> [&'static Script; 20] {
+pub(crate) fn all() -> [&'static Script; 22] {
     [
         &ACQUIRE_MANY,
         &ACQUIRE_BATCH,
@@ -638,6 +713,8 @@ pub(crate) fn all() -> [&'static Script; 20] {
         &FENCED_FAIR_REENTRANT_ACQUIRE,
         &FENCED_FAIR_ACQUIRE_MANY,
         &FAIR_LEAVE,
+        &FAIR_ROLLBACK,
+        &FAIR_REENTRANT_ROLLBACK,
     ]
 }
 

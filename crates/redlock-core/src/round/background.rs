@@ -3,6 +3,7 @@
 //! A round dropped before its decision hands everything here with the verdict "roll back"
 //! (deadpool's drop-guard idea), so an abandoned round leaves no key behind either.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -14,6 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use fred::bytes_utils::Str;
 use fred::types::{Key, Value};
 
 use super::command::{Answer, Command};
@@ -152,8 +154,9 @@ pub(crate) struct InFlight {
 impl InFlight {
     /// Records the answers so far in the settling, then hands what is left to a background
     /// task: the commands still in flight, and the rollback of every request in
-    /// `roll_back` on every node that may hold its key.
-    pub(crate) fn hand_off(&mut self, roll_back: Vec<bool>) {
+    /// `roll_back` on every node that may hold its key. `abandoned`: the round's future was
+    /// dropped before its decision (see `Undo::waiter_arg`).
+    pub(crate) fn hand_off(&mut self, roll_back: Vec<bool>, abandoned: bool) {
         self.handed_off = true;
         let answered = std::mem::take(&mut self.answered);
         let calls = std::mem::replace(&mut self.calls, Polled::new());
@@ -203,6 +206,7 @@ impl InFlight {
             t0: self.t0,
             settling: self.settling.clone(),
             roll_back,
+            abandoned,
             _work: self.work.enter(),
         };
         let task = work.run(calls, to_undo).in_current_span();
@@ -227,7 +231,7 @@ impl Drop for InFlight {
                 .iter()
                 .map(|r| r.undo.is_some())
                 .collect();
-            self.hand_off(roll_back);
+            self.hand_off(roll_back, true);
         }
     }
 }
@@ -266,6 +270,8 @@ struct Background {
     t0: Instant,
     settling: Arc<watch::Sender<Settling>>,
     roll_back: Vec<bool>,
+    /// Dropped before its decision: nobody waits for the keys any more.
+    abandoned: bool,
     _work: WorkGuard,
 }
 
@@ -373,14 +379,18 @@ impl Background {
             let cleanup = if needs_undo(&answer.outcome) {
                 // Past the TTL our key is gone by itself, wherever it was set.
                 let deadline = self.t0 + request.ttl.unwrap_or_default();
-                let cleanup = try_on(
-                    connection,
-                    undo.script,
-                    &undo.keys,
-                    &undo.args,
-                    Some(deadline),
-                )
-                .await;
+                let args = match undo.waiter_arg {
+                    Some(i) if self.abandoned => {
+                        let mut args = undo.args.clone();
+                        if let Some(waiter) = args.get_mut(i) {
+                            *waiter = Value::String(Str::from_static(""));
+                        }
+                        Cow::Owned(args)
+                    }
+                    _ => Cow::Borrowed(&undo.args),
+                };
+                let cleanup =
+                    try_on(connection, undo.script, &undo.keys, &args, Some(deadline)).await;
                 connection.metrics.rolled_back(&cleanup);
                 if answer.outcome.is_answer() || matches!(cleanup, CleanupOutcome::Removed) {
                     tracing::debug!(node = %connection.name, outcome = %answer.outcome, %cleanup, "rolled back");

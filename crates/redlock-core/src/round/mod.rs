@@ -163,7 +163,7 @@ async fn run_inner(
         roll_back.push(!won && request.undo.is_some());
         results.push((votes.accepted(), won, lease));
     }
-    flight.hand_off(roll_back);
+    flight.hand_off(roll_back, false);
     // A batch counts as won only if every lock in it was: one lost renewal is worth seeing.
     let all_won = results.iter().all(|(_, won, _)| *won);
     metrics::round_decided(round.kind, all_won, elapsed);

@@ -2058,3 +2058,56 @@ async fn an_abandoned_fair_round_puts_its_waiter_back_nowhere() {
     }
     no_keys_left(&set).await;
 }
+
+/// The leave after a fair win is tried again on a node whose connection failed, as a
+/// rollback is, once it is back: it used to be tried once, so a node cut off for a moment
+/// kept the winner's entry, at the head of its queue, for the waiter's patience (and could
+/// hand the key to it there, for a TTL, if the key came free meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_win_leaves_the_queue_on_a_node_that_was_cut_off_for_a_moment() {
+    use redlock_testkit::LinkFault;
+
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    // Node 2 holds a stranger's key: the winning round queues the waiter there.
+    let stranger = raw(&set.node(2).url()).await;
+    let _: () = stranger
+        .set("redlock:job", "stranger", None, None, false)
+        .await
+        .unwrap();
+    let config = redlock_core::Config {
+        nodes: links.urls(0),
+        node_timeout: Duration::from_millis(500),
+        release_channel: Some("redlock:released".into()),
+        ..Default::default()
+    };
+    let core = redlock_core::Coordinator::connect(config).await.unwrap();
+    let key = ["redlock:job"];
+    let lock = core
+        .acquire_with(fair_attempt(&key, "a:1", 1, Token::random()))
+        .await
+        .unwrap();
+    lock.report().settled().await;
+    assert_eq!(queue_lengths(&set).await, [0, 0, 1]);
+    // Node 2 is cut off (its connection stays open, nothing gets through) for longer than
+    // a node timeout as the leave goes out; then the cut connection is reset.
+    links.link(0, 2).set(LinkFault::Blackhole);
+    assert!(core.leave_queue_after_win(&lock, "a:1".to_string(), None));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    links.link(0, 2).set(LinkFault::Pass);
+    // The entry's patience is 5 s.
+    let left = eventually(Duration::from_secs(3), || async {
+        queue_lengths(&set).await == [0, 0, 0]
+    })
+    .await;
+    assert!(
+        left,
+        "node 2 kept the winner's entry: {:?}",
+        queues(&set).await
+    );
+    core.release(&lock).await.unwrap();
+    let _: () = stranger.del("redlock:job").await.unwrap();
+    stranger.quit().await.unwrap();
+    core.close().await;
+    no_keys_left(&set).await;
+}

@@ -51,8 +51,8 @@ use crate::drift::lease;
 use crate::error::{ConfigError, Error};
 use crate::lock::Lock;
 use crate::lock_spec::channel_arg;
-use crate::report::{NodeOutcome, NodeReport, RoundKind, RoundReport};
-use crate::round::Command;
+use crate::report::{CleanupOutcome, NodeOutcome, NodeReport, RoundKind, RoundReport};
+use crate::round::{try_on, Command};
 use crate::scripts::FAIR_LEAVE;
 use crate::token::Token;
 
@@ -254,8 +254,10 @@ impl Coordinator {
     /// the release that handed the key over) took it out of them on every node that set the
     /// keys, so it leaves each queue (in the background, counted as background work like
     /// [`leave_queue_in_background`](Self::leave_queue_in_background)) only on the nodes
-    /// that did not, or did not say so, once the round's late answers are in. One try per
-    /// node, bounded by the node timeout: an entry not taken out expires with its patience.
+    /// that did not, or did not say so, once the round's late answers are in. Tried on each
+    /// such node as a rollback is: up to three times, each bounded by the node timeout,
+    /// waiting (up to a node timeout) for a node whose connection is down to come back; an
+    /// entry still not taken out expires with its patience.
     ///
     /// Where it leaves, a key handed over to it that is not this lock's is deleted. With
     /// `lost`, the waiter's last round that was not won (one that ran while the key was
@@ -291,12 +293,18 @@ impl Coordinator {
                 .collect();
             let leaves = commands.iter().flat_map(|command| {
                 missed.iter().map(move |connection| async move {
-                    (connection, command.send(connection, None).await)
+                    let left = match command {
+                        Command::Script { script, keys, args } => {
+                            try_on(connection, script, keys, args, None).await
+                        }
+                        Command::SetNx { .. } => CleanupOutcome::NotPresent,
+                    };
+                    (connection, left)
                 })
             });
             for (connection, left) in futures::future::join_all(leaves).await {
-                if let Err(outcome) = left {
-                    tracing::debug!(node = %connection.name, ?outcome, "leaving a fair queue failed; the entry expires with its patience");
+                if let CleanupOutcome::Failed(reason) = left {
+                    tracing::debug!(node = %connection.name, %reason, "leaving a fair queue failed; the entry expires with its patience");
                 }
             }
         })

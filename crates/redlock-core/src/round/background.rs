@@ -440,7 +440,7 @@ impl Background {
 /// connection is down to reconnect (up to the node timeout): a cut that heals within that
 /// does not leave the key behind. A command that timed out is usually still queued on the
 /// connection behind the command it undoes, so it will run in order.
-async fn try_on(
+pub(crate) async fn try_on(
     connection: &Connection,
     script: &Script,
     keys: &[Key],
@@ -464,7 +464,7 @@ async fn try_on(
                     CleanupOutcome::NotPresent
                 };
             }
-            Ok(other) => format!("unexpected reply to the rollback script: {other:?}"),
+            Ok(other) => format!("unexpected reply to the script: {other:?}"),
             Err(failure) => failure.to_string(),
         };
         let past = deadline.is_some_and(|deadline| Instant::now() + pause >= deadline);

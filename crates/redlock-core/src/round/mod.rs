@@ -30,7 +30,7 @@ use crate::metrics;
 use crate::quorum::{quorum, Decision, Votes};
 use crate::report::{NodeReport, RoundReport, Settling, SettlingView};
 
-pub(crate) use background::BackgroundWork;
+pub(crate) use background::{try_on, BackgroundWork};
 use background::{Call, InFlight, Polled};
 use command::Answer;
 pub(crate) use command::Command;

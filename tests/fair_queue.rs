@@ -986,9 +986,17 @@ async fn announcing_coordinator(set: &NodeSet) -> redlock_core::Coordinator {
 /// [`announcing_coordinator`] for the nodes at `nodes` (some of a set's, to play a
 /// release that reaches only those).
 async fn announcing_coordinator_of(nodes: Vec<String>) -> redlock_core::Coordinator {
+    announcing_coordinator_timed(nodes, Duration::from_millis(500)).await
+}
+
+/// [`announcing_coordinator_of`] with the node timeout `node_timeout`.
+async fn announcing_coordinator_timed(
+    nodes: Vec<String>,
+    node_timeout: Duration,
+) -> redlock_core::Coordinator {
     let config = redlock_core::Config {
         nodes,
-        node_timeout: Duration::from_millis(500),
+        node_timeout,
         release_channel: Some("redlock:released".into()),
         ..Default::default()
     };
@@ -1946,6 +1954,21 @@ async fn held_on_nodes_1_and_2(set: &NodeSet) -> (redlock_core::Coordinator, red
     (last, held)
 }
 
+/// Releases `held` (taken by `holder`), closes both coordinators, and checks that nothing
+/// is left on the nodes.
+async fn release_and_close(
+    set: &NodeSet,
+    holder: redlock_core::Coordinator,
+    held: redlock_core::Lock,
+    core: redlock_core::Coordinator,
+) {
+    holder.release(&held).await.unwrap();
+    for c in [core, holder] {
+        c.close().await;
+    }
+    no_keys_left(set).await;
+}
+
 /// A fair waiter's round that took the key on some nodes and lost on the others used to
 /// leave the queues unequal: the script takes the waiter out of the queue where it sets the
 /// key, and the rollback only deleted the key. The waiter kept its place only where it
@@ -2009,11 +2032,7 @@ async fn a_lost_fair_round_keeps_the_waiters_place_where_it_took_the_key() {
         core.quiesce().await;
         assert_eq!(queue_lengths(&set).await, vec![0; 3], "{shape}");
     }
-    last.release(&held).await.unwrap();
-    for c in [core, last] {
-        c.close().await;
-    }
-    no_keys_left(&set).await;
+    release_and_close(&set, last, held, core).await;
 }
 
 /// The other side of the test above: a round dropped before its decision (its caller
@@ -2027,13 +2046,7 @@ async fn an_abandoned_fair_round_puts_its_waiter_back_nowhere() {
     let set = NodeSet::start(3).await.unwrap();
     let links = common::linked(&set).await;
     let (last, held) = held_on_nodes_1_and_2(&set).await;
-    let config = redlock_core::Config {
-        nodes: links.urls(0),
-        node_timeout: Duration::from_secs(3),
-        release_channel: Some("redlock:released".into()),
-        ..Default::default()
-    };
-    let core = redlock_core::Coordinator::connect(config).await.unwrap();
+    let core = announcing_coordinator_timed(links.urls(0), Duration::from_secs(3)).await;
     // Nodes 1 and 2 answer 2 s late; node 0 takes the key at once.
     let late = LinkFault::Latency {
         to_server: Duration::ZERO,
@@ -2052,11 +2065,7 @@ async fn an_abandoned_fair_round_puts_its_waiter_back_nowhere() {
     links.link(0, 1).set(LinkFault::Pass);
     links.link(0, 2).set(LinkFault::Pass);
     core.leave_queue(key[0], "a:1").await.unwrap();
-    last.release(&held).await.unwrap();
-    for c in [core, last] {
-        c.close().await;
-    }
-    no_keys_left(&set).await;
+    release_and_close(&set, last, held, core).await;
 }
 
 /// The leave after a fair win is tried again on a node whose connection failed, as a
@@ -2075,13 +2084,7 @@ async fn a_fair_win_leaves_the_queue_on_a_node_that_was_cut_off_for_a_moment() {
         .set("redlock:job", "stranger", None, None, false)
         .await
         .unwrap();
-    let config = redlock_core::Config {
-        nodes: links.urls(0),
-        node_timeout: Duration::from_millis(500),
-        release_channel: Some("redlock:released".into()),
-        ..Default::default()
-    };
-    let core = redlock_core::Coordinator::connect(config).await.unwrap();
+    let core = announcing_coordinator_of(links.urls(0)).await;
     let key = ["redlock:job"];
     let lock = core
         .acquire_with(fair_attempt(&key, "a:1", 1, Token::random()))

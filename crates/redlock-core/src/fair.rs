@@ -210,14 +210,24 @@ impl Coordinator {
     /// The `FAIR_LEAVE` script call that takes `waiter` out of `key`'s queue (keeping a key
     /// handed over to it under `keep`).
     fn leave_command(&self, key: &str, waiter: &str, keep: Option<&Token>) -> Command {
+        let (keys, args) = self.leave_args(key, waiter, keep);
+        Command::Script {
+            script: &FAIR_LEAVE,
+            keys,
+            args,
+        }
+    }
+
+    /// The keys and arguments of the `FAIR_LEAVE` script call (see
+    /// [`leave_command`](Self::leave_command)).
+    fn leave_args(&self, key: &str, waiter: &str, keep: Option<&Token>) -> (Vec<Key>, Vec<Value>) {
         let [queue, expiry, handovers] = queue_keys(&self.inner.config.fair_prefix, key);
         let channel = channel_arg(self.inner.release_channel.as_ref());
         let keep = keep.map_or(Value::from(""), |t| Value::String(t.as_fred().clone()));
-        Command::Script {
-            script: &FAIR_LEAVE,
-            keys: vec![queue, expiry, Key::from(key), handovers],
-            args: vec![Value::from(waiter), channel, keep],
-        }
+        (
+            vec![queue, expiry, Key::from(key), handovers],
+            vec![Value::from(waiter), channel, keep],
+        )
     }
 
     /// [`leave_queue`](Self::leave_queue) without waiting, for a waiter that cannot await
@@ -287,18 +297,13 @@ impl Coordinator {
             if missed.is_empty() {
                 return;
             }
-            let commands: Vec<Command> = keys
+            let calls: Vec<_> = keys
                 .iter()
-                .map(|key| this.leave_command(key, &waiter, Some(&token)))
+                .map(|key| this.leave_args(key, &waiter, Some(&token)))
                 .collect();
-            let leaves = commands.iter().flat_map(|command| {
+            let leaves = calls.iter().flat_map(|(keys, args)| {
                 missed.iter().map(move |connection| async move {
-                    let left = match command {
-                        Command::Script { script, keys, args } => {
-                            try_on(connection, script, keys, args, None).await
-                        }
-                        Command::SetNx { .. } => CleanupOutcome::NotPresent,
-                    };
+                    let left = try_on(connection, &FAIR_LEAVE, keys, args, None).await;
                     (connection, left)
                 })
             });

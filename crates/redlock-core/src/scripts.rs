@@ -517,6 +517,21 @@ const DROP_EXPIRED: &str = r#"local function drop_expired(waiters, expiry, hando
   if #gone > 0 then redis.call("ZREMRANGEBYSCORE", expiry, "-inf", now) end
 end"#;
 
+/// The queues of a script whose `KEYS` are a lock's `n` keys and then each key's queue,
+/// expiry and hand-overs: `queue(i)` names key `i`'s three, and `keep_queues(patience)`
+/// makes each of them that exists live at least `patience` ms more.
+const QUEUES: &str = r#"local n = #KEYS / 4
+local function queue(i)
+  return KEYS[n + 3 * i - 2], KEYS[n + 3 * i - 1], KEYS[n + 3 * i]
+end
+local function keep_queues(patience)
+  for i = n + 1, #KEYS do
+    if redis.call("PTTL", KEYS[i]) < patience and redis.call("EXISTS", KEYS[i]) == 1 then
+      redis.call("PEXPIRE", KEYS[i], patience)
+    end
+  end
+end"#;
+
 /// The body of a fair acquisition whose `steps` define `held()` (the waiter holds the key
 /// already: no turn needed) and `take()` (take the free keys), each returning whether it
 /// did, over the lock's `n` keys (see [`FAIR_ACQUIRE`]).
@@ -526,10 +541,7 @@ fn fair(steps: &str) -> String {
 local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local patience = tonumber(ARGV[5])
-local n = #KEYS / 4
-local function queue(i)
-  return KEYS[n + 3 * i - 2], KEYS[n + 3 * i - 1], KEYS[n + 3 * i]
-end
+{QUEUES}
 {DROP_EXPIRED}
 for i = 1, n do
   local waiters, expiry, handovers = queue(i)
@@ -572,11 +584,7 @@ do
     result = 1
   end
 end
-for i = n + 1, #KEYS do
-  if redis.call("PTTL", KEYS[i]) < patience and redis.call("EXISTS", KEYS[i]) == 1 then
-    redis.call("PEXPIRE", KEYS[i], patience)
-  end
-end
+keep_queues(patience)
 return result"#
     )
 }
@@ -668,7 +676,7 @@ end"#,
 fn fair_rollback(undo: &str) -> String {
     format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
-local n = #KEYS / 4
+{QUEUES}
 {undo}
 local removed, freed = undo()
 if not freed or ARGV[2] == "" then return removed end
@@ -676,16 +684,12 @@ local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local patience = tonumber(ARGV[4])
 for i = 1, n do
-  local waiters, expiry, handovers = KEYS[n + 3 * i - 2], KEYS[n + 3 * i - 1], KEYS[n + 3 * i]
+  local waiters, expiry, handovers = queue(i)
   redis.call("ZADD", waiters, "NX", ARGV[3], ARGV[2])
   redis.call("ZADD", expiry, now + patience, ARGV[2])
   if ARGV[5] ~= "" then redis.call("HSETNX", handovers, ARGV[2], ARGV[5]) end
-  for _, key in ipairs({{waiters, expiry, handovers}}) do
-    if redis.call("PTTL", key) < patience and redis.call("EXISTS", key) == 1 then
-      redis.call("PEXPIRE", key, patience)
-    end
-  end
 end
+keep_queues(patience)
 return removed"#
     )
 }

@@ -15,6 +15,7 @@
 //! Ctrl-C as "quit now"); signals that come from elsewhere (SIGTERM, SIGHUP) are passed on.
 //! In that case a lost lock stops the command's own process only.
 
+use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -39,7 +40,7 @@ pub struct Child {
 impl Child {
     /// Starts `command` (program and arguments) with `env` added to this process's
     /// environment.
-    pub fn spawn(command: &[String], env: &[(&str, String)]) -> Result<Child, CliError> {
+    pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, CliError> {
         let (program, args) = command
             .split_first()
             .expect("clap requires at least the program");
@@ -51,10 +52,10 @@ impl Child {
         }
         let process = cmd.spawn().map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => CliError::CommandNotFound {
-                program: program.clone(),
+                program: program.to_string_lossy().into_owned(),
             },
             _ => CliError::CannotExecute {
-                program: program.clone(),
+                program: program.to_string_lossy().into_owned(),
                 source,
             },
         })?;

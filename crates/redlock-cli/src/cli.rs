@@ -65,16 +65,16 @@ pub struct Common {
     )]
     pub config: Option<PathBuf>,
     /// The Redis masters, comma-separated, each `redis://[user:password@]host:port[/db]`.
+    // Split by `settings::node_list`, not by clap: a password may hold a comma.
     #[arg(
         long,
         env = "REDLOCK_NODES",
         global = true,
-        value_delimiter = ',',
         // The URLs may hold passwords: --help must not show the variable's value.
         hide_env_values = true,
         value_name = "URL,..."
     )]
-    pub nodes: Option<Vec<String>>,
+    pub nodes: Option<String>,
     /// How long one node gets to answer one command [default: 100ms].
     #[arg(long, env = "REDLOCK_NODE_TIMEOUT", global = true, value_parser = duration, value_name = "DURATION")]
     pub node_timeout: Option<Duration>,
@@ -105,8 +105,10 @@ pub enum Command {
     /// The command gets REDLOCK_KEY (the full key), REDLOCK_TOKEN (the lock's token) and,
     /// with --fenced, REDLOCK_FENCING_TOKEN in its environment. SIGINT, SIGTERM and SIGHUP
     /// are passed on to it. If the lock is lost while it runs, the command gets SIGTERM,
-    /// then SIGKILL after the grace period, and redlock exits with 76. Otherwise redlock
-    /// exits with the command's own code (128+N if signal N ended it).
+    /// then SIGKILL after the grace period, and redlock exits with 76; while renewal
+    /// fails, it gets SIGTERM a grace period before the lock's validity ends and SIGKILL
+    /// when it ends, so that it never runs unlocked. Otherwise redlock exits with the
+    /// command's own code (128+N if signal N ended it).
     #[command(override_usage = "redlock run [OPTIONS] <KEY> -- <COMMAND>...")]
     Run(RunArgs),
     /// Show whether KEY is held, for how long, and what each node says.
@@ -142,9 +144,12 @@ pub struct RunArgs {
     /// Get a fencing token and pass it to the command as REDLOCK_FENCING_TOKEN.
     #[arg(long, env = "REDLOCK_FENCED", value_parser = clap::builder::BoolishValueParser::new())]
     pub fenced: bool,
-    /// How long the command gets between SIGTERM and SIGKILL once the lock is lost.
-    #[arg(long, env = "REDLOCK_GRACE", value_parser = duration, default_value = "5s", value_name = "DURATION")]
-    pub grace: Duration,
+    /// How long the command gets between SIGTERM and SIGKILL when the lock is lost or
+    /// renewal fails: it gets SIGTERM this long before the lock's validity ends, unless a
+    /// renewal extended it by then, and SIGKILL when it ends [default: 5s, or half of what
+    /// a short TTL leaves].
+    #[arg(long, env = "REDLOCK_GRACE", value_parser = duration, value_name = "DURATION")]
+    pub grace: Option<Duration>,
     /// The lock's key, without the prefix.
     pub key: String,
     /// The command and its arguments (after `--`).
@@ -152,9 +157,11 @@ pub struct RunArgs {
         required = true,
         trailing_var_arg = true,
         allow_hyphen_values = true,
+        // Any bytes, as a shell passes them (file names need not be UTF-8).
+        value_parser = clap::value_parser!(std::ffi::OsString),
         value_name = "COMMAND"
     )]
-    pub command: Vec<String>,
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// `redlock inspect`.
@@ -226,7 +233,7 @@ mod tests {
         assert_eq!(run.key, "job");
         assert_eq!(run.command, ["ls", "-la", "--color"]);
         assert_eq!(run.ttl, Some(Duration::from_secs(5)));
-        assert_eq!(run.grace, Duration::from_secs(5));
+        assert_eq!(run.grace, None);
     }
 
     #[test]
@@ -238,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn nodes_are_comma_separated_and_global() {
+    fn nodes_are_global() {
         let cli = Cli::try_parse_from([
             "redlock",
             "inspect",
@@ -247,9 +254,6 @@ mod tests {
             "redis://a:1,redis://b:2",
         ])
         .unwrap();
-        assert_eq!(
-            cli.common.nodes,
-            Some(vec!["redis://a:1".to_string(), "redis://b:2".to_string()])
-        );
+        assert_eq!(cli.common.nodes.as_deref(), Some("redis://a:1,redis://b:2"));
     }
 }

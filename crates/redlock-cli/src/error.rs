@@ -30,6 +30,12 @@ pub enum CliError {
     /// A value from flags, environment or file cannot work.
     #[error("{0}; fix the flag, environment variable or configuration file that sets it")]
     InvalidConfig(redlock_client::InvalidConfig),
+    /// `--grace` does not fit in the lock's validity.
+    #[error("{reason}")]
+    Grace {
+        /// What is wrong and what to change.
+        reason: String,
+    },
     /// Too few nodes answered to decide anything.
     #[error("{what}: fewer than a quorum of nodes could be reached ({report}); check that the nodes are running and reachable from this host (`redlock nodes` shows each one)")]
     Unavailable {
@@ -38,7 +44,7 @@ pub enum CliError {
         /// What each node answered.
         report: Box<RoundReport>,
     },
-    /// The lock stayed busy for the whole wait.
+    /// The lock stayed busy for the whole wait (or every round won too little validity).
     #[error("{0}; `redlock run --wait` sets how long to wait, `redlock inspect KEY` shows how long the holder still has")]
     NotAcquired(LockError),
     /// The lock was lost while the command ran.
@@ -79,7 +85,8 @@ impl CliError {
         match self {
             CliError::ReadConfig { .. }
             | CliError::ParseConfig { .. }
-            | CliError::InvalidConfig(_) => Exit::Config,
+            | CliError::InvalidConfig(_)
+            | CliError::Grace { .. } => Exit::Config,
             CliError::Unavailable { .. } => Exit::Unavailable,
             CliError::NotAcquired(_) => Exit::NotAcquired,
             CliError::LockLost { .. } => Exit::LockLost,
@@ -108,9 +115,10 @@ impl CliError {
             };
         }
         match error {
-            LockError::NotAcquired { .. } | LockError::DeadlinePassed { .. } => {
-                CliError::NotAcquired(error)
-            }
+            // Every node answered; the last round won with too little validity left.
+            LockError::NotAcquired { .. }
+            | LockError::DeadlinePassed { .. }
+            | LockError::BelowMinValidity { .. } => CliError::NotAcquired(error),
             other => CliError::Round(other),
         }
     }

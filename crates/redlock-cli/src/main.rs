@@ -71,7 +71,7 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli, console: Console) -> Result<Exit, CliError> {
     let config = settings::load(&cli.common)?;
     let config = match &cli.command {
-        Command::Run(args) => settings::for_run(config, args),
+        Command::Run(args) => settings::for_run(config, args)?,
         // This command reports the health check itself; the one at connect would only say
         // it twice, as log lines.
         Command::Nodes(_) => LockConfig {

@@ -1,17 +1,21 @@
 //! `redlock run`: acquire, run the command while the lock is renewed, stop the command if
 //! the lock is lost, release.
 
-use redlock_client::{LockGuard, Redlock};
+use redlock_client::{LockGuard, LostReason, Redlock};
+use tokio::time::Instant;
 
 use crate::child::{exit_of, Child, Signals};
 use crate::cli::RunArgs;
 use crate::console::Console;
 use crate::error::CliError;
 use crate::exit::Exit;
+use crate::settings;
 
 /// Runs `args.command` under the lock `args.key` with `client`, whose configuration
-/// already has the run's TTL, wait and fencing (see `settings::for_run`).
+/// already has the run's TTL, wait, fencing and minimum validity (see
+/// `settings::for_run`).
 pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<Exit, CliError> {
+    let grace = settings::grace(client.config(), args.grace)?;
     // Before the wait, so that a Ctrl-C during it ends the wait (rolling back the attempt
     // in flight) instead of the process, and none is missed between wait and command.
     let mut signals = Signals::listen().map_err(CliError::Setup)?;
@@ -36,9 +40,20 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
     let lost = guard.lost();
     tokio::pin!(lost);
     let outcome = loop {
+        // The command must be gone by the end of the lock's validity: unless a renewal
+        // has moved that end by the time only `grace` is left of it (renewal is failing,
+        // or capped by `max_hold`), the command is stopped then, with SIGKILL at the end.
+        let valid_until = guard.valid_until();
+        let stop_at = valid_until.checked_sub(grace).unwrap_or(valid_until);
         tokio::select! {
             status = child.wait() => break Ok(status.map_err(CliError::Setup)?),
-            reason = &mut lost => break Err(reason),
+            reason = &mut lost => break Err((reason, grace)),
+            _ = tokio::time::sleep_until(stop_at) => {
+                if guard.valid_until() <= valid_until {
+                    let left = valid_until.saturating_duration_since(Instant::now());
+                    break Err((LostReason::Expired, left));
+                }
+            }
             signal = signals.recv() => child.forward(signal),
         }
     };
@@ -47,16 +62,17 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
             release(guard, console).await;
             Ok(exit_of(status))
         }
-        Err(reason) => {
+        Err((reason, grace)) => {
             let key = guard.key();
-            tracing::info!(%key, %reason, grace = ?args.grace, "lock lost; stopping the command");
+            tracing::info!(%key, %reason, ?grace, "lock lost or about to be; stopping the command");
             // Signals that arrive meanwhile wait in their queue: the command is being
             // stopped already, and redlock still releases before it exits.
-            if let Err(e) = child.stop(args.grace).await {
+            if let Err(e) = child.stop(grace).await {
                 console.warn(format_args!("could not wait for the command to end: {e}"));
             }
-            // The key is not ours any more on a majority; releasing cleans up the nodes
-            // where it still is, without touching another holder's key (compare-and-delete).
+            // The key is not ours any more on a majority (or soon will not be); releasing
+            // cleans up the nodes where it still is, without touching another holder's key
+            // (compare-and-delete).
             release(guard, console).await;
             Err(CliError::LockLost { key, reason })
         }

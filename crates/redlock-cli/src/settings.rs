@@ -22,9 +22,7 @@ pub fn load(common: &Common) -> Result<LockConfig, CliError> {
         None => LockConfig::default(),
     };
     if let Some(nodes) = &common.nodes {
-        // `--nodes ''` or `REDLOCK_NODES=` gives one empty entry; an empty list is then
-        // reported as "no nodes" instead of as an unusable empty URL.
-        config.nodes = nodes.iter().filter(|n| !n.is_empty()).cloned().collect();
+        config.nodes = node_list(nodes);
     }
     if let Some(timeout) = common.node_timeout {
         config.node_timeout = timeout;
@@ -38,8 +36,36 @@ pub fn load(common: &Common) -> Result<LockConfig, CliError> {
     Ok(config)
 }
 
-/// `run`'s own settings on top of [`load`]'s.
-pub fn for_run(mut config: LockConfig, run: &RunArgs) -> LockConfig {
+/// The node URLs of a comma-separated list. A comma may also stand in a URL's password
+/// (`redis://:a,b@host:1`), so a piece without a scheme (`://`) belongs to the URL before
+/// it: split there, the password's halves would be shown as two unusable URLs. Empty
+/// pieces are dropped (`--nodes ''` or `REDLOCK_NODES=` then reads as "no nodes",
+/// reported as such, instead of as an unusable empty URL).
+pub fn node_list(list: &str) -> Vec<String> {
+    let mut nodes: Vec<String> = Vec::new();
+    for piece in list.split(',') {
+        match nodes.last_mut() {
+            Some(url) if !url.is_empty() && !piece.contains("://") => {
+                url.push(',');
+                url.push_str(piece);
+            }
+            _ => nodes.push(piece.to_string()),
+        }
+    }
+    // No URL ends in a comma (it ends in its host, port or database): those were empty
+    // pieces after it.
+    nodes
+        .into_iter()
+        .map(|url| url.trim_end_matches(',').to_string())
+        .filter(|url| !url.is_empty())
+        .collect()
+}
+
+/// `run`'s own settings on top of [`load`]'s. The grace period must fit (see [`grace`]),
+/// and a round won with less validity than the grace and a renewal interval is released
+/// and retried (the library's `min_validity`, raised to that): the command would be
+/// stopped before the first renewal could extend the lock.
+pub fn for_run(mut config: LockConfig, run: &RunArgs) -> Result<LockConfig, CliError> {
     if let Some(ttl) = run.ttl {
         config.ttl = ttl;
     }
@@ -49,7 +75,59 @@ pub fn for_run(mut config: LockConfig, run: &RunArgs) -> LockConfig {
     if run.fenced {
         config.fencing = true;
     }
-    config
+    let grace = grace(&config, run.grace)?;
+    config.min_validity = config
+        .min_validity
+        .max(Some(grace + renewal_interval(&config)));
+    Ok(config)
+}
+
+/// How long after an acquisition or renewal the next renewal is due (zero without
+/// renewal: the validity only runs down).
+fn renewal_interval(config: &LockConfig) -> Duration {
+    match config.renewal.enabled {
+        true => config.renewal.renew_after.unwrap_or(config.ttl / 3),
+        false => Duration::ZERO,
+    }
+}
+
+/// The grace period when `--grace` is not given: this, or half of what the lock leaves
+/// (see [`grace`]) where that is less.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the command gets between SIGTERM and SIGKILL: `given` (`--grace`), or
+/// [`DEFAULT_GRACE`] capped at half of the room the lock leaves.
+///
+/// The command must be gone by the end of the lock's validity, so when renewal has not
+/// extended the lock by `grace` before that end, the command gets SIGTERM then (see
+/// `run.rs`). A healthy lock's validity never comes that close: a renewal is due one
+/// renewal interval after the last, and may take a node timeout, out of a validity of at
+/// most the TTL minus the drift allowance. What is left of that is the room; a grace that
+/// does not fit in it would stop every command while its lock is healthy.
+pub fn grace(config: &LockConfig, given: Option<Duration>) -> Result<Duration, CliError> {
+    let ttl = config.ttl;
+    let interval = renewal_interval(config);
+    let room = ttl
+        .saturating_sub(redlock_core::drift(ttl, config.drift_factor))
+        .saturating_sub(interval)
+        .saturating_sub(config.node_timeout);
+    match given {
+        None => Ok(DEFAULT_GRACE.min(room / 2)),
+        Some(grace) if grace < room => Ok(grace),
+        Some(grace) => Err(CliError::Grace {
+            reason: format!(
+                "--grace ({}) does not fit in the lock: the command gets SIGTERM that long \
+                 before the lock's validity ends unless a renewal extended it, and a healthy \
+                 lock (TTL {}, renewed every {}, node timeout {}) can have as little as {} \
+                 left before its renewal is in; lower --grace or raise --ttl",
+                humantime::format_duration(grace),
+                humantime::format_duration(ttl),
+                humantime::format_duration(interval),
+                humantime::format_duration(config.node_timeout),
+                humantime::format_duration(room),
+            ),
+        }),
+    }
 }
 
 /// `--wait` replaces the retry policy's bounds: "wait up to this long" is the whole bound,
@@ -96,12 +174,19 @@ fn redact_passwords(text: &str) -> String {
     while let Some(start) = rest.find("://") {
         let (head, tail) = rest.split_at(start + 3);
         out.push_str(head);
-        // The URL ends at a quote, a comma or white space. Its user information ends at
-        // its last `@`: a password may hold a `/` that was not percent-encoded, so the
-        // authority ends at the first `/` only when no `@` follows it.
-        let url_end = tail
-            .find(|c: char| c == '"' || c == '\'' || c.is_whitespace() || c == ',')
-            .unwrap_or(tail.len());
+        // A quoted URL ends at its closing quote (or the line's end): its password may
+        // hold any other character, a comma or the other quote included. Any other ends
+        // at white space, a quote or a backtick. Its user information ends at its last
+        // `@`: a password may hold a `/` that was not percent-encoded, so the authority
+        // ends at the first `/` only when no `@` follows it.
+        let scheme = head[..start]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
+            .map_or(0, |at| at + 1);
+        let url_end = match head[..scheme].chars().next_back() {
+            Some(quote @ ('"' | '\'')) => tail.find([quote, '\n']),
+            _ => tail.find(|c: char| "\"'`".contains(c) || c.is_whitespace()),
+        }
+        .unwrap_or(tail.len());
         let end = match tail[..url_end].rfind('@') {
             Some(at) => at + tail[at..url_end].find('/').unwrap_or(url_end - at),
             None => tail[..url_end].find('/').unwrap_or(url_end),
@@ -188,12 +273,38 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, CliError::ParseConfig { .. }), "{err}");
+        for line in [
+            "nodes = [\"redis://:s3cret@h:1\", 5]\n",
+            // A comma in the password.
+            "nodes = [\"redis://:s3,cret@h:1\", 5]\n",
+        ] {
+            let shown = parse(path, line).unwrap_err().to_string();
+            assert!(
+                !shown.contains("s3cret") && !shown.contains("cret@"),
+                "{shown}"
+            );
+        }
         let err = parse(path, "nodes = [\"redis://:s3cret@h:1\", 5]\n").unwrap_err();
         let shown = err.to_string();
-        assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("redlock.toml"), "{shown}");
         let err = parse(path, "ttl_ms = 5").unwrap_err();
         assert!(err.to_string().contains("unknown field"), "{err}");
+    }
+
+    #[test]
+    fn a_node_list_splits_at_commas_outside_passwords() {
+        assert_eq!(
+            node_list("redis://a:1,rediss://u:p@b:2/0"),
+            ["redis://a:1", "rediss://u:p@b:2/0"]
+        );
+        assert_eq!(
+            node_list("redis://:se,cr,et@a:1,redis://b:2"),
+            ["redis://:se,cr,et@a:1", "redis://b:2"]
+        );
+        assert_eq!(node_list(""), Vec::<String>::new());
+        assert_eq!(node_list("redis://a:1,,"), ["redis://a:1"]);
+        assert_eq!(node_list("redis://:a,,b@h:1"), ["redis://:a,,b@h:1"]);
+        assert_eq!(node_list(",redis://a:1"), ["redis://a:1"]);
     }
 
     #[test]
@@ -230,6 +341,11 @@ mod tests {
             "x = \"redis://user:***@h:1/0\", 'rediss://:***@h:2' redis://h:3"
         );
         assert_eq!(redact_passwords("no urls"), "no urls");
+        // A comma or the other quote in a quoted password.
+        assert_eq!(
+            redact_passwords("nodes = [\"redis://:se,cr'et@h:1\", 'redis://:a\"b@h:2']"),
+            "nodes = [\"redis://:***@h:1\", 'redis://:***@h:2']"
+        );
         // A `/` or `@` in a password that was not percent-encoded.
         assert_eq!(
             redact_passwords("nodes = [\"redis://u:p/w@h:1/0\", \"redis://:a@b/c@h:2\"]"),

@@ -42,3 +42,28 @@ async fn the_command_gets_the_key_and_tokens() {
     assert_exit(&out, 0);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[unset]");
 }
+
+/// The command's arguments are passed on byte for byte, as a shell would: a file name
+/// need not be UTF-8 (`redlock` used to refuse such an argument with a usage error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_that_are_not_utf8_reach_the_command() {
+    use std::os::unix::ffi::OsStrExt;
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let mut cmd = redlock(&set);
+    cmd.args([
+        "run",
+        "bytes",
+        "--",
+        "sh",
+        "-c",
+        "printf '%s' \"$1\" | od -An -tx1",
+        "sh",
+    ])
+    .arg(std::ffi::OsStr::from_bytes(b"a\xffb"));
+    let out = output(&mut cmd).await;
+    assert_exit(&out, 0);
+    let hex: String = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .collect();
+    assert_eq!(hex, "61ff62");
+}

@@ -2,12 +2,14 @@
 
 mod common;
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
 use common::{
     assert_exit, bare, closed_ports, code_with_stderr_closed, first_line, output, redlock,
 };
-use redlock_testkit::NodeSet;
+use redlock_testkit::{LinkFault, Links, NodeSet};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_commands_own_code_and_signal_pass_through_and_the_lock_is_released() {
@@ -230,4 +232,45 @@ async fn a_closed_stderr_changes_no_exit_code_and_leaves_no_lock() {
     let code =
         code_with_stderr_closed(bare().args(["-vv", "--nodes", &nodes.join(","), "nodes"])).await;
     assert_eq!(code, Some(69));
+}
+
+/// A lock won with less validity than the configured minimum, on nodes that all answered,
+/// is "not acquired within the wait" (75), not "nodes unavailable" (69, which it used to
+/// be): scripts that page someone for 69 must not for slow rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_won_below_the_minimum_validity_is_not_acquired() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let upstreams: Vec<SocketAddr> = set
+        .iter()
+        .map(|n| SocketAddr::from((Ipv4Addr::LOCALHOST, n.port())))
+        .collect();
+    let links = Links::start(1, &upstreams).await.expect("proxies start");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("redlock.toml");
+    // A round leaves at most 988 ms of a 1 s TTL; every round through these links takes
+    // at least 20 ms, so none leaves the 985 ms asked for.
+    std::fs::write(&config, "ttl = \"1s\"\nmin_validity = \"985ms\"\n").unwrap();
+    for node in 0..set.len() {
+        links.set_node(
+            node,
+            LinkFault::Latency {
+                to_server: Duration::from_millis(10),
+                to_client: Duration::from_millis(10),
+            },
+        );
+    }
+    let mut cmd = bare();
+    cmd.env("REDLOCK_NODES", links.urls(0).join(","))
+        .arg("--config")
+        .arg(&config)
+        .args(["run", "--wait", "0s", "slow", "--", "true"]);
+    let out = output(&mut cmd).await;
+    assert_exit(&out, 75);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("less than the minimum"), "{stderr}");
+    links.heal_all();
+    assert!(
+        common::eventually(|| async { set.nodes_holding("redlock:slow").await.is_empty() }).await,
+        "the short win was left on the nodes"
+    );
 }

@@ -1,10 +1,12 @@
 //! A lock lost while the command runs stops the command, and what it started, and
-//! `redlock` exits 76.
+//! `redlock` exits 76; a lock that cannot be renewed stops it before its validity ends.
 
 mod common;
 
-use common::{assert_exit, first_line, output, redlock, running};
-use redlock_testkit::NodeSet;
+use std::net::{Ipv4Addr, SocketAddr};
+
+use common::{assert_exit, bare, first_line, output, redlock, running};
+use redlock_testkit::{LinkFault, Links, NodeSet};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_deleted_on_every_node_stop_the_command() {
@@ -22,7 +24,7 @@ async fn keys_deleted_on_every_node_stop_the_command() {
     let mut cmd = redlock(&set);
     // A short TTL: renewal every second, so the loss is noticed soon after the keys go.
     cmd.args([
-        "run", "--ttl", "3s", "--grace", "10s", "doomed", "--", "sh", "-c",
+        "run", "--ttl", "3s", "--grace", "1s", "doomed", "--", "sh", "-c",
     ])
     .arg(&script);
     let run = tokio::spawn(async move { output(&mut cmd).await });
@@ -71,4 +73,79 @@ async fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
     let out = run.await.unwrap();
     assert_exit(&out, 76);
     assert!(!running(pid));
+}
+
+/// The command must not outlive the lock: when renewal fails (every node cut off), the
+/// command gets SIGTERM a grace period before the validity ends and SIGKILL when it ends,
+/// so it is gone while the keys are still on the nodes, before anyone else can take the
+/// lock. It used to be stopped only once the validity had run out, and killed a grace
+/// period after that: a command that ignores SIGTERM ran a whole grace period unlocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_whose_lock_cannot_be_renewed_is_gone_before_the_lock_expires() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let upstreams: Vec<SocketAddr> = set
+        .iter()
+        .map(|n| SocketAddr::from((Ipv4Addr::LOCALHOST, n.port())))
+        .collect();
+    let links = Links::start(1, &upstreams).await.expect("proxies start");
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "trap '' TERM; echo $$ > {ready}; while :; do sleep 0.1; done",
+        ready = ready.display()
+    );
+    let mut cmd = bare();
+    cmd.env("REDLOCK_NODES", links.urls(0).join(","));
+    // A drift allowance of 0.6 s (a fifth of the TTL): the keys outlive the holder's
+    // validity by at least that much on every node, a margin that no scheduling delay of
+    // the SIGKILL on a loaded machine comes near.
+    cmd.args([
+        "run",
+        "--ttl",
+        "3s",
+        "--drift-factor",
+        "0.2",
+        "--grace",
+        "1s",
+        "cut-off",
+        "--",
+        "sh",
+        "-c",
+    ])
+    .arg(&script);
+    let run = tokio::spawn(async move { output(&mut cmd).await });
+    let pid: i32 = first_line(&ready).await.parse().unwrap();
+
+    for node in 0..set.len() {
+        links.set_node(node, LinkFault::Blackhole);
+    }
+    assert!(
+        common::eventually(|| async move { !running(pid) }).await,
+        "the command was never stopped"
+    );
+    let holding = set.nodes_holding("redlock:cut-off").await;
+    assert!(
+        holding.len() >= 2,
+        "the command ran until the keys were gone from all but {holding:?}: it outlived the lock"
+    );
+    links.heal_all();
+    let out = run.await.unwrap();
+    assert_exit(&out, 76);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the command was stopped"), "{stderr}");
+}
+
+/// A `--grace` that does not fit between two renewals would stop every command while its
+/// lock is healthy: it is refused before anything connects, saying what to change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grace_longer_than_the_lock_leaves_is_a_config_error() {
+    let set = NodeSet::start(1).await.expect("nodes start");
+    let mut cmd = redlock(&set);
+    cmd.args(["run", "--ttl", "3s", "--grace", "2s", "k", "--", "true"]);
+    let out = output(&mut cmd).await;
+    assert_exit(&out, 78);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--grace (2s)"), "{stderr}");
+    assert!(stderr.contains("lower --grace or raise --ttl"), "{stderr}");
+    assert_eq!(set.nodes_holding("redlock:k").await, Vec::<usize>::new());
 }

@@ -10,7 +10,7 @@ use common::{client, coordinator_at, linked, raw};
 use fred::prelude::KeysInterface;
 use redlock_client::{fenced_set, FencingToken, LockOptions, Owner};
 use redlock_core::{Acquisition, Error as CoreError};
-use redlock_testkit::NodeSet;
+use redlock_testkit::{LinkFault, NodeSet};
 
 const COUNTER: &str = "redlock:fencing-counter";
 
@@ -91,8 +91,6 @@ async fn a_token_is_recorded_on_a_quorum_before_it_is_handed_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_lost_its_counter_is_not_counted_and_is_seeded_again() {
-    use redlock_testkit::LinkFault;
-
     let set = NodeSet::start(3).await.unwrap();
     let links = linked(&set).await;
     let core = coordinator_at(links.urls(0), Duration::from_millis(1000)).await;
@@ -239,8 +237,6 @@ async fn a_paused_holders_stale_update_is_rejected_by_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_token_is_handed_out_once_the_lock_expired_during_the_write_back() {
-    use redlock_testkit::LinkFault;
-
     let set = NodeSet::start(3).await.unwrap();
     let links = linked(&set).await;
     let core = coordinator_at(links.urls(0), Duration::from_millis(250)).await;
@@ -320,8 +316,6 @@ async fn a_quorum_that_lost_its_counters_gets_no_token_instead_of_starting_again
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_acquisition_dropped_during_the_write_back_leaves_no_key() {
-    use redlock_testkit::LinkFault;
-
     let set = NodeSet::start(3).await.unwrap();
     let links = linked(&set).await;
     let core = coordinator_at(links.urls(0), Duration::from_secs(5)).await;
@@ -368,4 +362,97 @@ async fn a_fenced_acquisition_dropped_during_the_write_back_leaves_no_key() {
     .await;
     links.heal_all();
     assert!(gone, "a dropped fenced acquisition left its key behind");
+}
+
+/// Two fenced acquisitions never get the same token, even when one read the counters
+/// before the other recorded its token: here the first one's `SET`s and counter reads
+/// reach the nodes, their replies are held back while another client takes a fenced lock
+/// of another key (the counters go up by one), and only then does the first one decide.
+/// It read the old counters, so it computes the same token; its write-back used to be
+/// acknowledged anyway (a counter already at the token was "recorded"), and both held that
+/// token, so that a resource rejecting only lower tokens would have taken the older
+/// holder's late writes. Now a write-back acknowledges only a counter it raised, and the
+/// acquisition goes above the counters it found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_recorded_by_another_acquisition_meanwhile_is_not_handed_out_twice() {
+    let set = NodeSet::start(3).await.unwrap();
+    let links = linked(&set).await;
+    let slow = coordinator_at(links.urls(0), Duration::from_secs(5)).await;
+    let other = coordinator_at(set.urls(), Duration::from_secs(5)).await;
+    let fenced = |key: &'static [&'static str; 1]| Acquisition {
+        fenced: true,
+        ..Acquisition::new(key, Duration::from_secs(10))
+    };
+    // Counters on every node.
+    let first = other.acquire_with(fenced(&["seed"])).await.unwrap();
+    other.release(&first).await.unwrap();
+
+    links.set_client(0, LinkFault::HoldReplies);
+    let acquiring = tokio::spawn({
+        let slow = slow.clone();
+        async move { slow.acquire_with(fenced(&["older"])).await }
+    });
+    let applied = common::eventually(Duration::from_secs(10), || async {
+        set.nodes_holding("older").await.len() == set.len()
+    })
+    .await;
+    assert!(applied, "the held-back acquisition never reached the nodes");
+    let newer = other.acquire_with(fenced(&["newer"])).await.unwrap();
+    links.heal_all();
+    let older = acquiring
+        .await
+        .unwrap()
+        .expect("the held-back acquisition wins");
+
+    let (older, newer) = (older.fencing_token(), newer.fencing_token());
+    assert_ne!(older, newer, "two holders with one fencing token");
+    assert!(older > newer, "{older:?} recorded after {newer:?}");
+    assert_eq!(
+        counters(&set).await,
+        vec![older.map(FencingToken::get); set.len()]
+    );
+}
+
+/// Fenced acquisitions of distinct keys started at once (one counter for all of them) each
+/// get a token of their own: a write-back that finds its token taken goes above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_fenced_acquisitions_of_distinct_keys_all_get_distinct_tokens() {
+    let set = NodeSet::start(3).await.unwrap();
+    let a = common::coordinator(&set, Duration::from_secs(2)).await;
+    let b = common::coordinator(&set, Duration::from_secs(2)).await;
+    // Counters on every node first: a new node set's first tokens are another matter (see
+    // `a_quorum_that_lost_its_counters_gets_no_token_instead_of_starting_again`).
+    let seed = a
+        .acquire_with(Acquisition {
+            fenced: true,
+            ..Acquisition::new(&["seed"], Duration::from_secs(10))
+        })
+        .await
+        .unwrap();
+    a.release(&seed).await.unwrap();
+    let keys: Vec<String> = (0..16).map(|i| format!("distinct:{i}")).collect();
+    let acquisitions = keys.iter().enumerate().map(|(i, key)| {
+        let core = if i % 2 == 0 { a.clone() } else { b.clone() };
+        async move {
+            core.acquire_with(Acquisition {
+                fenced: true,
+                ..Acquisition::new(&[key.as_str()], Duration::from_secs(10))
+            })
+            .await
+        }
+    });
+    let locks: Vec<_> = futures::future::join_all(acquisitions)
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .expect("every fenced acquisition gets a token");
+    let mut tokens: Vec<u64> = locks
+        .iter()
+        .map(|lock| lock.fencing_token().unwrap().get())
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), keys.len(), "shared tokens: {tokens:?}");
+    let highest = *tokens.last().unwrap();
+    assert_eq!(counters(&set).await, vec![Some(highest); set.len()]);
 }

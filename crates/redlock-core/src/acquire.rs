@@ -12,6 +12,15 @@ use crate::fair::FairPlace;
 use crate::fence::{self, FencingToken};
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
+
+/// How many write-backs a fenced acquisition tries, each above the counters the last one
+/// found, before it gives up its lock ([`Error::NotFenced`]); it stops sooner when the
+/// lock's validity runs out. More than one only when other fenced acquisitions (of any
+/// key: the counter is shared) record tokens at the same moment: each token goes to one
+/// of them, so concurrent ones take turns, one round trip each. Within one client they do
+/// so in order (a node's commands go over one connection), so sixteen fenced acquisitions
+/// started together all get their tokens.
+const RECORD_TRIES: u32 = 16;
 use crate::report::{RoundKind, RoundReport};
 use crate::round::{Command, Round};
 use crate::scripts::{FENCE_READ, FENCE_RECORD};
@@ -228,7 +237,7 @@ impl Coordinator {
         if !what.fenced {
             return self.lock_from(decided, spec, ttl, None);
         }
-        let counters = counters(&decided.values);
+        let counters = counters_in(&decided.values);
         let lock = self.lock_from(decided, spec, ttl, None)?;
         // From here until the lock is handed out or released again, a dropped future must
         // not leave the won keys behind until their TTL.
@@ -290,13 +299,35 @@ impl Coordinator {
             // counter read later is never lower, so this read is as good as the round's.
             token = fence::next_token(&self.read_counters().await, self.quorum());
         }
-        let token =
+        let mut token =
             token.map_err(|shortfall| (RoundReport::clone(&lock.report), shortfall.to_string()))?;
-        let recorded = self.record(token).await;
-        if !recorded.won {
-            let reason = "fewer than a quorum of nodes recorded the token".to_string();
-            return Err((recorded.report, reason));
-        }
+        let mut tries = 1;
+        let recorded = loop {
+            let recorded = self.record(token).await;
+            if recorded.won {
+                break recorded;
+            }
+            // The counters this round read were passed since: another fenced acquisition
+            // (of any key) recorded this token, or a higher one, on nodes this write-back
+            // needed. Its token is not ours to share, so go above the highest counter the
+            // write-back found, while the lock is valid.
+            let ahead = counters_in(&recorded.values).into_iter().flatten().max();
+            match ahead {
+                Some(highest) if tries < RECORD_TRIES && lock.is_valid() => {
+                    let ours = i64::try_from(token.get()).unwrap_or(i64::MAX);
+                    token = fence::above(highest.max(ours));
+                    tries += 1;
+                }
+                _ => {
+                    let reason = format!(
+                        "fewer than a quorum of nodes recorded the token ({tries} write-back(s)); \
+                         other fenced acquisitions raised the counters meanwhile, or nodes did \
+                         not answer: retry"
+                    );
+                    return Err((recorded.report, reason));
+                }
+            }
+        };
         if !lock.is_valid() {
             let reason = "the lock's validity ran out while the token was recorded".to_string();
             return Err((recorded.report, reason));
@@ -314,7 +345,7 @@ impl Coordinator {
             args: Vec::new(),
         };
         let round = self.untimed_round(RoundKind::Inspect, command, fence_key.as_str().into());
-        counters(&self.run_one(round).await.values)
+        counters_in(&self.run_one(round).await.values)
     }
 
     /// Writes `token` back to every node's fencing counter, raise-only; won at a quorum.
@@ -375,7 +406,7 @@ impl Drop for ReleaseOnDrop<'_> {
 
 /// The fencing counters the nodes returned (`Some(-1)`: the node has none; `None`: no
 /// answer).
-fn counters(values: &[Option<Value>]) -> Vec<Option<i64>> {
+fn counters_in(values: &[Option<Value>]) -> Vec<Option<i64>> {
     values
         .iter()
         .map(|value| match value {

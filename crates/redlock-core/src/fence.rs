@@ -7,7 +7,11 @@
 //! acquisition reads the counter in the same script as its `SET NX`; once it has won, the
 //! token is `max + 1` over a quorum of nodes that have a counter, and it is written back,
 //! raise-only, to every node; the token is handed out only after a quorum acknowledged
-//! the write-back and while the lock is still valid.
+//! the write-back and while the lock is still valid. A node acknowledges only a counter it
+//! raised to the token: the reads ride on the acquisition, so another acquisition may
+//! record the same token between them and the write-back, and a counter goes through each
+//! value once, so at most one of them reaches a quorum; the other goes above the counters
+//! its write-back found.
 //!
 //! Why it increases: the write-back quorum of every token handed out overlaps the read
 //! quorum of every later acquisition, so that acquisition reads at least that token and
@@ -25,8 +29,9 @@
 use std::fmt;
 
 /// A fencing token: strictly greater than the token of every fenced acquisition of the same
-/// node set that completed before this one began. Compare tokens at the protected resource
-/// and reject writes whose token is lower than the highest seen.
+/// node set that completed before this one began, and never the token of another one.
+/// Compare tokens at the protected resource and reject writes whose token is lower than
+/// the highest seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(u64);
 
@@ -88,15 +93,19 @@ pub(crate) fn next_token(
         unseeded: answered.len() - seeded.len(),
     };
     if seeded.len() >= quorum {
-        let max = seeded.iter().copied().max().unwrap_or(0);
         // A counter near i64::MAX would take a billion years of acquisitions per second.
-        let next = u64::try_from(max).unwrap_or(0).saturating_add(1);
-        Ok(FencingToken(next))
+        Ok(above(seeded.iter().copied().max().unwrap_or(0)))
     } else if seeded.is_empty() && answered.len() == counters.len() {
         Ok(FencingToken(1))
     } else {
         Err(shortfall)
     }
+}
+
+/// The token above `counter`, the highest counter a write-back found: the next try of an
+/// acquisition whose token another one recorded first.
+pub(crate) fn above(counter: i64) -> FencingToken {
+    FencingToken(u64::try_from(counter).unwrap_or(0).saturating_add(1))
 }
 
 #[cfg(test)]

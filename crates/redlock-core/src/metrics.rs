@@ -148,7 +148,7 @@ pub(crate) fn describe_once() {
 }
 
 /// The `outcome` labels of node answers, in [`node_outcome_index`] order.
-const NODE_OUTCOMES: [&str; 12] = [
+const NODE_OUTCOMES: [&str; 13] = [
     "acquired",
     "held_by_other",
     "extended",
@@ -161,6 +161,7 @@ const NODE_OUTCOMES: [&str; 12] = [
     "server_error",
     "pending",
     "closed",
+    "counter_ahead",
 ];
 
 /// Where a node's answer's label is in [`NODE_OUTCOMES`]. Only the variant counts, never
@@ -180,6 +181,7 @@ fn node_outcome_index(outcome: &NodeOutcome) -> usize {
         // Never recorded: a pending node is counted when it answers.
         NodeOutcome::Pending => 10,
         NodeOutcome::Closed(_) => 11,
+        NodeOutcome::CounterAhead => 12,
     }
 }
 

@@ -121,8 +121,12 @@ pub enum NodeOutcome {
     Released,
     /// The node holds the key (inspect).
     Held,
-    /// The node recorded the fencing token (its counter is now at least the token).
+    /// The node recorded the fencing token (its counter is now the token).
     Recorded,
+    /// The node's fencing counter was already at or above the token: another fenced
+    /// acquisition recorded it (or a higher one) after this one read the counters. The
+    /// acquisition tries again above it while its lock is valid.
+    CounterAhead,
     /// The key is not ours on this node: absent, expired or held by another owner
     /// (extend, release). A release counts it as done; an extension as failed.
     NotHeld,
@@ -177,6 +181,7 @@ impl NodeOutcome {
                 | NodeOutcome::Released
                 | NodeOutcome::Held
                 | NodeOutcome::Recorded
+                | NodeOutcome::CounterAhead
                 | NodeOutcome::NotHeld
         )
     }
@@ -198,6 +203,9 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::Released => f.write_str("released"),
             NodeOutcome::Held => f.write_str("holds the key"),
             NodeOutcome::Recorded => f.write_str("recorded the fencing token"),
+            NodeOutcome::CounterAhead => {
+                f.write_str("its fencing counter was already at or above the token")
+            }
             NodeOutcome::NotHeld => f.write_str("not held by us"),
             NodeOutcome::TimedOut => f.write_str("timed out"),
             NodeOutcome::ConnectionError(e) => write!(f, "connection error: {e}"),

@@ -387,14 +387,18 @@ pub(crate) static FENCED_REENTRANT_ACQUIRE: LazyLock<Script> =
 
 /// The write-back of a fencing token: `KEYS[1]` = the node's fencing counter, `ARGV[1]` =
 /// the token. Raise-only: the counter is set only when it is missing (this seeds a node
-/// that lost it) or lower, so a late or repeated write-back never lowers it. Returns 1.
+/// that lost it) or lower, so a late write-back never lowers it. Returns `{1, token}` when
+/// it set the counter, `{0, counter}` when the counter was already at or above the token:
+/// another fenced acquisition recorded that token (or a higher one) here, so it is not
+/// this one's. A counter goes through each value at most once, so no two write-backs of
+/// one token both reach a quorum: no two acquisitions get the same token.
 pub(crate) static FENCE_RECORD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
-        r#"local counter = redis.pcall("GET", KEYS[1])
-if type(counter) ~= "string" or (tonumber(counter) or -1) < tonumber(ARGV[1]) then
-  redis.call("SET", KEYS[1], ARGV[1])
-end
-return 1"#,
+        r#"local counter = tonumber(redis.pcall("GET", KEYS[1]))
+local token = tonumber(ARGV[1])
+if counter and counter >= token then return {0, counter} end
+redis.call("SET", KEYS[1], ARGV[1])
+return {1, token}"#,
     )
 });
 

@@ -141,15 +141,11 @@ fn outcome(kind: RoundKind, done: bool) -> NodeOutcome {
         (RoundKind::Release, true) => NodeOutcome::Released,
         (RoundKind::Inspect, true) => NodeOutcome::Held,
         (RoundKind::Fence, true) => NodeOutcome::Recorded,
+        (RoundKind::Fence, false) => NodeOutcome::CounterAhead,
         (RoundKind::Leave, true) => NodeOutcome::Released,
-        (
-            RoundKind::Extend
-            | RoundKind::Release
-            | RoundKind::Inspect
-            | RoundKind::Fence
-            | RoundKind::Leave,
-            false,
-        ) => NodeOutcome::NotHeld,
+        (RoundKind::Extend | RoundKind::Release | RoundKind::Inspect | RoundKind::Leave, false) => {
+            NodeOutcome::NotHeld
+        }
     }
 }
 

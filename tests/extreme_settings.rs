@@ -113,6 +113,20 @@ async fn extreme_ttls_are_typed_errors_and_send_nothing() {
         .build();
     assert!(matches!(renewal, Err(InvalidConfig::Renewal { .. })));
     assert!(set.nodes_holding("redlock:ttl").await.is_empty());
+    // A hand-over's TTL too (it used to overflow an instant, a panic).
+    let core = common::coordinator(&set, Duration::from_millis(100)).await;
+    let handover = redlock_core::Handover {
+        key: "ttl",
+        waiter: "w",
+        number: 1,
+        ttl: Duration::MAX,
+        since: tokio::time::Instant::now(),
+        nodes: &[0, 1, 2],
+    };
+    assert!(matches!(
+        core.handed_over(handover),
+        Err(redlock_core::Error::Config(ConfigError::TtlTooLong { .. }))
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -327,6 +327,8 @@ impl Coordinator {
     /// round of the waiter's then takes the key on with a fresh TTL).
     pub fn handed_over(&self, handover: Handover<'_>) -> Result<Lock, Error> {
         let config = &self.inner.config;
+        // The validity below adds the TTL to an instant: an unchecked one could overflow.
+        let ttl = config.check_ttl(handover.ttl)?;
         let quorum = self.quorum();
         let mut nodes: Vec<NodeReport> = self
             .inner
@@ -344,8 +346,8 @@ impl Coordinator {
             }
         }
         let elapsed = handover.since.elapsed();
-        let granted = lease(handover.ttl, config.drift_factor, handover.since, elapsed)
-            .filter(|_| accepted >= quorum);
+        let granted =
+            lease(ttl, config.drift_factor, handover.since, elapsed).filter(|_| accepted >= quorum);
         let report = Box::new(RoundReport {
             kind: RoundKind::Acquire,
             key: Arc::from(handover.key),
@@ -358,10 +360,7 @@ impl Coordinator {
         });
         let Some((_, valid_until)) = granted else {
             return Err(if accepted >= quorum {
-                Error::ValidityExhausted {
-                    report,
-                    ttl: handover.ttl,
-                }
+                Error::ValidityExhausted { report, ttl }
             } else {
                 Error::NoQuorum { report }
             });
@@ -373,7 +372,7 @@ impl Coordinator {
             token: handover_token(handover.waiter, handover.number),
             owner: None,
             fair: true,
-            ttl: handover.ttl,
+            ttl,
             valid_until,
             report: Arc::new(*report),
             fencing_token: None,

@@ -210,3 +210,57 @@ async fn renewals_of_many_locks_share_one_command_per_node() {
         g.release().await.unwrap();
     }
 }
+
+/// A lock renewed as late as the configuration allows (`renew_after` just under the TTL
+/// minus the drift allowance minus a node timeout) stays held over slow links: that rule
+/// counts from the acquisition's `t0`, and so does the renewal's schedule now. It used to
+/// count from the round's answer, a round trip later, and the renewal, another round trip
+/// long, ended after the validity: the lock was lost with every node healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_as_late_as_allowed_keeps_a_lock_over_slow_links() {
+    use redlock_client::{HoldHealth, LockConfig, RenewalPolicy};
+    use redlock_testkit::LinkFault;
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    // Every round takes about 250 ms. TTL 4 s, drift allowance 42 ms, node timeout 400 ms:
+    // a renewal must start by 3,558 ms after `t0`; 3,550 ms leaves 408 ms for it, more
+    // than its round (margin 150 ms) but less than two rounds.
+    let config = LockConfig::builder()
+        .nodes(links.urls(0))
+        .ttl(Duration::from_secs(4))
+        .node_timeout(Duration::from_millis(400))
+        .renewal(RenewalPolicy {
+            renew_after: Some(Duration::from_millis(3550)),
+            ..Default::default()
+        })
+        .build()
+        .expect("renew_after is within the rule");
+    let c = redlock_client::Redlock::connect(config).await.unwrap();
+    // Slow from here on (a connection's set-up takes several round trips).
+    for node in 0..set.len() {
+        links.set_node(
+            node,
+            LinkFault::Latency {
+                to_server: Duration::from_millis(125),
+                to_client: Duration::from_millis(125),
+            },
+        );
+    }
+    let guard = c.lock("late-renewal").await.unwrap();
+    let first_validity = guard.valid_until();
+    // Watches the validity (a renewal that comes after it ran out must not count).
+    let lost = tokio::spawn(guard.lost());
+    // Past the first validity's end, and after the renewal.
+    tokio::time::sleep_until(first_validity + Duration::from_millis(300)).await;
+    assert!(!lost.is_finished(), "the lock lapsed before its renewal");
+    assert!(
+        guard.valid_until() > first_validity,
+        "not renewed: {:?}",
+        guard.health()
+    );
+    assert!(guard.is_valid(), "{:?}", guard.health());
+    assert!(matches!(guard.health(), HoldHealth::Healthy));
+    links.heal_all();
+    guard.release().await.unwrap();
+    assert!(set.nodes_holding("redlock:late-renewal").await.is_empty());
+}

@@ -170,7 +170,7 @@ impl HoldState {
         }
     }
 
-    fn valid_until(&self) -> Instant {
+    pub(crate) fn valid_until(&self) -> Instant {
         self.status.borrow().valid_until
     }
 

@@ -84,7 +84,10 @@ async fn run(core: Coordinator, mut scheduled: Scheduled) {
         let next = entries.iter().map(|e| e.due).min();
         tokio::select! {
             added = rx.recv() => match added {
-                Some((shared, plan)) => entries.push(Entry { due: Instant::now() + plan.every, shared, plan }),
+                Some((shared, plan)) => {
+                    let due = next_due(&core, &shared, plan.every, Instant::now());
+                    entries.push(Entry { due, shared, plan });
+                }
                 // Every handle and guard is gone: nothing left to tell.
                 None => {
                     entries.clear();
@@ -139,6 +142,25 @@ async fn sleep_until(at: Option<Instant>) {
     if let Some(at) = at {
         tokio::time::sleep_until(at).await;
     }
+}
+
+/// When a lock's next renewal is due: `every` after its validity began (its acquisition's
+/// or last renewal's `t0`, which its validity counts from), and no later than `every` after
+/// `now`. The configuration's rule (a renewal starts before the TTL minus the drift
+/// allowance minus a node timeout) counts from that `t0`: counted from when the round's
+/// answer came (`now`), a renewal started a whole round later, or more after a fenced
+/// acquisition's write-back or for a hand-over whose validity counts from an earlier
+/// attempt, and a lock renewed as late as the rule allows could expire with every node
+/// healthy.
+fn next_due(core: &Coordinator, shared: &HoldState, every: Duration, now: Instant) -> Instant {
+    let ttl = shared.ttl;
+    // The validity a renewal leaves counts from its `t0`: `valid_until = t0 + ttl - drift`.
+    let left_when_due = ttl.saturating_sub(core.drift(ttl)).saturating_sub(every);
+    let by_validity = shared
+        .valid_until()
+        .checked_sub(left_when_due)
+        .unwrap_or(now);
+    by_validity.min(now + every)
 }
 
 async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
@@ -199,7 +221,7 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
                     renewed += 1;
                     metrics::renewal(Renewal::Renewed);
                     entry.shared.renewed(&renewal);
-                    entry.due = after + entry.plan.every;
+                    entry.due = next_due(core, &entry.shared, entry.plan.every, after);
                 }
                 Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {
                     refused += 1;

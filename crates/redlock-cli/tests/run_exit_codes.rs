@@ -2,14 +2,13 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use common::{
-    assert_exit, bare, closed_ports, code_with_stderr_closed, first_line, output, redlock,
+    assert_exit, bare, closed_ports, code_with_stderr_closed, first_line, linked, output, redlock,
 };
-use redlock_testkit::{LinkFault, Links, NodeSet};
+use redlock_testkit::{LinkFault, NodeSet};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_commands_own_code_and_signal_pass_through_and_the_lock_is_released() {
@@ -240,11 +239,7 @@ async fn a_closed_stderr_changes_no_exit_code_and_leaves_no_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_won_below_the_minimum_validity_is_not_acquired() {
     let set = NodeSet::start(3).await.expect("nodes start");
-    let upstreams: Vec<SocketAddr> = set
-        .iter()
-        .map(|n| SocketAddr::from((Ipv4Addr::LOCALHOST, n.port())))
-        .collect();
-    let links = Links::start(1, &upstreams).await.expect("proxies start");
+    let links = linked(&set).await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("redlock.toml");
     // A round leaves at most 988 ms of a 1 s TTL; every round through these links takes

@@ -3,10 +3,8 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, SocketAddr};
-
-use common::{assert_exit, bare, first_line, output, redlock, running};
-use redlock_testkit::{LinkFault, Links, NodeSet};
+use common::{assert_exit, bare, first_line, linked, output, redlock, running};
+use redlock_testkit::{LinkFault, NodeSet};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_deleted_on_every_node_stop_the_command() {
@@ -83,11 +81,7 @@ async fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_whose_lock_cannot_be_renewed_is_gone_before_the_lock_expires() {
     let set = NodeSet::start(3).await.expect("nodes start");
-    let upstreams: Vec<SocketAddr> = set
-        .iter()
-        .map(|n| SocketAddr::from((Ipv4Addr::LOCALHOST, n.port())))
-        .collect();
-    let links = Links::start(1, &upstreams).await.expect("proxies start");
+    let links = linked(&set).await;
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
     let script = format!(

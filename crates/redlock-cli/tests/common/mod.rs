@@ -22,6 +22,17 @@ pub fn redlock(set: &NodeSet) -> Command {
     cmd
 }
 
+/// One client's fault-proxy links to every node of `set` (their URLs: `links.urls(0)`).
+pub async fn linked(set: &NodeSet) -> redlock_testkit::Links {
+    let upstreams: Vec<std::net::SocketAddr> = set
+        .iter()
+        .map(|n| std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, n.port())))
+        .collect();
+    redlock_testkit::Links::start(1, &upstreams)
+        .await
+        .expect("fault proxies start")
+}
+
 /// `redlock` with no nodes configured and a clean `REDLOCK_*` environment.
 pub fn bare() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlock"));

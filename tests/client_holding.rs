@@ -264,3 +264,48 @@ async fn a_renewal_as_late_as_allowed_keeps_a_lock_over_slow_links() {
     guard.release().await.unwrap();
     assert!(set.nodes_holding("redlock:late-renewal").await.is_empty());
 }
+
+/// A lock whose validity ran out while its renewals failed stays lost, even when nobody
+/// awaited `lost()` and the nodes come back while they still hold the key: it used to be
+/// renewed again then, and `is_valid()` went from false back to true. It is no longer
+/// renewed either (a renewal every quarter interval for ever while the nodes stayed away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_that_ran_out_of_validity_stays_lost_when_the_nodes_come_back() {
+    use redlock_client::HoldHealth;
+    use redlock_testkit::LinkFault;
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    // TTL 2 s with a drift allowance of 602 ms: the holder's validity ends about 600 ms
+    // before the keys expire on the nodes, the window in which a late renewal still finds
+    // them. The default renewal interval is 667 ms, retried every 167 ms once failing.
+    let c = redlock_client::Redlock::connect(
+        redlock_client::LockConfig::builder()
+            .nodes(links.urls(0))
+            .ttl(Duration::from_secs(2))
+            .drift_factor(0.3)
+            .node_timeout(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let guard = c.lock("ran-out").await.unwrap();
+    for node in 0..set.len() {
+        links.set_node(node, LinkFault::Blackhole);
+    }
+    let valid_until = guard.valid_until();
+    tokio::time::sleep_until(valid_until + Duration::from_millis(150)).await;
+    assert!(!guard.is_valid());
+    links.heal_all();
+    // Long enough for a few renewal retries, all before the keys' own TTL ends.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!guard.is_valid(), "valid again after it ran out");
+    assert_eq!(guard.health(), HoldHealth::Lost(LostReason::Expired));
+    guard.release().await.ok();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            set.nodes_holding("redlock:ran-out").await.is_empty()
+        })
+        .await
+    );
+}

@@ -59,7 +59,8 @@ pub enum HoldHealth {
         /// Why the last renewal failed (its round's report).
         last_error: String,
     },
-    /// No longer held, for this reason.
+    /// No longer held, for this reason. Final: a lock whose validity ran out is not renewed
+    /// again, and a renewal that was in flight then does not make it valid again.
     Lost(LostReason),
 }
 
@@ -109,10 +110,13 @@ impl HoldState {
     }
 
     /// The status after a successful extension or renewal: valid until at least
-    /// `valid_until`, no longer failing.
+    /// `valid_until`, no longer failing. Not for a lock whose validity ran out meanwhile:
+    /// its holder may have been told so already (`is_valid`, `health`), and a lock that was
+    /// lost stays lost, whoever watched (see `renew_due`).
     fn record_validity(&self, valid_until: Instant) {
+        let now = Instant::now();
         self.status.send_modify(|s| {
-            if s.lost.is_none() {
+            if s.lost.is_none() && s.valid_until > now {
                 s.valid_until = s.valid_until.max(valid_until);
                 s.failing = None;
             }

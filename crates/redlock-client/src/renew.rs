@@ -166,6 +166,13 @@ fn next_due(core: &Coordinator, shared: &HoldState, every: Duration, now: Instan
 async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     let now = Instant::now();
     entries.retain(|e| {
+        // Its validity ran out before a renewal got through: lost, whether or not anyone
+        // awaits `lost()`, and no longer renewed (a renewal of it would fail every quarter
+        // interval for ever while the nodes stay unreachable, and one that got through
+        // later must not make it valid again).
+        if !e.shared.done.load(Ordering::SeqCst) && e.shared.valid_until() <= now {
+            e.shared.mark_lost(LostReason::Expired);
+        }
         let held_long_enough = e.plan.hold_until.is_some_and(|until| now >= until);
         !e.shared.done.load(Ordering::SeqCst)
             && e.shared.status.borrow().lost.is_none()

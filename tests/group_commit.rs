@@ -246,3 +246,57 @@ async fn with_group_commit_off_every_acquisition_is_a_set_of_its_own() {
         vec![16; 3]
     );
 }
+
+/// The task that sends a group's waves ends with its runtime (a client kept and used
+/// beyond the runtime that connected it). The group is then freed: a later acquisition
+/// returns (an error here, its connections went with that runtime) instead of joining a
+/// group that stayed busy with nobody to hand on to, and waiting for ever.
+#[test]
+fn a_group_whose_wave_died_with_its_runtime_holds_up_no_later_call() {
+    use redlock_testkit::LinkFault;
+    let outer = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_set, links) = outer.block_on(async {
+        let set = NodeSet::start(3).await.unwrap();
+        let links = common::linked(&set).await;
+        (set, links)
+    });
+    let inner = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let core = inner.block_on(common::coordinator_at(
+        links.urls(0),
+        Duration::from_secs(5),
+    ));
+    // Every round takes 600 ms from here on: the lead's round, then its wave's.
+    for node in 0..3 {
+        links.set_node(
+            node,
+            LinkFault::Latency {
+                to_server: Duration::from_millis(300),
+                to_client: Duration::from_millis(300),
+            },
+        );
+    }
+    for i in 0..8 {
+        let core = core.clone();
+        inner.spawn(async move {
+            let _ = core.acquire(&format!("died:{i}"), TTL).await;
+        });
+    }
+    // The lead's round is decided at about 600 ms; the wave is in flight until 1,200 ms.
+    std::thread::sleep(Duration::from_millis(900));
+    inner.shutdown_background();
+    let later = outer.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), core.acquire("later", TTL)).await
+    });
+    assert!(
+        later.is_ok(),
+        "a later acquisition waited for a wave that is gone"
+    );
+}

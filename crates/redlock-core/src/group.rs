@@ -217,6 +217,25 @@ impl<A: Grouped> Drop for Lead<'_, A> {
     }
 }
 
+/// The wave task's end, however it ends. One that ends before the group ran dry (its
+/// runtime shut down and cancelled it, or a round panicked) lets every call that waits go
+/// (each sends a round of its own, or finds its client closed) and frees the group for the
+/// next leader: otherwise the group stayed busy with nobody to hand on to, and every later
+/// call of its kind waited for ever.
+struct Unfinished<A: Grouped> {
+    coordinator: Coordinator,
+    kind: std::marker::PhantomData<A>,
+    armed: bool,
+}
+
+impl<A: Grouped> Drop for Unfinished<A> {
+    fn drop(&mut self) {
+        if self.armed {
+            while A::group(&self.coordinator).next().is_some() {}
+        }
+    }
+}
+
 /// A wave of waiting calls as rounds of at most [`GROUP_MAX`] each, oldest first: the
 /// rounds of one wave are in flight together, so a burst of a thousand calls costs two
 /// round trips (the lead round, then the wave), not one per [`GROUP_MAX`].
@@ -268,6 +287,11 @@ impl Coordinator {
             return;
         };
         let spawned = self.spawn_background(move |this| async move {
+            let mut unfinished = Unfinished::<A> {
+                coordinator: this.clone(),
+                kind: std::marker::PhantomData,
+                armed: true,
+            };
             let mut wave = first;
             loop {
                 if A::LEAVES_OUT_GONE {
@@ -276,7 +300,10 @@ impl Coordinator {
                 join_all(chunks(wave).map(|batch| A::send(&this, batch))).await;
                 match A::group(&this).next() {
                     Some(next) => wave = next,
-                    None => return,
+                    None => {
+                        unfinished.armed = false;
+                        return;
+                    }
                 }
             }
         });

@@ -309,3 +309,42 @@ async fn a_lock_that_ran_out_of_validity_stays_lost_when_the_nodes_come_back() {
         .await
     );
 }
+
+/// `max_hold` caps the hold counted from the acquisition, not from the call: a lock won
+/// after a long wait is still renewed (the wait used to use up the cap: never renewed, it
+/// expired after one TTL), and no renewal makes it valid past the cap (the last one used to
+/// add a whole TTL beyond it). Renewal then stops, and the health says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_caps_the_hold_from_the_acquisition() {
+    use redlock_client::HoldHealth;
+    let set = NodeSet::start(3).await.unwrap();
+    let max_hold = Duration::from_millis(1500);
+    let c = client(&set, |b| b.ttl(Duration::from_secs(1)).max_hold(max_hold)).await;
+    // Another holder keeps the key for 1.2 s: most of the cap, were it counted from the call.
+    for node in set.iter() {
+        node.set("redlock:capped", "someone-else", Some(1200))
+            .await
+            .unwrap();
+    }
+    let guard = c.lock("capped").await.unwrap();
+    let acquired = tokio::time::Instant::now();
+    let lost = tokio::spawn(guard.lost());
+    tokio::time::sleep_until(acquired + Duration::from_millis(1200)).await;
+    assert!(
+        guard.is_valid(),
+        "not renewed within max_hold: {:?}",
+        guard.health()
+    );
+    assert!(
+        guard.valid_until() <= acquired + max_hold,
+        "renewed past max_hold: valid {:?} after the acquisition",
+        guard.valid_until() - acquired
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .expect("the lock ends at the cap")
+        .unwrap();
+    assert_eq!(reason, LostReason::Expired);
+    assert_eq!(guard.health(), HoldHealth::Lost(LostReason::Expired));
+    drop(guard);
+}

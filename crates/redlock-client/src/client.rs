@@ -532,7 +532,7 @@ impl Redlock {
                             if let Some(watch) = &watch {
                                 watch.owner_holds();
                             }
-                            return Ok(self.guard(lock, ttl, renew, attempts, start));
+                            return Ok(self.guard(lock, ttl, renew, attempts));
                         }
                         validity => {
                             short = Some(validity);
@@ -585,7 +585,7 @@ impl Redlock {
                             if let Some(exit) = queued.take() {
                                 exit.after_win(&lock);
                             }
-                            return Ok(self.guard(lock, ttl, renew, attempts, start));
+                            return Ok(self.guard(lock, ttl, renew, attempts));
                         }
                         Handed::TooLate => take_on = true,
                         // Some nodes handed it the key while its round was out, and the
@@ -743,7 +743,7 @@ impl Redlock {
                                 if let Some(exit) = queued.take() {
                                     exit.after_win(&lock);
                                 }
-                                return Ok(self.guard(lock, ttl, renew, attempts, start));
+                                return Ok(self.guard(lock, ttl, renew, attempts));
                             }
                         }
                         // In a fair queue only the head writes, so woken waiters cannot
@@ -880,15 +880,15 @@ impl Redlock {
 
     /// Wraps a won lock in its guard. Runs after the round won, so nothing here may fail:
     /// every value was checked before the first round.
-    fn guard(
-        &self,
-        lock: Lock,
-        ttl: Duration,
-        renew: bool,
-        attempts: u32,
-        start: Instant,
-    ) -> LockGuard {
+    fn guard(&self, lock: Lock, ttl: Duration, renew: bool, attempts: u32) -> LockGuard {
         let config = &self.inner.config;
+        // The acquisition's `t0`, which its validity counts from (`valid_until = t0 + ttl -
+        // drift`): `max_hold` counts from there, not from the call (a long wait for the
+        // lock used to eat into it, or all of it).
+        let acquired = lock
+            .valid_until()
+            .checked_sub(ttl.saturating_sub(self.inner.core.drift(ttl)))
+            .unwrap_or_else(Instant::now);
         let shared = HoldState::new(lock, ttl);
         if renew {
             // Checked against `ttl` by `check_hold` (or `validate` for the configured TTL).
@@ -897,7 +897,7 @@ impl Redlock {
             let hold_until = config
                 .renewal
                 .max_hold
-                .and_then(|max| start.checked_add(max));
+                .and_then(|max| acquired.checked_add(max));
             self.inner
                 .renewer
                 .add(shared.clone(), RenewalPlan { every, hold_until });

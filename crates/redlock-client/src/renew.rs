@@ -163,6 +163,22 @@ fn next_due(core: &Coordinator, shared: &HoldState, every: Duration, now: Instan
     by_validity.min(now + every)
 }
 
+/// The TTL of a lock's renewal at `now`: its own, or what is left of its `max_hold` when
+/// that is less, so that no renewal makes it valid past the cap. `None` once too little is
+/// left for a renewal to leave any validity (or the cap has passed).
+fn renewal_ttl(core: &Coordinator, entry: &Entry, now: Instant) -> Option<Duration> {
+    let ttl = entry.shared.ttl;
+    let Some(until) = entry.plan.hold_until else {
+        return Some(ttl);
+    };
+    let left = until.saturating_duration_since(now);
+    if left >= ttl {
+        return Some(ttl);
+    }
+    let config = core.config();
+    redlock_core::check_ttl(left, config.drift_factor, config.node_timeout).ok()
+}
+
 async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     let now = Instant::now();
     entries.retain(|e| {
@@ -173,10 +189,18 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
         if !e.shared.done.load(Ordering::SeqCst) && e.shared.valid_until() <= now {
             e.shared.mark_lost(LostReason::Expired);
         }
-        let held_long_enough = e.plan.hold_until.is_some_and(|until| now >= until);
-        !e.shared.done.load(Ordering::SeqCst)
-            && e.shared.status.borrow().lost.is_none()
-            && !held_long_enough
+        let held = !e.shared.done.load(Ordering::SeqCst) && e.shared.status.borrow().lost.is_none();
+        // `max_hold` reached, or so nearly that no renewal could leave validity: renewal
+        // stops, and the holder's health says so (the lock ends with its validity).
+        if held && renewal_ttl(core, e, now).is_none() {
+            e.shared.renewal_failed(
+                "renewal stopped: the lock has been held for max_hold; it expires at the end \
+                 of its validity"
+                    .to_string(),
+            );
+            return false;
+        }
+        held
     });
     // Everything due within a quarter of its own interval rides along: renewing a little
     // early costs nothing, and it keeps renewals of many locks in few rounds.
@@ -204,17 +228,17 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     // of a few hundred locks at once, not of every lock held.
     for slice in due.chunks(TICK_SLICE) {
         let locks: Vec<_> = slice.iter().map(|&i| entries[i].shared.current()).collect();
-        let requests: Vec<_> = slice
+        let ttls: Vec<Duration> = slice
             .iter()
-            .zip(&locks)
-            .map(|(&i, lock)| (lock, entries[i].shared.ttl))
+            .map(|&i| renewal_ttl(core, &entries[i], now).unwrap_or(entries[i].shared.ttl))
             .collect();
+        let requests: Vec<_> = locks.iter().zip(ttls.iter().copied()).collect();
         if let ([lock], 1) = (locks.as_slice(), due.len()) {
             span.record("key", lock.key());
         }
         let results = core.renew_many(&requests).instrument(span.clone()).await;
         after = Instant::now();
-        for (&i, result) in slice.iter().zip(results) {
+        for ((&i, result), ttl) in slice.iter().zip(results).zip(ttls) {
             let entry = &mut entries[i];
             if entry.shared.done.load(Ordering::SeqCst) {
                 // Released (or dropped) while this tick was in flight: its extension may
@@ -229,6 +253,11 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
                     metrics::renewal(Renewal::Renewed);
                     entry.shared.renewed(&renewal);
                     entry.due = next_due(core, &entry.shared, entry.plan.every, after);
+                    if ttl < entry.shared.ttl {
+                        // The last renewal, up to `max_hold`: the next tick stops renewal.
+                        entry.plan.hold_until = Some(after);
+                        entry.due = after;
+                    }
                 }
                 Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {
                     refused += 1;

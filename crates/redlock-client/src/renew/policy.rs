@@ -25,9 +25,13 @@ pub struct RenewalPolicy {
     /// Defaults to `None`.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub renew_after: Option<Duration>,
-    /// The longest a lock is held, counted from its acquisition, however often it is
-    /// extended: the Redlock spec asks that extensions be bounded, so that a holder stuck in
-    /// a loop cannot keep a resource forever. `None` means no cap. Defaults to `None`.
+    /// The longest a lock is held, counted from its acquisition (not from the call, so a
+    /// long wait for the lock takes nothing off it), however often it is renewed: the
+    /// Redlock spec asks that extensions be bounded, so that a holder stuck in a loop cannot
+    /// keep a resource forever. The last renewal asks only for what is left up to the cap,
+    /// so the lock is never valid past it; renewal then stops, and the guard's health says
+    /// so ([`HoldHealth::RenewalFailing`](crate::HoldHealth::RenewalFailing)) until the
+    /// validity ends. `None` means no cap. Defaults to `None`.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub max_hold: Option<Duration>,
 }

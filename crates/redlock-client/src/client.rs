@@ -172,8 +172,11 @@ impl Redlock {
     /// the attempt in flight finishes, by `deadline + node_timeout`: one attempt is one
     /// round, bounded by one node timeout, and a fenced attempt's fencing step (the token's
     /// write-back, see `LockConfig::fencing`) is cut at that same instant (its lock is then
-    /// released in the background and the call fails). Rollbacks and releases of what the
-    /// call does not keep run in the background, after it returned.
+    /// released in the background and the call fails). One exception: with
+    /// `LockConfig::group_commit`, a plain attempt that joins the next grouped round waits
+    /// for the round in flight first, so it may end up to two node timeouts after it
+    /// started. Rollbacks and releases of what the call does not keep run in the
+    /// background, after it returned.
     ///
     /// It does not retry when so many nodes refused the attempt for a reason that only a
     /// change of settings clears (credentials, ACL permissions, a read-only replica; see

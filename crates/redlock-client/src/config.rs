@@ -123,7 +123,10 @@ pub struct LockConfig {
     /// Whether concurrent plain locks of single keys share rounds (group commit): the
     /// acquisitions (and releases) started while one is in flight go out together in the
     /// next round, one script call per node instead of a command per lock, each lock still
-    /// decided on its own. A lone `lock` is one `SET NX PX` either way. Defaults to `true`.
+    /// decided on its own. A lone `lock` is one `SET NX PX` either way. An attempt that
+    /// joins waits for the round in flight first, so one attempt may take up to two node
+    /// timeouts instead of one (the bound of `RetryPolicy::max_wait` past its deadline).
+    /// Defaults to `true`.
     pub group_commit: bool,
 }
 

@@ -70,9 +70,10 @@ pub struct RetryPolicy {
     /// no sleep between attempts, starts at or after it, and sleeps (the backoff delay, the
     /// spread after a wake-up) are cut short to end at it. An attempt in flight at the
     /// deadline finishes, so `lock` returns at most one attempt's duration after the
-    /// deadline: one node timeout for a plain, multi-key or reentrant lock (a round waits
-    /// for no node longer), up to four for a fenced one (its acquisition, the counters'
-    /// read, the token's write-back and, when no token can be had, a release). A lock won
+    /// deadline: one node timeout (a round waits for no node longer, and a fenced attempt's
+    /// token step is cut at that same instant, its lock then released in the background),
+    /// or two for a plain lock of one key whose attempt joined a grouped round and waited
+    /// for the round in flight first (see `LockConfig::group_commit`). A lock won
     /// below `min_validity` by the last attempt is released in the background. The first
     /// attempt always runs, so `Some(0s)` means no retry. `None` leaves the time unlimited,
     /// and then `max_attempts` must be set. Defaults to 10 s.

@@ -276,3 +276,36 @@ fn a_client_whose_runtime_stopped_says_so_at_once() {
     // Nothing was released: the key waits out its TTL on the nodes.
     assert_eq!(nodes.block_on(set.nodes_holding("redlock:kept")).len(), 3);
 }
+
+/// Services that call the client from plain threads (`runtime.block_on(...)`, as the
+/// crate docs show) drop guards and clients there too: a guard dropped outside any runtime
+/// is released in the runtime the client was connected in, and a client dropped there
+/// closes its connections. Both used to do nothing: the key stayed for its TTL, and the
+/// connections (and their reconnect loops) for the runtime's life.
+#[test]
+fn a_guard_and_a_client_dropped_on_a_plain_thread_release_and_close() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let set = runtime.block_on(NodeSet::start(3)).unwrap();
+    let c = runtime.block_on(client(&set, |b| b.ttl(Duration::from_secs(60))));
+    runtime.block_on(subscribed(&set, 1));
+    let guard = runtime.block_on(c.lock("plain-thread")).unwrap();
+    std::thread::spawn(move || drop(guard)).join().unwrap();
+    let released = runtime.block_on(eventually(Duration::from_secs(10), || async {
+        set.nodes_holding("redlock:plain-thread").await.is_empty()
+    }));
+    assert!(released, "the key stayed on the nodes");
+
+    std::thread::spawn(move || drop(c)).join().unwrap();
+    let closed = runtime.block_on(eventually(Duration::from_secs(10), || async {
+        let mut subscribers = 0;
+        for node in set.iter() {
+            subscribers += node.redis().subscribers("redlock:released").await.unwrap();
+        }
+        subscribers == 0
+    }));
+    assert!(closed, "the client's connections stayed open");
+}

@@ -73,16 +73,20 @@ struct Inner {
     config: LockConfig,
     renewer: Renewer,
     notifier: Option<Notifier>,
+    /// The runtime it was connected in, whose tasks run its connections.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Drop for Inner {
     /// The last client handle and the last guard are gone (guards hold the client), so
     /// nothing will use the connections again: close them once background work (rollbacks,
-    /// background releases) is done, instead of leaving fred's connection tasks running.
+    /// background releases) is done, instead of leaving fred's connection tasks running
+    /// (fred closes nothing on drop). Dropped outside any runtime (on a plain thread), the
+    /// close runs in the runtime the client was connected in; if that one has shut down,
+    /// its connections are gone with it.
     fn drop(&mut self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
+        let runtime =
+            tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone());
         let core = self.core.clone();
         let notifier = self.notifier.take();
         runtime.spawn(async move {
@@ -125,6 +129,7 @@ impl Redlock {
                 config,
                 renewer,
                 notifier,
+                runtime: tokio::runtime::Handle::current(),
             }),
         })
     }

@@ -306,8 +306,9 @@ impl LockHandle {
 /// A held lock. Release it with [`release`](Self::release), which reports what each node
 /// did. A guard dropped without `release` is released in the background (and a warning is
 /// logged), so the key does not linger for a whole TTL; the client's `shutdown` and its
-/// coordinator's `quiesce` wait for that release. Outside a tokio runtime the key expires
-/// with its TTL.
+/// coordinator's `quiesce` wait for that release. Dropped outside a tokio runtime (on a
+/// plain thread), it is released in the runtime its client was connected in; only when that
+/// runtime has shut down does the key expire with its TTL.
 ///
 /// A guard keeps its client's connections and renewal running: dropping every
 /// [`Redlock`](crate::Redlock) handle while guards live does not stop their renewal. Connections close
@@ -502,7 +503,7 @@ impl Drop for LockGuard {
         } else {
             tracing::warn!(
                 %key,
-                "lock guard dropped without release() outside a tokio runtime; the key expires with its TTL"
+                "lock guard dropped without release() after its client's runtime shut down; the key expires with its TTL"
             );
         }
     }

@@ -70,6 +70,9 @@ pub(crate) struct Inner {
     /// Held so that the task that watches the runtime for `liveness` ends with the
     /// coordinator.
     _runtime_watch: tokio::sync::oneshot::Sender<()>,
+    /// The runtime it was connected in, which runs its background work when a caller has
+    /// none (a guard dropped on a plain thread).
+    runtime: tokio::runtime::Handle,
     /// The release channel (when notifications are on) and the fair queues' prefix, as
     /// the release scripts take them: built once here rather than for every release.
     pub(crate) release_channel: Option<Value>,
@@ -166,6 +169,7 @@ impl Coordinator {
                 release_group: Group::default(),
                 _runtime_watch: Liveness::watch_runtime(&liveness),
                 liveness,
+                runtime: tokio::runtime::Handle::current(),
             }),
         })
     }
@@ -505,8 +509,10 @@ impl Coordinator {
 
     /// Releases a lock without waiting for it, for a holder that cannot await (a guard
     /// being dropped). The release counts as background work: [`quiesce`](Self::quiesce)
-    /// and [`close`](Self::close) wait for it. Returns `false`, sending nothing, outside a
-    /// tokio runtime: the key then expires with its TTL.
+    /// and [`close`](Self::close) wait for it. Called outside a tokio runtime (a guard
+    /// dropped on a plain thread), it runs in the runtime the coordinator was connected
+    /// in. Returns `false`, sending nothing, when that runtime has shut down and the call
+    /// has none either: the key then expires with its TTL.
     pub fn release_in_background(&self, lock: Lock) -> bool {
         self.spawn_background(|this| async move {
             if let Err(e) = this.release(&lock).await {
@@ -516,14 +522,17 @@ impl Coordinator {
     }
 
     /// Spawns `work` (given a handle to this coordinator) as background work, which
-    /// [`quiesce`](Self::quiesce) and [`close`](Self::close) wait for. Returns `false`,
-    /// running nothing, outside a tokio runtime.
+    /// [`quiesce`](Self::quiesce) and [`close`](Self::close) wait for: on the caller's
+    /// runtime, or outside any on the one this coordinator was connected in. Returns
+    /// `false`, running nothing, when neither is running.
     pub(crate) fn spawn_background<F>(&self, work: impl FnOnce(Coordinator) -> F) -> bool
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return false;
+        let runtime = match tokio::runtime::Handle::try_current() {
+            Ok(current) => current,
+            Err(_) if self.inner.liveness.closed().is_none() => self.inner.runtime.clone(),
+            Err(_) => return false,
         };
         // Entered before the task is spawned, so a quiesce called right after this
         // returns already waits for it.

@@ -232,8 +232,9 @@ impl Coordinator {
 
     /// [`leave_queue`](Self::leave_queue) without waiting, for a waiter that cannot await
     /// (a dropped `lock` call). Counts as background work, like
-    /// [`release_in_background`](Self::release_in_background); outside a tokio runtime it
-    /// sends nothing and the entry expires with its patience.
+    /// [`release_in_background`](Self::release_in_background) (outside a tokio runtime it
+    /// runs in the one the coordinator was connected in; once that has shut down it sends
+    /// nothing and the entry expires with its patience).
     ///
     /// `lost` is the report of the waiter's last round that was not won, if any: the leave
     /// waits until that round has settled, because its rollback puts the waiter back in the

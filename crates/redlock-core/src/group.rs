@@ -286,12 +286,17 @@ impl Coordinator {
         let Some(first) = A::group(self).next() else {
             return;
         };
-        let spawned = self.spawn_background(move |this| async move {
-            let mut unfinished = Unfinished::<A> {
-                coordinator: this.clone(),
-                kind: std::marker::PhantomData,
-                armed: true,
-            };
+        // Made before the task, so that a task dropped before it first runs (its runtime
+        // shutting down), or never spawned (no runtime to run it on), frees the group too:
+        // the waiting calls' answers are dropped, and each (if any can still run) sends a
+        // round of its own.
+        let unfinished = Unfinished::<A> {
+            coordinator: self.clone(),
+            kind: std::marker::PhantomData,
+            armed: true,
+        };
+        self.spawn_background(move |this| async move {
+            let mut unfinished = unfinished;
             let mut wave = first;
             loop {
                 if A::LEAVES_OUT_GONE {
@@ -307,11 +312,6 @@ impl Coordinator {
                 }
             }
         });
-        if !spawned {
-            // No runtime to run them on: their answers are dropped, and each waiting caller
-            // (if any can still run) sends a round of its own.
-            while A::group(self).next().is_some() {}
-        }
     }
 
     /// One round for `batch`: `SET NX PX` for one, [`ACQUIRE_BATCH`] for several; each

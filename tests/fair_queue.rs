@@ -1195,7 +1195,12 @@ async fn a_head_handed_the_key_by_fewer_than_a_quorum_takes_it_on_at_once() {
     assert_eq!(won.attempts(), 2);
     let token = won.lock().token().as_str().to_string();
     assert!(!token.contains('~'), "held under the hand-over: {token}");
-    assert_eq!(job_values(&set).await, vec![Some(token); 3]);
+    // Decided at a quorum: the third node's answer may still be on its way.
+    let everywhere = eventually(Duration::from_secs(5), || async {
+        job_values(&set).await == vec![Some(token.clone()); 3]
+    })
+    .await;
+    assert!(everywhere, "{:?}", job_values(&set).await);
     won.release().await.unwrap();
     holder.shutdown().await;
     c.shutdown().await;
@@ -1444,7 +1449,22 @@ async fn a_hand_over_with_too_little_validity_left_is_taken_on_by_a_round() {
     let token = won.lock().token().as_str().to_string();
     assert!(!token.contains('~'), "held under the hand-over: {token}");
     assert!(won.lock().remaining().unwrap() > Duration::from_millis(1_900));
-    assert_eq!(job_values(&set).await, vec![Some(token); 3]);
+    // On a quorum at least. A node that the release reached only after the round's
+    // command refused the round, then handed the key over, and the winner's leave deleted
+    // that hand-over: such a node ends with no key.
+    let settled = eventually(Duration::from_secs(5), || async {
+        let values = job_values(&set).await;
+        let ours = values
+            .iter()
+            .filter(|v| v.as_deref() == Some(&*token))
+            .count();
+        ours >= 2
+            && values
+                .iter()
+                .all(|v| v.is_none() || v.as_deref() == Some(&*token))
+    })
+    .await;
+    assert!(settled, "{:?}", job_values(&set).await);
     won.release().await.unwrap();
     holder.shutdown().await;
     c.shutdown().await;

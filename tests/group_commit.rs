@@ -274,15 +274,13 @@ fn a_group_whose_wave_died_with_its_runtime_holds_up_no_later_call() {
         Duration::from_secs(5),
     ));
     // Every round takes 600 ms from here on: the lead's round, then its wave's.
-    for node in 0..3 {
-        links.set_node(
-            node,
-            LinkFault::Latency {
-                to_server: Duration::from_millis(300),
-                to_client: Duration::from_millis(300),
-            },
-        );
-    }
+    links.set_client(
+        0,
+        LinkFault::Latency {
+            to_server: Duration::from_millis(300),
+            to_client: Duration::from_millis(300),
+        },
+    );
     for i in 0..8 {
         let core = core.clone();
         inner.spawn(async move {

@@ -74,11 +74,8 @@ pub async fn raw(url: &str) -> fred::prelude::Client {
 
 /// One client's fault-proxy links to every node of `set`, and the URLs through them.
 pub async fn linked(set: &NodeSet) -> redlock_testkit::Links {
-    let upstreams: Vec<std::net::SocketAddr> = set
-        .iter()
-        .map(|node| std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, node.port())))
-        .collect();
-    redlock_testkit::Links::start(1, &upstreams)
+    use redlock_testkit::Nodes;
+    redlock_testkit::Links::start(1, &set.addrs())
         .await
         .expect("fault proxies start")
 }

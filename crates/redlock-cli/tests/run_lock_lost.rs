@@ -110,9 +110,7 @@ async fn a_command_whose_lock_cannot_be_renewed_is_gone_before_the_lock_expires(
     let run = tokio::spawn(async move { output(&mut cmd).await });
     let pid: i32 = first_line(&ready).await.parse().unwrap();
 
-    for node in 0..set.len() {
-        links.set_node(node, LinkFault::Blackhole);
-    }
+    links.set_client(0, LinkFault::Blackhole);
     assert!(
         common::eventually(|| async move { !running(pid) }).await,
         "the command was never stopped"

@@ -24,11 +24,8 @@ pub fn redlock(set: &NodeSet) -> Command {
 
 /// One client's fault-proxy links to every node of `set` (their URLs: `links.urls(0)`).
 pub async fn linked(set: &NodeSet) -> redlock_testkit::Links {
-    let upstreams: Vec<std::net::SocketAddr> = set
-        .iter()
-        .map(|n| std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, n.port())))
-        .collect();
-    redlock_testkit::Links::start(1, &upstreams)
+    use redlock_testkit::Nodes;
+    redlock_testkit::Links::start(1, &set.addrs())
         .await
         .expect("fault proxies start")
 }

@@ -86,7 +86,7 @@ pub fn for_run(mut config: LockConfig, run: &RunArgs) -> Result<LockConfig, CliE
 /// renewal: the validity only runs down).
 fn renewal_interval(config: &LockConfig) -> Duration {
     match config.renewal.enabled {
-        true => config.renewal.renew_after.unwrap_or(config.ttl / 3),
+        true => config.renew_every(),
         false => Duration::ZERO,
     }
 }

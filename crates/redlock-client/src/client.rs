@@ -890,14 +890,10 @@ impl Redlock {
     /// every value was checked before the first round.
     fn guard(&self, lock: Lock, ttl: Duration, renew: bool, attempts: u32) -> LockGuard {
         let config = &self.inner.config;
-        // The acquisition's `t0`, which its validity counts from (`valid_until = t0 + ttl -
-        // drift`): `max_hold` counts from there, not from the call (a long wait for the
-        // lock used to eat into it, or all of it).
-        let acquired = lock
-            .valid_until()
-            .checked_sub(ttl.saturating_sub(self.inner.core.drift(ttl)))
-            .unwrap_or_else(Instant::now);
         let shared = HoldState::new(lock, ttl);
+        // `max_hold` counts from the acquisition's `t0`, not from the call (a long wait for
+        // the lock used to eat into it, or all of it).
+        let acquired = shared.validity_start(self.inner.core.drift(ttl));
         if renew {
             // Checked against `ttl` by `check_hold` (or `validate` for the configured TTL).
             let every = config.renew_every_for(ttl);

@@ -178,6 +178,14 @@ impl HoldState {
         self.status.borrow().valid_until
     }
 
+    /// The start (`t0`) of the current validity, which a round's validity counts from:
+    /// `valid_until = t0 + ttl - drift`, `drift` being the TTL's drift allowance.
+    pub(crate) fn validity_start(&self, drift: Duration) -> Instant {
+        self.valid_until()
+            .checked_sub(self.ttl.saturating_sub(drift))
+            .unwrap_or_else(Instant::now)
+    }
+
     fn is_valid(&self) -> bool {
         let status = self.status.borrow();
         status.lost.is_none() && status.valid_until > Instant::now()

@@ -153,14 +153,8 @@ async fn sleep_until(at: Option<Instant>) {
 /// attempt, and a lock renewed as late as the rule allows could expire with every node
 /// healthy.
 fn next_due(core: &Coordinator, shared: &HoldState, every: Duration, now: Instant) -> Instant {
-    let ttl = shared.ttl;
-    // The validity a renewal leaves counts from its `t0`: `valid_until = t0 + ttl - drift`.
-    let left_when_due = ttl.saturating_sub(core.drift(ttl)).saturating_sub(every);
-    let by_validity = shared
-        .valid_until()
-        .checked_sub(left_when_due)
-        .unwrap_or(now);
-    by_validity.min(now + every)
+    let t0 = shared.validity_start(core.drift(shared.ttl));
+    (t0 + every).min(now + every)
 }
 
 /// The TTL of a lock's renewal at `now`: its own, or what is left of its `max_hold` when

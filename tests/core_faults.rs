@@ -365,3 +365,125 @@ async fn an_acquisition_queued_while_its_node_went_down_is_not_written_after_it_
         );
     }
 }
+
+/// A node that forgot the lock's scripts (it restarted, or someone ran `SCRIPT FLUSH`)
+/// refuses a script acquisition's `EVALSHA` with `NOSCRIPT`. The acquisition used to be
+/// sent again with the script's source (`EVAL`): a second command, written after whatever
+/// the caller sent that node meanwhile. Here that is the lock's release (the other two
+/// nodes made the quorum): it ran first on that node, found nothing, and the acquisition
+/// then set the keys there for their TTL. Now the node counts as failed for that
+/// acquisition (nothing ran there), and the scripts are loaded again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_a_node_has_no_script_for_is_not_run_there_after_its_release() {
+    use fred::interfaces::ClientLike;
+    use fred::types::{CustomCommand, Value};
+    use redlock_core::ServerErrorKind;
+
+    const KEYS: [&str; 2] = ["forgot-a", "forgot-b"];
+    let set = NodeSet::start(3).await.unwrap();
+    // Long enough for the paused node's commands to wait in its socket without timing out.
+    let c = coordinator(&set, Duration::from_secs(5)).await;
+    let raw = common::raw(&set.node(2).url()).await;
+    let flush = CustomCommand::new_static("SCRIPT", None, false);
+    raw.custom::<Value, _>(flush, vec!["FLUSH"]).await.unwrap();
+    // The release script is known there again (a release ran it with its source), the
+    // acquisition's is not.
+    c.release_token("other", &Token::random())
+        .await
+        .unwrap()
+        .settled()
+        .await;
+    set.node(2).pause().unwrap();
+    let lock = c
+        .acquire_many(&KEYS, Token::random(), TTL)
+        .await
+        .expect("two of three nodes");
+    let release = c.release(&lock).await.expect("two of three nodes");
+    // The acquisition and then the release wait in the paused node's socket.
+    set.node(2).resume().unwrap();
+    release.settled().await;
+    let settled = lock.report().settled().await;
+    c.quiesce().await;
+    for key in KEYS {
+        let left = set.nodes_holding(key).await;
+        assert!(left.is_empty(), "{key} left on nodes {left:?}: {settled}");
+    }
+    assert!(
+        matches!(&settled.nodes[2].outcome,
+            NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::ScriptNotLoaded),
+        "{settled}"
+    );
+    // The refusal loaded the scripts again: acquisitions are taken on that node once more.
+    let back = common::eventually(Duration::from_secs(5), || async {
+        let lock = c
+            .acquire_many(&["forgot-c"], Token::random(), TTL)
+            .await
+            .unwrap();
+        let there = lock.report().settled().await.nodes[2].outcome.clone();
+        c.release(&lock).await.unwrap().settled().await;
+        there == NodeOutcome::Acquired
+    })
+    .await;
+    assert!(back, "node 2 still refuses the acquisition's script");
+}
+
+/// A restarted node has forgotten the scripts; they are loaded again as soon as the
+/// connection is back, so that the first script acquisition there is not refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripts_are_loaded_again_on_a_restarted_node() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, Duration::from_millis(500)).await;
+    set.node(2).kill().unwrap();
+    set.node(2).restart().await.unwrap();
+    // `SCRIPT LOAD` for each of the lock's scripts, from the reconnection alone.
+    let loaded = common::eventually(Duration::from_secs(10), || async {
+        set.node(2).command_calls("script|load").await.unwrap_or(0) >= 10
+    })
+    .await;
+    assert!(loaded, "the scripts were not loaded on the restarted node");
+    let lock = c
+        .acquire_many(&["restarted-a", "restarted-b"], Token::random(), TTL)
+        .await
+        .unwrap();
+    let settled = lock.report().settled().await;
+    assert_eq!(settled.nodes[2].outcome, NodeOutcome::Acquired, "{settled}");
+    c.release(&lock).await.unwrap().settled().await;
+    assert!(set.nodes_holding("restarted-a").await.is_empty());
+}
+
+/// A release that a node refused because it was busy with another client's long script
+/// (`BUSY`; `LOADING` after a restart is the same kind) is sent there again: it did not
+/// run. Only releases that got no answer (timed out, connection lost) used to be, and the
+/// key stayed on that node for its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_a_busy_node_refused_is_sent_again() {
+    use fred::interfaces::ClientLike;
+    use fred::types::{CustomCommand, Value};
+
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, Duration::from_millis(300)).await;
+    let lock = c.acquire("busy-release", TTL).await.unwrap();
+    lock.report().settled().await;
+    assert_eq!(set.nodes_holding("busy-release").await, vec![0, 1, 2]);
+    let raw = common::raw(&set.node(2).url()).await;
+    let config = CustomCommand::new_static("CONFIG", None, false);
+    raw.custom::<Value, _>(config, vec!["SET", "busy-reply-threshold", "50"])
+        .await
+        .unwrap();
+    // Another client's script keeps node 2 busy for 400 ms; after 50 ms it answers
+    // everyone else `BUSY`.
+    let busy = tokio::spawn(async move {
+        let eval = CustomCommand::new_static("EVAL", None, false);
+        let spin =
+            "local function now() local t = redis.call('TIME') return t[1] * 1000000 + t[2] end \
+                    local start = now() while now() - start < 400000 do end return 1";
+        raw.custom::<Value, _>(eval, vec![spin, "0"]).await
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let release = c.release(&lock).await.expect("two of three nodes");
+    let settled = release.settled().await;
+    busy.await.unwrap().unwrap();
+    c.quiesce().await;
+    let left = set.nodes_holding("busy-release").await;
+    assert!(left.is_empty(), "left on nodes {left:?}: {settled}");
+}

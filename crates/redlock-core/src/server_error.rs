@@ -31,6 +31,11 @@ pub enum ServerErrorKind {
     NotReady,
     /// The server cannot persist and refuses writes (`MISCONF`).
     Persistence,
+    /// The node did not know the lock's script (`NOSCRIPT`: it restarted, or its scripts
+    /// were flushed) and nothing ran. An acquisition is refused rather than sent again with
+    /// the script's source, which could run after a later release of the lock; the scripts
+    /// are loaded again at once: transient.
+    ScriptNotLoaded,
     /// Any other error reply, or a reply the lock does not understand.
     Unknown,
 }
@@ -49,6 +54,7 @@ impl ServerErrorKind {
             "WRONGTYPE" => Some(ServerErrorKind::WrongType),
             "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" => Some(ServerErrorKind::NotReady),
             "MISCONF" => Some(ServerErrorKind::Persistence),
+            "NOSCRIPT" => Some(ServerErrorKind::ScriptNotLoaded),
             _ => None,
         };
         if let Some(kind) = by_code(first) {
@@ -78,8 +84,8 @@ impl ServerErrorKind {
 
     /// Whether retrying cannot clear an error of this kind: it takes a change to the node,
     /// its URL, its ACL or the key (credentials, permissions, a replica, a key of another
-    /// type, a database index). `NotReady`, `OutOfMemory`, `Persistence` and `Unknown` may
-    /// pass by themselves.
+    /// type, a database index). `NotReady`, `OutOfMemory`, `Persistence`, `ScriptNotLoaded`
+    /// and `Unknown` may pass by themselves.
     pub fn needs_a_change(self) -> bool {
         matches!(
             self,
@@ -127,6 +133,10 @@ impl ServerErrorKind {
                 "the node cannot persist (`MISCONF`) and refuses writes: fix its disk or \
                  persistence settings"
             }
+            ServerErrorKind::ScriptNotLoaded => {
+                "the node had forgotten the lock's scripts (it restarted, or they were \
+                 flushed) and ran nothing; they are being loaded again: retry"
+            }
             ServerErrorKind::Unknown => {
                 "see the node's message; check that the node is a Redis master of version 6.2 \
                  or later"
@@ -146,6 +156,7 @@ impl fmt::Display for ServerErrorKind {
             ServerErrorKind::Database => "database refused",
             ServerErrorKind::NotReady => "not ready",
             ServerErrorKind::Persistence => "cannot persist",
+            ServerErrorKind::ScriptNotLoaded => "script not loaded",
             ServerErrorKind::Unknown => "error reply",
         })
     }
@@ -271,6 +282,10 @@ mod tests {
                 "ERR Error running script (call to f_1): @user_script:1: @user_script:1: \
                  READONLY You can't write against a read only replica.",
                 ReadOnly,
+            ),
+            (
+                "NOSCRIPT No matching script. Please use EVAL.",
+                ScriptNotLoaded,
             ),
             ("ERR unknown command 'EVALSHA'", Unknown),
             ("", Unknown),

@@ -156,11 +156,13 @@ fn is_tls_kind(_: &FredError) -> bool {
 }
 
 /// Records every connection error fred reports for `client` in `last`, and clears it when
-/// the connection is (re-)established. Ends when the client is closed or dropped.
+/// the connection is (re-)established, then calls `on_reconnect` (fred announces the first
+/// connection as a reconnection too). Ends when the client is closed or dropped.
 pub(crate) fn watch_connection(
     client: &Client,
     last: Arc<Mutex<Option<ConnectFailure>>>,
     context: FailureContext,
+    on_reconnect: impl Fn() + Send + 'static,
 ) {
     let mut errors = client.error_rx();
     let mut reconnects = client.reconnect_rx();
@@ -181,7 +183,10 @@ pub(crate) fn watch_connection(
                     Err(RecvError::Closed) => break,
                 },
                 up = reconnects.recv() => match up {
-                    Ok(_) => set(None),
+                    Ok(_) => {
+                        set(None);
+                        on_reconnect();
+                    }
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => break,
                 },

@@ -5,7 +5,7 @@ mod factory;
 mod failure;
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -45,7 +45,9 @@ pub(crate) struct Connection {
     /// The same client with per-command options. Every command goes through `custom`,
     /// because fred applies per-command options to `custom` but silently not to its
     /// `evalsha`/`eval` helpers.
-    cmd: WithOptions<Client>,
+    /// Shared with the task that loads the scripts again after a reconnection, which keeps
+    /// only a weak reference (it must not keep the client alive).
+    cmd: Arc<WithOptions<Client>>,
     timeout: Duration,
     /// Why the connection last failed, from fred's error events; cleared when it comes
     /// back. A command refused for want of a connection reports this instead of fred's
@@ -53,6 +55,24 @@ pub(crate) struct Connection {
     last_error: Arc<Mutex<Option<ConnectFailure>>>,
     /// Whether the client is closed, shared by every node's connection.
     liveness: Arc<Liveness>,
+    /// Set while the scripts are being loaded again in the background (after a `NOSCRIPT`
+    /// refusal of an acquisition, or a reconnection), so that loads never pile up.
+    reloading: Arc<AtomicBool>,
+}
+
+/// What [`Connection::eval`] does when the node does not know the script (`NOSCRIPT`: the
+/// node restarted, or someone ran `SCRIPT FLUSH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnNoScript {
+    /// Sends it again with its source (`EVAL`): for commands whose order against the
+    /// caller's later commands does not matter (releases, extensions, records, reads).
+    Resend,
+    /// Answers [`ServerErrorKind::ScriptNotLoaded`] (nothing ran) and loads the scripts
+    /// again in the background: for acquisitions. Their `EVAL` would be a second command,
+    /// written after whatever the caller sent the node meanwhile: a release of the lock,
+    /// once the other nodes made a quorum, would then find nothing to delete there, and
+    /// the acquisition, run after it, would leave the key for its TTL.
+    Refuse,
 }
 
 /// Whether a client (all of its connections) can still send: open until it is closed or
@@ -128,7 +148,7 @@ impl Connection {
     ) -> Result<Connection, ConfigError> {
         let timeout = config.node_timeout;
         let client = factory::round_client(&endpoint, config)?;
-        let cmd = client.with_options(&command_options(timeout));
+        let cmd = Arc::new(client.with_options(&command_options(timeout)));
         let last_error = Arc::new(Mutex::new(None));
         // Subscribed before the first connection attempt, so that none of its errors is
         // missed. The password only lives in the task, to be masked should an error echo it.
@@ -140,7 +160,19 @@ impl Connection {
             password: endpoint.fred.password.clone(),
             tls_without_client_cert: endpoint.fred.uses_tls() && !client_cert,
         };
-        watch_connection(&client, last_error.clone(), context);
+        let reloading = Arc::new(AtomicBool::new(false));
+        let on_reconnect = {
+            let (cmd, reloading) = (Arc::downgrade(&cmd), reloading.clone());
+            // A restarted node has forgotten the scripts. Every connection loads them,
+            // the first one too: `connect` loads them as well and waits for that, but a
+            // node that was down then connects later.
+            move || {
+                if let Some(cmd) = cmd.upgrade() {
+                    reload_scripts(&cmd, &reloading);
+                }
+            }
+        };
+        watch_connection(&client, last_error.clone(), context, on_reconnect);
         Ok(Connection {
             metrics: crate::metrics::NodeMetrics::new(&endpoint.name),
             name: endpoint.name,
@@ -149,6 +181,7 @@ impl Connection {
             timeout,
             last_error,
             liveness,
+            reloading,
         })
     }
 
@@ -168,18 +201,10 @@ impl Connection {
                 None => format!("no connection within {within:?}"),
             });
         }
-        // Loading the scripts now spares the first round on this node an EVALSHA,
-        // NOSCRIPT, EVAL sequence (one more round trip, during which later commands can
-        // overtake it). Best effort: a node that restarts later, empty, falls back to
-        // EVAL by itself.
-        for script in crate::scripts::all() {
-            let _ = self
-                .custom(
-                    "SCRIPT",
-                    vec![Value::from("LOAD"), Value::from(script.source())],
-                )
-                .await;
-        }
+        // Loaded now (the connection's own load, in the background, may still be under
+        // way), so that no acquisition is refused for an unknown script (see `OnNoScript`)
+        // on a node that was up from the start.
+        load_scripts(&self.cmd).await;
         Ok(())
     }
 
@@ -229,6 +254,11 @@ impl Connection {
         NodeHealth::from_info(self.name.clone(), latency, &info, appendfsync)
     }
 
+    /// The node timeout: how long one command may take.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub(crate) async fn quit(&self) {
         let _ = tokio::time::timeout(self.timeout, self.client.quit()).await;
     }
@@ -248,13 +278,15 @@ impl Connection {
         self.custom("SET", args).await
     }
 
-    /// Runs a script by its SHA-1, loading it with `EVAL` when the node does not know it
-    /// (`NOSCRIPT`: first use, or a restarted node). Both steps share one timeout.
+    /// Runs a script by its SHA-1. When the node does not know it (`NOSCRIPT`: a
+    /// restarted node, or `SCRIPT FLUSH`), `on_no_script` says whether it is sent again with
+    /// its source (`EVAL`; both steps share one timeout) or refused (see [`OnNoScript`]).
     pub(crate) async fn eval(
         &self,
         script: &Script,
         keys: &[Key],
         args: &[Value],
+        on_no_script: OnNoScript,
     ) -> Result<Value, NodeOutcome> {
         let mut sent = "EVALSHA";
         let outcome = self
@@ -272,6 +304,13 @@ impl Connection {
                     )
                     .await
                     {
+                        Err(e)
+                            if e.details().starts_with("NOSCRIPT")
+                                && on_no_script == OnNoScript::Refuse =>
+                        {
+                            reload_scripts(&self.cmd, &self.reloading);
+                            Err(e)
+                        }
                         Err(e) if e.details().starts_with("NOSCRIPT") => {
                             sent = "EVAL";
                             let eval = CustomCommand::new_static("EVAL", None, false);
@@ -410,6 +449,43 @@ impl Connection {
 #[inline(always)]
 fn boxed<F>(slot: Box<std::mem::MaybeUninit<F>>, future: F) -> Pin<Box<F>> {
     Box::into_pin(Box::write(slot, future))
+}
+
+/// Loads every script of the lock on the node (`SCRIPT LOAD`), each under the node
+/// timeout. Best effort: a script still unknown is refused to an acquisition (which loads
+/// them again) and sent with its source otherwise (see [`OnNoScript`]).
+async fn load_scripts(cmd: &WithOptions<Client>) {
+    let command = || CustomCommand::new_static("SCRIPT", None, false);
+    // Each of fred's futures (about 7 KB) boxed where it is made, never an array of them
+    // on the stack.
+    let loads = crate::scripts::all().into_iter().map(|script| {
+        boxed(
+            Box::new_uninit(),
+            cmd.custom::<Value, Value>(
+                command(),
+                vec![Value::from("LOAD"), Value::from(script.source())],
+            ),
+        )
+    });
+    // Sent together: one round trip, not one per script.
+    let _ = futures::future::join_all(loads).await;
+}
+
+/// Loads the scripts again in the background (see [`load_scripts`]), unless a load is
+/// under way (`reloading`). Outside a tokio runtime (a connection being dropped) it does
+/// nothing.
+fn reload_scripts(cmd: &Arc<WithOptions<Client>>, reloading: &Arc<AtomicBool>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if reloading.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (cmd, reloading) = (cmd.clone(), reloading.clone());
+    runtime.spawn(async move {
+        load_scripts(&cmd).await;
+        reloading.store(false, Ordering::Release);
+    });
 }
 
 /// How long after fred's timeout of a command [`Connection::bounded`]'s backstop ends it:

@@ -20,9 +20,10 @@ use fred::types::{Key, Value};
 
 use super::command::{Answer, Command};
 use super::plan::Round;
-use crate::connection::Connection;
+use crate::connection::{Connection, OnNoScript};
 use crate::report::{CleanupOutcome, NodeOutcome, Settling};
 use crate::scripts::Script;
+use crate::server_error::ServerErrorKind;
 
 /// How many times a rollback is tried on one node. Each try is bounded by the node timeout,
 /// and so is each wait for a node whose connection is down to come back (see
@@ -249,18 +250,25 @@ pub(crate) fn update(settling: &watch::Sender<Settling>, f: impl FnOnce(&mut Set
     });
 }
 
-/// Whether a node's answer leaves our key possibly set there: everything but a refusal.
+/// Whether a node's answer leaves our key possibly set there: everything but a refusal,
+/// and a script the node did not know (nothing ran; see `OnNoScript::Refuse`).
 fn needs_undo(outcome: &NodeOutcome) -> bool {
-    !matches!(outcome, NodeOutcome::HeldByOther)
+    match outcome {
+        NodeOutcome::HeldByOther => false,
+        NodeOutcome::ServerError(e) => e.kind != ServerErrorKind::ScriptNotLoaded,
+        _ => true,
+    }
 }
 
 /// Whether a command that removes what is ours ([`Request::redo`](super::Request)) must be
-/// sent again on a node: it did not answer, so it may not have run there.
+/// sent again on a node: it did not answer, so it may not have run there, or the node was
+/// not ready for it (`LOADING`, `BUSY`: it did not run).
 fn needs_redo(outcome: &NodeOutcome) -> bool {
-    matches!(
-        outcome,
-        NodeOutcome::TimedOut | NodeOutcome::ConnectionError(_)
-    )
+    match outcome {
+        NodeOutcome::TimedOut | NodeOutcome::ConnectionError(_) => true,
+        NodeOutcome::ServerError(e) => e.kind == ServerErrorKind::NotReady,
+        _ => false,
+    }
 }
 
 /// What outlives the decision.
@@ -436,9 +444,10 @@ impl Background {
 /// A compare-and-delete (`script` on `keys` and `args`, answering 1 when it deleted, 0
 /// when there was nothing of ours) on one node, tried up to [`ROLLBACK_ATTEMPTS`] times,
 /// no try started at or past `deadline` if there is one (for a rollback, the key's TTL: after
-/// it our key is gone by itself). Between tries it pauses, then waits for a node whose
-/// connection is down to reconnect (up to the node timeout): a cut that heals within that
-/// does not leave the key behind. A command that timed out is usually still queued on the
+/// it our key is gone by itself). Between tries it pauses (a node timeout after a node
+/// that was not ready: `LOADING`, `BUSY`), then waits for a node whose connection is down
+/// to reconnect (up to the node timeout): a cut that heals within that does not leave the
+/// key behind. A command that timed out is usually still queued on the
 /// connection behind the command it undoes, so it will run in order.
 pub(crate) async fn try_on(
     connection: &Connection,
@@ -450,7 +459,10 @@ pub(crate) async fn try_on(
     let mut pause = ROLLBACK_PAUSE;
     let mut attempt = 1;
     loop {
-        let failure = match connection.eval(script, keys, args).await {
+        let (failure, not_ready) = match connection
+            .eval(script, keys, args, OnNoScript::Resend)
+            .await
+        {
             Ok(Value::Integer(n)) if n > 0 => return CleanupOutcome::Removed,
             Ok(Value::Integer(_)) => return CleanupOutcome::NotPresent,
             // A grouped release sent again: one flag per lock.
@@ -464,14 +476,25 @@ pub(crate) async fn try_on(
                     CleanupOutcome::NotPresent
                 };
             }
-            Ok(other) => format!("unexpected reply to the script: {other:?}"),
-            Err(failure) => failure.to_string(),
+            Ok(other) => (format!("unexpected reply to the script: {other:?}"), false),
+            Err(failure) => {
+                let not_ready = matches!(&failure,
+                    NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::NotReady);
+                (failure.to_string(), not_ready)
+            }
         };
-        let past = deadline.is_some_and(|deadline| Instant::now() + pause >= deadline);
+        // A node that is loading its data or busy with a script is given a node timeout
+        // before the next try: a few milliseconds would not outlast either.
+        let wait = if not_ready {
+            pause.max(connection.timeout())
+        } else {
+            pause
+        };
+        let past = deadline.is_some_and(|deadline| Instant::now() + wait >= deadline);
         if attempt >= ROLLBACK_ATTEMPTS || past {
             return CleanupOutcome::Failed(failure);
         }
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep(wait).await;
         // A node whose connection is down is waited for: a try while it is down fails at
         // once, and the next ones would too, a few milliseconds later.
         connection.until_connected(deadline).await;

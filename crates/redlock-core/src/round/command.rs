@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::types::{Key, Value};
 
-use crate::connection::Connection;
+use crate::connection::{Connection, OnNoScript};
 use crate::report::{NodeOutcome, RoundKind};
 use crate::scripts::Script;
 use crate::server_error::{ServerError, ServerErrorKind};
@@ -35,10 +35,13 @@ pub(crate) struct Answer {
 }
 
 impl Command {
-    /// Sends the command to one node; `ttl` is the TTL of the round's first request.
+    /// Sends the command of a round of `kind` to one node; `ttl` is the TTL of the round's
+    /// first request. An acquisition is one command, never sent again with its script's
+    /// source: the caller's later commands (a release) must not overtake it.
     pub(crate) async fn send(
         &self,
         connection: &Connection,
+        kind: RoundKind,
         ttl: Option<Duration>,
     ) -> Result<Value, NodeOutcome> {
         match self {
@@ -46,7 +49,13 @@ impl Command {
                 let ttl = ttl.unwrap_or_default();
                 connection.set_nx_px(key.clone(), token.clone(), ttl).await
             }
-            Command::Script { script, keys, args } => connection.eval(script, keys, args).await,
+            Command::Script { script, keys, args } => {
+                let on_no_script = match kind {
+                    RoundKind::Acquire => OnNoScript::Refuse,
+                    _ => OnNoScript::Resend,
+                };
+                connection.eval(script, keys, args, on_no_script).await
+            }
         }
     }
 

@@ -117,7 +117,7 @@ async fn run_inner(
             {
                 let (connections, round) = (connections.clone(), round.clone());
                 async move {
-                    let reply = round.command.send(&connections[i], ttl).await;
+                    let reply = round.command.send(&connections[i], round.kind, ttl).await;
                     let answers = round.command.read(round.kind, reply, r);
                     (i, answers, t0.elapsed())
                 }

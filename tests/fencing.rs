@@ -134,9 +134,11 @@ async fn a_node_that_lost_its_counter_is_not_counted_and_is_seeded_again() {
     set.node(0).flushall().await.unwrap();
     set.node(1).flushall().await.unwrap();
     match core.acquire_with(acquisition()).await {
-        Err(CoreError::NotFenced { reason, .. }) => {
-            assert!(reason.contains("fencing counter"), "{reason}")
-        }
+        Err(CoreError::FencingCountersLost {
+            seeded: 1,
+            missing: 2,
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
     core.quiesce().await;
@@ -283,10 +285,22 @@ async fn fenced_locks_on_many_keys_leave_one_counter_per_node_and_nothing_else()
     }
 }
 
+/// A quorum that lost its counters beside a node that kept one gets no token: starting
+/// again would go below tokens handed out. Only an operator can mend it, so the error says
+/// so (`FencingCountersLost`, not the "retry" of `NotFenced`), `lock` returns it at once
+/// instead of retrying until its wait ran out, and raising the counters mends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quorum_that_lost_its_counters_gets_no_token_instead_of_starting_again() {
+async fn a_quorum_that_lost_its_counters_gets_no_token_until_an_operator_raises_them() {
+    use redlock_client::{Error, FencingCounter, RetryPolicy};
+
     let set = NodeSet::start(3).await.unwrap();
-    let c = client(&set, |b| b.fencing(true)).await;
+    let c = client(&set, |b| {
+        b.fencing(true).retry(RetryPolicy {
+            max_wait: Some(Duration::from_secs(30)),
+            ..Default::default()
+        })
+    })
+    .await;
     for _ in 0..3 {
         let guard = c.lock("k").await.unwrap();
         guard.release().await.unwrap();
@@ -296,7 +310,7 @@ async fn a_quorum_that_lost_its_counters_gets_no_token_instead_of_starting_again
     set.node(0).flushall().await.unwrap();
     set.node(1).flushall().await.unwrap();
     let keys = ["redlock:k"];
-    for _ in 0..5 {
+    for _ in 0..3 {
         match c
             .coordinator()
             .acquire_with(Acquisition {
@@ -305,13 +319,39 @@ async fn a_quorum_that_lost_its_counters_gets_no_token_instead_of_starting_again
             })
             .await
         {
-            Err(CoreError::NotFenced { .. }) => {}
+            Err(e @ CoreError::FencingCountersLost { .. }) => {
+                assert!(e.to_string().contains("redlock fence --raise-to"), "{e}")
+            }
             other => panic!("token handed out after a quorum lost its counters: {other:?}"),
         }
+    }
+    // The client does not retry it for its 30 s (that would end in `DeadlinePassed`).
+    match c.lock("k").await {
+        Err(Error::Round(CoreError::FencingCountersLost { .. })) => {}
+        other => panic!("{other:?}"),
     }
     c.coordinator().quiesce().await;
     assert!(set.nodes_holding("redlock:k").await.is_empty());
     assert_eq!(counters(&set).await, [None, None, Some(3)]);
+    // What an operator sees, and the repair.
+    let seen = c.coordinator().fencing_counters().await;
+    assert!(seen.lost && seen.next.is_none(), "{seen:?}");
+    let values: Vec<_> = seen.nodes.iter().map(|(_, c)| c.clone()).collect();
+    assert_eq!(
+        values,
+        [
+            FencingCounter::Missing,
+            FencingCounter::Missing,
+            FencingCounter::At(3)
+        ]
+    );
+    let raised = c.coordinator().raise_fencing_counters(3).await;
+    assert!(!raised.lost, "{raised:?}");
+    assert_eq!(raised.next.map(FencingToken::get), Some(4));
+    assert_eq!(counters(&set).await, [Some(3); 3]);
+    let guard = c.lock("k").await.unwrap();
+    assert_eq!(guard.fencing_token().map(FencingToken::get), Some(4));
+    guard.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -413,6 +453,49 @@ async fn a_token_recorded_by_another_acquisition_meanwhile_is_not_handed_out_twi
     );
 }
 
+/// A brand-new node set's first fenced acquisition while another one's first write-back is
+/// on its way: it reads one node seeded and two not, which is also how a quorum that lost
+/// its counters looks, and it used to give up (`NotFenced`). It now reads again a few
+/// times before it says the counters are lost, and gets the next token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_sets_fenced_acquisition_during_the_first_write_back_gets_a_token() {
+    let set = NodeSet::start(3).await.unwrap();
+    // `a` reaches node 0 at once and nodes 1 and 2 100 ms each way; `b` reaches all at once.
+    let links = linked(&set).await;
+    for node in [1, 2] {
+        links.set_node(
+            node,
+            LinkFault::Latency {
+                to_server: Duration::from_millis(100),
+                to_client: Duration::from_millis(100),
+            },
+        );
+    }
+    let a = coordinator_at(links.urls(0), Duration::from_secs(2)).await;
+    let b = common::coordinator(&set, Duration::from_secs(2)).await;
+    let acquisition = |key| Acquisition {
+        fenced: true,
+        ..Acquisition::new(std::slice::from_ref(key), Duration::from_secs(10))
+    };
+    let first = tokio::spawn({
+        let a = a.clone();
+        async move { a.acquire_with(acquisition(&"first")).await }
+    });
+    // `a`'s write-back of token 1 has reached node 0, not yet nodes 1 and 2.
+    let seeded = common::eventually(Duration::from_secs(5), || async {
+        set.node(0).get(COUNTER).await.unwrap().is_some()
+    })
+    .await;
+    assert!(seeded, "the first write-back never reached node 0");
+    let second = b.acquire_with(acquisition(&"second")).await;
+    let first = first.await.unwrap();
+    let tokens = [&first, &second].map(|r| match r {
+        Ok(lock) => lock.fencing_token().unwrap().get(),
+        Err(e) => panic!("{e}"),
+    });
+    assert_eq!(tokens, [1, 2]);
+}
+
 /// Fenced acquisitions of distinct keys started at once (one counter for all of them) each
 /// get a token of their own: a write-back that finds its token taken goes above it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -420,8 +503,7 @@ async fn concurrent_fenced_acquisitions_of_distinct_keys_all_get_distinct_tokens
     let set = NodeSet::start(3).await.unwrap();
     let a = common::coordinator(&set, Duration::from_secs(2)).await;
     let b = common::coordinator(&set, Duration::from_secs(2)).await;
-    // Counters on every node first: a new node set's first tokens are another matter (see
-    // `a_quorum_that_lost_its_counters_gets_no_token_instead_of_starting_again`).
+    // Counters on every node first: a new node set's first tokens are the next test's.
     let seed = a
         .acquire_with(Acquisition {
             fenced: true,

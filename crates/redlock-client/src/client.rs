@@ -552,6 +552,10 @@ impl Redlock {
                     Err(redlock_core::Error::Config(e)) => {
                         return Err(InvalidConfig::Core(e).into())
                     }
+                    // Only an operator can mend this (see the error): no retry.
+                    Err(e @ redlock_core::Error::FencingCountersLost { .. }) => {
+                        return Err(Error::Round(e))
+                    }
                     Err(e) => Box::new(
                         e.report()
                             .cloned()

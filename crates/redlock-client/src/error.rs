@@ -134,7 +134,9 @@ pub enum Error {
         /// What each node answered in the last round.
         report: Box<RoundReport>,
     },
-    /// A release or extension round failed.
+    /// A release or extension round failed, or an acquisition failed in a way that no
+    /// retry mends: a fenced lock whose node set lost its fencing counters
+    /// ([`redlock_core::Error::FencingCountersLost`], which says what to do).
     #[error(transparent)]
     Round(redlock_core::Error),
     /// The client sends nothing any more: it was shut down, or the tokio runtime that

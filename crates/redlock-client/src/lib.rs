@@ -95,8 +95,8 @@ pub use guard::{HoldHealth, LockGuard, LockHandle};
 pub use owner::Owner;
 pub use redlock_core;
 pub use redlock_core::{
-    FencingToken, HealthPolicy, HealthProblem, Holder, Inspection, NodeHealth, NodeOutcome,
-    RoundReport, ServerError, ServerErrorKind, TlsConfig, Token,
+    FencingCounter, FencingCounters, FencingToken, HealthPolicy, HealthProblem, Holder, Inspection,
+    NodeHealth, NodeOutcome, RoundReport, ServerError, ServerErrorKind, TlsConfig, Token,
 };
 pub use renew::policy::RenewalPolicy;
 pub use resource::{fence_record_key, fenced_set, FENCED_UPDATE_SQL};

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::coordinator::Coordinator;
 use crate::error::{ConfigError, Error};
 use crate::fair::FairPlace;
-use crate::fence::{self, FencingToken};
+use crate::fence::{self, FencingCounters, FencingToken};
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
 
@@ -21,6 +21,7 @@ use crate::lock_spec::LockSpec;
 /// so in order (a node's commands go over one connection), so sixteen fenced acquisitions
 /// started together all get their tokens.
 const RECORD_TRIES: u32 = 16;
+
 use crate::report::{RoundKind, RoundReport};
 use crate::round::{Command, Round};
 use crate::scripts::{FENCE_READ, FENCE_RECORD};
@@ -274,22 +275,15 @@ impl Coordinator {
             }
             // Within a caller's deadline, the release runs in the background (`won` is
             // dropped with the lock in it).
-            Err((report, reason)) if what.deadline.is_some() => Err(Error::NotFenced {
-                report: Box::new(report),
-                reason,
-            }),
-            Err((report, reason)) => Err(won.unfence(report, reason).await),
+            Err(unfenced) if what.deadline.is_some() => Err(unfenced.into_error()),
+            Err(unfenced) => Err(won.unfence(unfenced).await),
         }
     }
 
     /// The fencing step of a won acquisition: the token from the counters the round read
     /// (or from every node's, when too few of those had one), written back to a quorum while
     /// the lock is still valid. `Err`: why the lock gets no token, with the last report.
-    async fn fence(
-        &self,
-        counters: &[Option<i64>],
-        lock: &Lock,
-    ) -> Result<FencingToken, (RoundReport, String)> {
+    async fn fence(&self, counters: &[Option<i64>], lock: &Lock) -> Result<FencingToken, Unfenced> {
         let mut token = fence::next_token(counters, self.quorum());
         if token.is_err() && counters.iter().any(Option::is_none) {
             // Too few of the nodes that answered before the decision have a counter (a
@@ -297,10 +291,40 @@ impl Coordinator {
             // the nodes that had not answered yet may make up the quorum. Ask them all
             // (rare: a new node set's first tokens, or nodes that lost their data). A
             // counter read later is never lower, so this read is as good as the round's.
-            token = fence::next_token(&self.read_counters().await, self.quorum());
+            token = fence::next_token(&self.read_counters().await.1, self.quorum());
         }
-        let mut token =
-            token.map_err(|shortfall| (RoundReport::clone(&lock.report), shortfall.to_string()))?;
+        // Every node answered, and too few have a counter beside some that have one: a
+        // quorum lost its counters, which only an operator can mend, or a new node set's
+        // first write-back (another acquisition's) is still on its way to the others, and
+        // seeds them within its node timeout. Read again three times over one node timeout
+        // before saying which (`Error::FencingCountersLost`).
+        let quarter = self.inner.config.node_timeout / 4;
+        for pause in [quarter, quarter, 2 * quarter] {
+            match &token {
+                Err(shortfall) if shortfall.every_node_answered() && lock.is_valid() => {
+                    tokio::time::sleep(pause).await;
+                    token = fence::next_token(&self.read_counters().await.1, self.quorum());
+                }
+                _ => break,
+            }
+        }
+        let report = || RoundReport::clone(&lock.report);
+        let mut token = match token {
+            Ok(token) => token,
+            Err(shortfall) if shortfall.every_node_answered() => {
+                return Err(Unfenced::CountersLost {
+                    report: report(),
+                    seeded: shortfall.seeded,
+                    missing: shortfall.unseeded,
+                })
+            }
+            Err(shortfall) => {
+                return Err(Unfenced::Retry {
+                    report: report(),
+                    reason: shortfall.to_string(),
+                })
+            }
+        };
         let mut tries = 1;
         let recorded = loop {
             let recorded = self.record(token).await;
@@ -324,20 +348,26 @@ impl Coordinator {
                          other fenced acquisitions raised the counters meanwhile, or nodes did \
                          not answer: retry"
                     );
-                    return Err((recorded.report, reason));
+                    return Err(Unfenced::Retry {
+                        report: recorded.report,
+                        reason,
+                    });
                 }
             }
         };
         if !lock.is_valid() {
             let reason = "the lock's validity ran out while the token was recorded".to_string();
-            return Err((recorded.report, reason));
+            return Err(Unfenced::Retry {
+                report: recorded.report,
+                reason,
+            });
         }
         Ok(token)
     }
 
     /// Every node's fencing counter (`Some(-1)`: none; `None`: no answer), waiting for every
-    /// node up to the node timeout.
-    async fn read_counters(&self) -> Vec<Option<i64>> {
+    /// node up to the node timeout, with the read's report.
+    async fn read_counters(&self) -> (RoundReport, Vec<Option<i64>>) {
         let fence_key = &self.inner.config.fence_key;
         let command = Command::Script {
             script: &FENCE_READ,
@@ -345,7 +375,31 @@ impl Coordinator {
             args: Vec::new(),
         };
         let round = self.untimed_round(RoundKind::Inspect, command, fence_key.as_str().into());
-        counters_in(&self.run_one(round).await.values)
+        let read = self.run_one(round).await;
+        let counters = counters_in(&read.values);
+        (read.report, counters)
+    }
+
+    /// Every node's fencing counter (one key per node set: the configured `fence_key`),
+    /// waiting for every node up to the node timeout, and the token a fenced acquisition
+    /// would get from them. What an operator reads when fenced acquisitions fail with
+    /// [`Error::FencingCountersLost`] (the `redlock fence` command shows it).
+    pub async fn fencing_counters(&self) -> FencingCounters {
+        let (report, counters) = self.read_counters().await;
+        FencingCounters::of(&report.nodes, &counters, self.quorum())
+    }
+
+    /// Raises every node's fencing counter to at least `at_least`, raise-only (a higher
+    /// counter stays, a missing one is set), then reads them all again: the repair after a
+    /// quorum of nodes lost their counters ([`Error::FencingCountersLost`]). Give the
+    /// highest token the protected resources have accepted (or any higher number: tokens
+    /// only need to increase). A node that does not answer keeps what it had; the counters
+    /// returned show which, and raising again is safe.
+    pub async fn raise_fencing_counters(&self, at_least: u64) -> FencingCounters {
+        let token = FencingToken::new(at_least);
+        let written = self.record(token).await;
+        written.report.settled().await;
+        self.fencing_counters().await
     }
 
     /// Writes `token` back to every node's fencing counter, raise-only; won at a quorum.
@@ -362,13 +416,43 @@ impl Coordinator {
     }
 
     /// Releases a lock that was won but gets no token, and says why.
-    async fn unfence(&self, lock: &Lock, report: RoundReport, reason: String) -> Error {
+    async fn unfence(&self, lock: &Lock, unfenced: Unfenced) -> Error {
         if let Err(e) = self.release(lock).await {
             tracing::warn!(error = %e, "release of an unfenced lock failed; the key expires with its TTL");
         }
-        Error::NotFenced {
-            report: Box::new(report),
-            reason,
+        unfenced.into_error()
+    }
+}
+
+/// Why a won fenced acquisition gets no token.
+enum Unfenced {
+    /// A later attempt may get one ([`Error::NotFenced`]).
+    Retry { report: RoundReport, reason: String },
+    /// None can be issued until an operator raises the counters
+    /// ([`Error::FencingCountersLost`]).
+    CountersLost {
+        report: RoundReport,
+        seeded: usize,
+        missing: usize,
+    },
+}
+
+impl Unfenced {
+    fn into_error(self) -> Error {
+        match self {
+            Unfenced::Retry { report, reason } => Error::NotFenced {
+                report: Box::new(report),
+                reason,
+            },
+            Unfenced::CountersLost {
+                report,
+                seeded,
+                missing,
+            } => Error::FencingCountersLost {
+                report: Box::new(report),
+                seeded,
+                missing,
+            },
         }
     }
 }
@@ -383,15 +467,10 @@ struct ReleaseOnDrop<'a> {
 
 impl ReleaseOnDrop<'_> {
     /// Releases the lock now (it gets no token) and says why.
-    async fn unfence(&mut self, report: RoundReport, reason: String) -> Error {
-        if let Some(lock) = &self.lock {
-            let error = self.coordinator.unfence(lock, report, reason).await;
-            self.lock = None;
-            return error;
-        }
-        Error::NotFenced {
-            report: Box::new(report),
-            reason,
+    async fn unfence(&mut self, unfenced: Unfenced) -> Error {
+        match self.lock.take() {
+            Some(lock) => self.coordinator.unfence(&lock, unfenced).await,
+            None => unfenced.into_error(),
         }
     }
 }

@@ -209,6 +209,25 @@ pub enum Error {
         /// What was missing.
         reason: String,
     },
+    /// A fenced acquisition won its lock, but no fencing token can be issued until an
+    /// operator acts: every node answered, and fewer than a quorum have a fencing counter
+    /// beside some that have one. A quorum lost its counters (a restart without
+    /// persistence, `FLUSHALL`, an eviction), and the highest token handed out may be gone
+    /// with them: starting again lower would let a stale holder's writes through. The lock
+    /// has been released again. Retrying does not help (redlock-client's `lock` returns
+    /// this at once): raise every node's counter to at least the highest token the
+    /// protected resources have accepted, with
+    /// [`Coordinator::raise_fencing_counters`](crate::Coordinator::raise_fencing_counters)
+    /// or `redlock fence --raise-to N`.
+    #[error("{report}; the lock was won but no fencing token can be issued: {seeded} node(s) have a fencing counter and {missing} have none, fewer than a quorum, so a quorum lost its counters (a restart without persistence, FLUSHALL, an eviction) and the highest token handed out may be gone with them; the lock was released again. Retrying does not help: raise every node's counter to at least the highest token your protected resources have accepted (`redlock fence --raise-to N`, or Coordinator::raise_fencing_counters)")]
+    FencingCountersLost {
+        /// The acquisition round.
+        report: Box<RoundReport>,
+        /// Nodes that have a counter.
+        seeded: usize,
+        /// Nodes that have none.
+        missing: usize,
+    },
 }
 
 impl Error {
@@ -218,7 +237,8 @@ impl Error {
             Error::Config(_) => None,
             Error::NoQuorum { report }
             | Error::ValidityExhausted { report, .. }
-            | Error::NotFenced { report, .. } => Some(report),
+            | Error::NotFenced { report, .. }
+            | Error::FencingCountersLost { report, .. } => Some(report),
         }
     }
 }

@@ -28,6 +28,8 @@
 
 use std::fmt;
 
+use crate::report::{NodeName, NodeOutcome, NodeReport};
+
 /// A fencing token: strictly greater than the token of every fenced acquisition of the same
 /// node set that completed before this one began, and never the token of another one.
 /// Compare tokens at the protected resource and reject writes whose token is lower than
@@ -36,6 +38,11 @@ use std::fmt;
 pub struct FencingToken(u64);
 
 impl FencingToken {
+    /// A counter value to write back as is (an operator's raise).
+    pub(crate) fn new(value: u64) -> Self {
+        FencingToken(value)
+    }
+
     /// The token as a number (at least 1).
     pub fn get(self) -> u64 {
         self.0
@@ -61,16 +68,86 @@ pub(crate) struct Shortfall {
     pub(crate) seeded: usize,
     /// Nodes that answered without one.
     pub(crate) unseeded: usize,
+    /// Nodes that did not answer.
+    pub(crate) silent: usize,
+}
+
+impl Shortfall {
+    /// Whether every node answered: fewer than a quorum have a counter beside some that
+    /// have one. That stays so until an operator raises the counters (a quorum lost them),
+    /// unless a new node set's first write-back is still on its way to the others.
+    pub(crate) fn every_node_answered(&self) -> bool {
+        self.silent == 0
+    }
 }
 
 impl fmt::Display for Shortfall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "only {} of the nodes that answered have a fencing counter and {} have none (they \
-             lost their data); a token needs the counters of a quorum",
-            self.seeded, self.unseeded
+            "only {} of the nodes that answered have a fencing counter, {} have none (they \
+             lost their data) and {} did not answer; a token needs the counters of a quorum",
+            self.seeded, self.unseeded, self.silent
         )
+    }
+}
+
+/// One node's fencing counter, as [`Coordinator::fencing_counters`] read it.
+///
+/// [`Coordinator::fencing_counters`]: crate::Coordinator::fencing_counters
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FencingCounter {
+    /// The node's counter: the highest token recorded there.
+    At(u64),
+    /// The node has no counter: no fenced acquisition reached it yet, or it lost its data
+    /// (a restart without persistence, `FLUSHALL`, an eviction).
+    Missing,
+    /// The node did not answer (or answered an error): what it answered.
+    NoAnswer(NodeOutcome),
+}
+
+/// Every node's fencing counter, read together, and what a fenced acquisition makes of
+/// them ([`Coordinator::fencing_counters`]).
+///
+/// [`Coordinator::fencing_counters`]: crate::Coordinator::fencing_counters
+#[derive(Debug, Clone)]
+pub struct FencingCounters {
+    /// Each node and its counter, in the configured order.
+    pub nodes: Vec<(NodeName, FencingCounter)>,
+    /// The token a fenced acquisition that read these counters would hand out; `None` when
+    /// it could hand out none.
+    pub next: Option<FencingToken>,
+    /// Whether no fenced acquisition can get a token until an operator raises the
+    /// counters: every node answered, and fewer than a quorum have a counter beside some
+    /// that have one (a quorum lost its counters). See
+    /// [`Coordinator::raise_fencing_counters`].
+    ///
+    /// [`Coordinator::raise_fencing_counters`]: crate::Coordinator::raise_fencing_counters
+    pub lost: bool,
+}
+
+impl FencingCounters {
+    /// The counters of a read that waited for every node: `Some(-1)` for a node without a
+    /// counter, `None` for one that did not answer (its outcome is in `nodes`).
+    pub(crate) fn of(nodes: &[NodeReport], counters: &[Option<i64>], quorum: usize) -> Self {
+        let next = next_token(counters, quorum);
+        FencingCounters {
+            nodes: nodes
+                .iter()
+                .zip(counters)
+                .map(|(node, counter)| {
+                    let counter = match counter {
+                        Some(c) if *c >= 0 => FencingCounter::At(u64::try_from(*c).unwrap_or(0)),
+                        Some(_) => FencingCounter::Missing,
+                        None => FencingCounter::NoAnswer(node.outcome.clone()),
+                    };
+                    (node.node.clone(), counter)
+                })
+                .collect(),
+            lost: next.as_ref().is_err_and(Shortfall::every_node_answered),
+            next: next.ok(),
+        }
     }
 }
 
@@ -91,6 +168,7 @@ pub(crate) fn next_token(
     let shortfall = Shortfall {
         seeded: seeded.len(),
         unseeded: answered.len() - seeded.len(),
+        silent: counters.len() - answered.len(),
     };
     if seeded.len() >= quorum {
         // A counter near i64::MAX would take a billion years of acquisitions per second.
@@ -132,7 +210,8 @@ mod tests {
             next_token(&[Some(4), Some(-1), None], 2),
             Err(Shortfall {
                 seeded: 1,
-                unseeded: 1
+                unseeded: 1,
+                silent: 1
             })
         );
         assert!(next_token(&[Some(4), Some(-1), Some(-1)], 2).is_err());

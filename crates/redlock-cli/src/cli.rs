@@ -128,6 +128,16 @@ pub enum Command {
     /// Compare-and-delete on every node: a key that holds another token (a newer holder)
     /// is left alone. Exits 0 when removed, 1 when no node held KEY with TOKEN.
     Release(ReleaseArgs),
+    /// Show each node's fencing counter, or raise them all after a quorum lost theirs.
+    ///
+    /// Fenced locks (`run --fenced`) take their tokens from one counter per node. When a
+    /// quorum of nodes lost their counters (a restart without persistence, FLUSHALL, an
+    /// eviction) while another node kept one, no token can be issued until every counter
+    /// is at least the highest token the protected resources have accepted: --raise-to N
+    /// sets that (raise-only: a higher counter stays). Exits 0 when fenced locks can get
+    /// tokens, 1 when the counters must be raised, 69 when too few nodes answered to tell
+    /// (or, with --raise-to, when a node did not answer: run it again once it is back).
+    Fence(FenceArgs),
 }
 
 /// `redlock run`.
@@ -191,6 +201,18 @@ pub struct ReleaseArgs {
     /// the environment: inside `redlock run`, REDLOCK_TOKEN is the running lock's own.
     #[arg(long, value_name = "TOKEN")]
     pub token: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `redlock fence`.
+#[derive(Debug, Args)]
+pub struct FenceArgs {
+    /// Raise every node's counter to at least N (the highest token the protected resources
+    /// have accepted), then show them.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
+    pub raise_to: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

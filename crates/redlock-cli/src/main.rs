@@ -3,7 +3,7 @@
 //! and the environment variables.
 //!
 //! Module map: `cli` (arguments), `settings` (flags > environment > file > defaults),
-//! `run` and `child` (the locked command), `inspect`, `nodes`, `release`, `console`
+//! `run` and `child` (the locked command), `inspect`, `nodes`, `release`, `fence`, `console`
 //! (progress and logs on stderr), `error` and `exit` (what went wrong, and the exit code).
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
@@ -13,6 +13,7 @@ mod cli;
 mod console;
 mod error;
 mod exit;
+mod fence;
 mod inspect;
 mod nodes;
 mod release;
@@ -81,7 +82,7 @@ async fn dispatch(cli: Cli, console: Console) -> Result<Exit, CliError> {
         },
         // Nothing to wait for, so no wake-up subscribers. A release keeps them: with
         // `notify`, it is what publishes the release and wakes other clients' waiters.
-        Command::Inspect(_) => LockConfig {
+        Command::Inspect(_) | Command::Fence(_) => LockConfig {
             notify: false,
             ..config
         },
@@ -93,6 +94,7 @@ async fn dispatch(cli: Cli, console: Console) -> Result<Exit, CliError> {
         Command::Inspect(args) => inspect::inspect(&client, args).await,
         Command::Nodes(args) => Ok(nodes::nodes(&client, args).await),
         Command::Release(args) => release::release(&client, args).await,
+        Command::Fence(args) => Ok(fence::fence(&client, args).await),
     };
     // Waits (bounded) for background work such as rollbacks, so nothing is left behind.
     client.shutdown().await;

@@ -123,3 +123,63 @@ async fn nodes_reports_each_node_and_the_quorum() {
         "{text}"
     );
 }
+
+/// `fence` shows each node's fencing counter; after a quorum lost theirs it says so (exit
+/// 1) and `--raise-to` mends it, raise-only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_shows_the_counters_and_raises_them_after_a_quorum_lost_theirs() {
+    const COUNTER: &str = "redlock:fencing-counter";
+    let set = NodeSet::start(3).await.expect("nodes start");
+    // A new node set: tokens start at 1.
+    let out = output(redlock(&set).args(["fence", "--json"])).await;
+    assert_exit(&out, 0);
+    let v = json(&out);
+    assert_eq!(
+        (v["state"].as_str(), v["next_token"].as_u64()),
+        (Some("new"), Some(1)),
+        "{v}"
+    );
+    // Node 2 kept counter 7; nodes 0 and 1 lost theirs.
+    set.node(2).set(COUNTER, "7", None).await.unwrap();
+    let out = output(redlock(&set).arg("fence")).await;
+    assert_exit(&out, 1);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("no token can be issued"), "{text}");
+    assert!(text.contains("redlock fence --raise-to N"), "{text}");
+    // Not retried for the 10 s wait: only an operator can mend it.
+    let out = output(redlock(&set).args(["run", "--fenced", "job", "--", "true"])).await;
+    assert_exit(&out, 69);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("redlock fence --raise-to"), "{stderr}");
+    // Raised to 5: node 2's 7 stays, the others get 5; the next token is 8.
+    let out = output(redlock(&set).args(["fence", "--raise-to", "5", "--json"])).await;
+    assert_exit(&out, 0);
+    let v = json(&out);
+    assert_eq!(
+        (v["state"].as_str(), v["next_token"].as_u64()),
+        (Some("ok"), Some(8)),
+        "{v}"
+    );
+    let counters: Vec<_> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["counter"].as_u64())
+        .collect();
+    assert_eq!(counters, [Some(5), Some(5), Some(7)]);
+    let out = output(redlock(&set).args([
+        "run",
+        "--fenced",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $REDLOCK_FENCING_TOKEN",
+    ]))
+    .await;
+    assert_exit(&out, 0);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "8");
+    // A raise to 0 is refused as a usage error.
+    let out = output(redlock(&set).args(["fence", "--raise-to", "0"])).await;
+    assert_exit(&out, 64);
+}

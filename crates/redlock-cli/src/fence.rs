@@ -1,0 +1,143 @@
+//! `redlock fence`: each node's fencing counter, what a fenced lock makes of them, and the
+//! operator's repair after a quorum of nodes lost theirs (`--raise-to N`).
+
+use redlock_client::{FencingCounter, FencingCounters, Redlock};
+use serde::Serialize;
+
+use crate::cli::FenceArgs;
+use crate::console;
+use crate::exit::Exit;
+
+/// Reads (or raises, then reads) every node's counter and prints them. Exit: tokens can be
+/// issued 0, the counters must be raised 1, too few answers to tell (or a node the raise
+/// did not reach) 69.
+pub async fn fence(client: &Redlock, args: &FenceArgs) -> Exit {
+    let core = client.coordinator();
+    let counters = match args.raise_to {
+        Some(at_least) => core.raise_fencing_counters(at_least).await,
+        None => core.fencing_counters().await,
+    };
+    let view = View::of(&core.config().fence_key, &counters, args.raise_to);
+    if args.json {
+        console::print_json(&view);
+    } else {
+        console::print(&view.text());
+    }
+    let unreached = view.nodes.iter().any(|n| n.error.is_some());
+    match view.state {
+        "lost" => Exit::No,
+        _ if args.raise_to.is_some() && unreached => Exit::Unavailable,
+        "ok" | "new" => Exit::Success,
+        _ => Exit::Unavailable,
+    }
+}
+
+/// The JSON form (and the source of the text form).
+#[derive(Debug, Serialize)]
+struct View {
+    /// The counter's key on every node.
+    key: String,
+    /// `ok` (a quorum has counters), `new` (no node has one: tokens start at 1), `lost` (a
+    /// quorum lost its counters: raise them) or `unknown` (too few nodes answered).
+    state: &'static str,
+    /// The token the next fenced lock would get; `null` when none can be issued now.
+    next_token: Option<u64>,
+    /// The `--raise-to` value, when given.
+    raised_to: Option<u64>,
+    /// Every node, in configuration order.
+    nodes: Vec<NodeView>,
+}
+
+/// One node's counter.
+#[derive(Debug, Serialize)]
+struct NodeView {
+    /// The node's URL, password masked.
+    node: String,
+    /// The counter; `null` when the node has none or did not answer.
+    counter: Option<u64>,
+    /// Why the node did not answer.
+    error: Option<String>,
+}
+
+impl View {
+    fn of(key: &str, counters: &FencingCounters, raised_to: Option<u64>) -> View {
+        let nodes: Vec<NodeView> = counters
+            .nodes
+            .iter()
+            .map(|(node, counter)| {
+                let (counter, error) = match counter {
+                    FencingCounter::At(value) => (Some(*value), None),
+                    FencingCounter::NoAnswer(outcome) => (None, Some(outcome.to_string())),
+                    _ => (None, None),
+                };
+                NodeView {
+                    node: node.to_string(),
+                    counter,
+                    error,
+                }
+            })
+            .collect();
+        let seeded = nodes.iter().any(|n| n.counter.is_some());
+        let state = match (counters.next, counters.lost) {
+            (_, true) => "lost",
+            (Some(_), _) if seeded => "ok",
+            (Some(_), _) => "new",
+            (None, false) => "unknown",
+        };
+        View {
+            key: key.to_string(),
+            state,
+            next_token: counters.next.map(|token| token.get()),
+            raised_to,
+            nodes,
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut out = match (self.state, self.next_token) {
+            ("ok", Some(next)) => {
+                format!(
+                    "fencing counters ({}): the next fenced lock gets token {next}\n",
+                    self.key
+                )
+            }
+            ("new", _) => format!(
+                "fencing counters ({}): no node has one yet; the first fenced lock gets token 1\n",
+                self.key
+            ),
+            ("lost", _) => format!(
+                "fencing counters ({}): no token can be issued: fewer than a quorum of nodes \
+                 have a counter beside some that have one, so a quorum lost its counters (a \
+                 restart without persistence, FLUSHALL, an eviction) and the highest token \
+                 handed out may be gone with them. Raise every counter to at least the highest \
+                 token your protected resources have accepted: redlock fence --raise-to N\n",
+                self.key
+            ),
+            _ => format!(
+                "fencing counters ({}): too few nodes answered to tell which token comes next\n",
+                self.key
+            ),
+        };
+        let width = self.nodes.iter().map(|n| n.node.len()).max().unwrap_or(0);
+        for node in &self.nodes {
+            let what = match (node.counter, &node.error) {
+                (Some(counter), _) => counter.to_string(),
+                (None, Some(error)) => format!("no answer: {error}"),
+                (None, None) => "no counter".to_string(),
+            };
+            out.push_str(&format!("  {:<width$}  {what}\n", node.node));
+        }
+        if let Some(n) = self.raised_to {
+            let unreached = self.nodes.iter().filter(|n| n.error.is_some()).count();
+            if unreached > 0 {
+                out.push_str(&format!(
+                    "raised to at least {n} on the nodes that answered; {unreached} did not: run \
+                     this again once they are back\n"
+                ));
+            } else {
+                out.push_str(&format!("raised every node's counter to at least {n}\n"));
+            }
+        }
+        out
+    }
+}

@@ -86,6 +86,17 @@ async fn library_refuses(lab: &Lab, library: &Redlock) -> Result<String, LabErro
             ..Acquisition::new(&keys, lab.timing.ttl)
         };
         match library.coordinator().acquire_with(fenced).await {
+            // Every node answers: the counters are reported lost (the operator's repair
+            // is `redlock fence --raise-to`); with some silent, "no token, retry".
+            Err(CoreError::FencingCountersLost {
+                seeded, missing, ..
+            }) => {
+                return Ok(format!(
+                    "control: the library's fenced acquisition, in client-1's place after the \
+                     restarts, won the lock and got no token: {seeded} node(s) have a fencing \
+                     counter and {missing} lost theirs (FencingCountersLost)"
+                ))
+            }
             Err(CoreError::NotFenced { reason, .. }) => {
                 return Ok(format!(
                     "control: the library's fenced acquisition, in client-1's place after the \

@@ -345,7 +345,16 @@ async fn a_quorum_that_lost_its_counters_gets_no_token_until_an_operator_raises_
             FencingCounter::At(3)
         ]
     );
-    let raised = c.coordinator().raise_fencing_counters(3).await;
+    // 0 and values past 2^53 (scripts compare numbers as doubles) are refused.
+    for wrong in [0, redlock_core::MAX_FENCING_COUNTER + 1] {
+        match c.coordinator().raise_fencing_counters(wrong).await {
+            Err(CoreError::Config(redlock_core::ConfigError::FencingCounter { value })) => {
+                assert_eq!(value, wrong)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let raised = c.coordinator().raise_fencing_counters(3).await.unwrap();
     assert!(!raised.lost, "{raised:?}");
     assert_eq!(raised.next.map(FencingToken::get), Some(4));
     assert_eq!(counters(&set).await, [Some(3); 3]);

@@ -210,8 +210,9 @@ pub struct ReleaseArgs {
 #[derive(Debug, Args)]
 pub struct FenceArgs {
     /// Raise every node's counter to at least N (the highest token the protected resources
-    /// have accepted), then show them.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
+    /// have accepted, 1 to 2^53) and to at least the highest counter any node has, then
+    /// show them.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=redlock_client::redlock_core::MAX_FENCING_COUNTER))]
     pub raise_to: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]

@@ -6,15 +6,19 @@ use serde::Serialize;
 
 use crate::cli::FenceArgs;
 use crate::console;
+use crate::error::CliError;
 use crate::exit::Exit;
 
 /// Reads (or raises, then reads) every node's counter and prints them. Exit: tokens can be
 /// issued 0, the counters must be raised 1, too few answers to tell (or a node the raise
 /// did not reach) 69.
-pub async fn fence(client: &Redlock, args: &FenceArgs) -> Exit {
+pub async fn fence(client: &Redlock, args: &FenceArgs) -> Result<Exit, CliError> {
     let core = client.coordinator();
     let counters = match args.raise_to {
-        Some(at_least) => core.raise_fencing_counters(at_least).await,
+        Some(at_least) => core
+            .raise_fencing_counters(at_least)
+            .await
+            .map_err(|e| CliError::from_lock("raising the fencing counters", e.into()))?,
         None => core.fencing_counters().await,
     };
     let view = View::of(&core.config().fence_key, &counters, args.raise_to);
@@ -24,12 +28,12 @@ pub async fn fence(client: &Redlock, args: &FenceArgs) -> Exit {
         console::print(&view.text());
     }
     let unreached = view.nodes.iter().any(|n| n.error.is_some());
-    match view.state {
+    Ok(match view.state {
         "lost" => Exit::No,
         _ if args.raise_to.is_some() && unreached => Exit::Unavailable,
         "ok" | "new" => Exit::Success,
         _ => Exit::Unavailable,
-    }
+    })
 }
 
 /// The JSON form (and the source of the text form).

@@ -94,7 +94,7 @@ async fn dispatch(cli: Cli, console: Console) -> Result<Exit, CliError> {
         Command::Inspect(args) => inspect::inspect(&client, args).await,
         Command::Nodes(args) => Ok(nodes::nodes(&client, args).await),
         Command::Release(args) => release::release(&client, args).await,
-        Command::Fence(args) => Ok(fence::fence(&client, args).await),
+        Command::Fence(args) => fence::fence(&client, args).await,
     };
     // Waits (bounded) for background work such as rollbacks, so nothing is left behind.
     client.shutdown().await;

@@ -186,7 +186,10 @@ impl Redlock {
     /// It does not retry when so many nodes refused the attempt for a reason that only a
     /// change of settings clears (credentials, ACL permissions, a read-only replica; see
     /// `ServerErrorKind::needs_a_change`) that no quorum can form: it returns
-    /// [`Error::NotAcquired`] at once, each node's error and advice in the report.
+    /// [`Error::NotAcquired`] at once, each node's error and advice in the report. Nor
+    /// does it retry a fenced lock whose node set lost its fencing counters: it returns
+    /// [`Error::Round`] with `redlock_core::Error::FencingCountersLost` at once, which says
+    /// how an operator mends it.
     pub async fn lock(&self, key: &str) -> Result<LockGuard, Error> {
         self.lock_with(key, &LockOptions::default()).await
     }

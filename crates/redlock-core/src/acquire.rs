@@ -169,7 +169,8 @@ impl Coordinator {
     /// `SET NX`; once won, it takes `max + 1` over a quorum of nodes that have a counter,
     /// writes that back (raise-only) to every node, and returns the lock with the token
     /// only after a quorum recorded it and while the lock is still valid. Otherwise it
-    /// releases the lock again and fails with [`Error::NotFenced`]. Each fenced
+    /// releases the lock again and fails with [`Error::NotFenced`] (a retry may get one),
+    /// or with [`Error::FencingCountersLost`] when a quorum lost its counters. Each fenced
     /// acquisition, reentrant holds and locks over several keys included, gets its own
     /// token; extensions keep it.
     pub async fn acquire_with(&self, what: Acquisition<'_>) -> Result<Lock, Error> {
@@ -299,11 +300,13 @@ impl Coordinator {
         // seeds them within its node timeout. Read again three times over one node timeout
         // before saying which (`Error::FencingCountersLost`).
         let quarter = self.inner.config.node_timeout / 4;
+        let mut reads = 0;
         for pause in [quarter, quarter, 2 * quarter] {
             match &token {
                 Err(shortfall) if shortfall.every_node_answered() && lock.is_valid() => {
                     tokio::time::sleep(pause).await;
                     token = fence::next_token(&self.read_counters().await.1, self.quorum());
+                    reads += 1;
                 }
                 _ => break,
             }
@@ -311,7 +314,8 @@ impl Coordinator {
         let report = || RoundReport::clone(&lock.report);
         let mut token = match token {
             Ok(token) => token,
-            Err(shortfall) if shortfall.every_node_answered() => {
+            // Only after every read: a lock whose validity ran out first says "retry".
+            Err(shortfall) if shortfall.every_node_answered() && reads == 3 => {
                 return Err(Unfenced::CountersLost {
                     report: report(),
                     seeded: shortfall.seeded,
@@ -389,17 +393,27 @@ impl Coordinator {
         FencingCounters::of(&report.nodes, &counters, self.quorum())
     }
 
-    /// Raises every node's fencing counter to at least `at_least`, raise-only (a higher
-    /// counter stays, a missing one is set), then reads them all again: the repair after a
-    /// quorum of nodes lost their counters ([`Error::FencingCountersLost`]). Give the
-    /// highest token the protected resources have accepted (or any higher number: tokens
-    /// only need to increase). A node that does not answer keeps what it had; the counters
-    /// returned show which, and raising again is safe.
-    pub async fn raise_fencing_counters(&self, at_least: u64) -> FencingCounters {
-        let token = FencingToken::new(at_least);
-        let written = self.record(token).await;
+    /// Raises every node's fencing counter to at least `at_least`, and to at least the
+    /// highest counter any node has, raise-only (a higher counter stays, a missing one is
+    /// set), then reads them all again: the repair after a quorum of nodes lost their
+    /// counters ([`Error::FencingCountersLost`]). Give the highest token the protected
+    /// resources have accepted (or any higher number: tokens only need to increase). A
+    /// node that does not answer keeps what it had; the counters returned show which, and
+    /// raising again is safe.
+    ///
+    /// Fails with [`ConfigError::FencingCounter`] for 0 or a value above
+    /// [`MAX_FENCING_COUNTER`](crate::MAX_FENCING_COUNTER) (nothing is sent).
+    pub async fn raise_fencing_counters(&self, at_least: u64) -> Result<FencingCounters, Error> {
+        if !(1..=fence::MAX_FENCING_COUNTER).contains(&at_least) {
+            return Err(ConfigError::FencingCounter { value: at_least }.into());
+        }
+        // Never below a counter some node has: a quorum of the raised nodes alone would
+        // otherwise hand out tokens below it.
+        let highest = self.read_counters().await.1.into_iter().flatten().max();
+        let target = highest.map_or(at_least, |h| at_least.max(u64::try_from(h).unwrap_or(0)));
+        let written = self.record(FencingToken::new(target)).await;
         written.report.settled().await;
-        self.fencing_counters().await
+        Ok(self.fencing_counters().await)
     }
 
     /// Writes `token` back to every node's fencing counter, raise-only; won at a quorum.
@@ -466,12 +480,15 @@ struct ReleaseOnDrop<'a> {
 }
 
 impl ReleaseOnDrop<'_> {
-    /// Releases the lock now (it gets no token) and says why.
+    /// Releases the lock now (it gets no token) and says why. The lock stays here until
+    /// the release is done: a call cancelled meanwhile still releases it (in `drop`).
     async fn unfence(&mut self, unfenced: Unfenced) -> Error {
-        match self.lock.take() {
-            Some(lock) => self.coordinator.unfence(&lock, unfenced).await,
-            None => unfenced.into_error(),
-        }
+        let Some(lock) = self.lock.clone() else {
+            return unfenced.into_error();
+        };
+        let error = self.coordinator.unfence(&lock, unfenced).await;
+        self.lock = None;
+        error
     }
 }
 

@@ -164,6 +164,15 @@ pub enum ConfigError {
         /// Each problem and what to do about it.
         problems: String,
     },
+    /// A fencing counter to raise to is zero or above [`MAX_FENCING_COUNTER`] (2^53: Redis
+    /// scripts compare numbers as doubles, exact only up to there).
+    ///
+    /// [`MAX_FENCING_COUNTER`]: crate::MAX_FENCING_COUNTER
+    #[error("cannot raise the fencing counters to {value}: give the highest token the protected resources have accepted, from 1 to 2^53 (9007199254740992)")]
+    FencingCounter {
+        /// The value given.
+        value: u64,
+    },
     /// The Redis client for a node could not be created.
     #[error("could not create the client for node `{node}`: {reason}")]
     Client {
@@ -219,7 +228,11 @@ pub enum Error {
     /// protected resources have accepted, with
     /// [`Coordinator::raise_fencing_counters`](crate::Coordinator::raise_fencing_counters)
     /// or `redlock fence --raise-to N`.
-    #[error("{report}; the lock was won but no fencing token can be issued: {seeded} node(s) have a fencing counter and {missing} have none, fewer than a quorum, so a quorum lost its counters (a restart without persistence, FLUSHALL, an eviction) and the highest token handed out may be gone with them; the lock was released again. Retrying does not help: raise every node's counter to at least the highest token your protected resources have accepted (`redlock fence --raise-to N`, or Coordinator::raise_fencing_counters)")]
+    ///
+    /// A new node set whose first token's write-back reached fewer than a quorum before
+    /// that acquisition gave up ends in the same state (nothing tells it from a loss), and
+    /// is mended the same way.
+    #[error("{report}; the lock was won but no fencing token can be issued: {seeded} node(s) have a fencing counter and {missing} have none, fewer than a quorum: a quorum lost its counters (a restart without persistence, FLUSHALL, an eviction; or a new node set's first write-back reached too few nodes) and the highest token handed out may be gone with them; the lock is released again. Retrying does not help: raise every node's counter to at least the highest token your protected resources have accepted (`redlock fence --raise-to N`, or Coordinator::raise_fencing_counters)")]
     FencingCountersLost {
         /// The acquisition round.
         report: Box<RoundReport>,

@@ -23,12 +23,17 @@
 //! empty counter as 0 could let tokens go backwards. Tokens stay monotonic as long as
 //! fewer than a quorum of nodes lose their counters at once. Tokens start at 1 only when
 //! every node answers without a counter (a new node set). When a quorum lost its
-//! counters while another node kept one, no token is handed out (`Error::NotFenced`) until
-//! an operator raises every node's counter to at least the highest token handed out.
+//! counters while another node kept one, no token is handed out
+//! (`Error::FencingCountersLost`) until an operator raises every node's counter to at least
+//! the highest token handed out (`Coordinator::raise_fencing_counters`).
 
 use std::fmt;
 
 use crate::report::{NodeName, NodeOutcome, NodeReport};
+
+/// The highest value a fencing counter can be raised to, 2^53: Redis scripts read numbers
+/// as doubles, which hold every integer only up to there.
+pub const MAX_FENCING_COUNTER: u64 = 1 << 53;
 
 /// A fencing token: strictly greater than the token of every fenced acquisition of the same
 /// node set that completed before this one began, and never the token of another one.

@@ -94,7 +94,7 @@ pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
 pub use error::{ConfigError, Error};
 pub use fair::{handover_token, FairPlace, Handover};
-pub use fence::{FencingCounter, FencingCounters, FencingToken};
+pub use fence::{FencingCounter, FencingCounters, FencingToken, MAX_FENCING_COUNTER};
 pub use health::{HealthProblem, NodeHealth};
 pub use inspect::{Holder, Inspection};
 pub use lock::{Lock, Renewed};

@@ -55,9 +55,21 @@ pub(crate) struct Connection {
     last_error: Arc<Mutex<Option<ConnectFailure>>>,
     /// Whether the client is closed, shared by every node's connection.
     liveness: Arc<Liveness>,
-    /// Set while the scripts are being loaded again in the background (after a `NOSCRIPT`
-    /// refusal of an acquisition, or a reconnection), so that loads never pile up.
-    reloading: Arc<AtomicBool>,
+    /// Whether the node may not know the scripts, and their loading in the background.
+    scripts: Arc<ScriptCache>,
+}
+
+/// Whether a node knows the lock's scripts, and the background load that teaches it them.
+#[derive(Debug)]
+struct ScriptCache {
+    /// The node may not know them: from a reconnection (a restarted node has forgotten
+    /// them), a `NOSCRIPT`, or a load that failed, until a load succeeds. Meanwhile an
+    /// acquisition is sent with its script's source (`EVAL`): one command, in order.
+    missing: AtomicBool,
+    /// A load runs in the background.
+    running: AtomicBool,
+    /// A load was asked for since the running one started: it runs again.
+    wanted: AtomicBool,
 }
 
 /// What [`Connection::eval`] does when the node does not know the script (`NOSCRIPT`: the
@@ -71,7 +83,9 @@ pub(crate) enum OnNoScript {
     /// again in the background: for acquisitions. Their `EVAL` would be a second command,
     /// written after whatever the caller sent the node meanwhile: a release of the lock,
     /// once the other nodes made a quorum, would then find nothing to delete there, and
-    /// the acquisition, run after it, would leave the key for its TTL.
+    /// the acquisition, run after it, would leave the key for its TTL. Until the scripts
+    /// are loaded, later acquisitions on the node are sent as `EVAL` with the source from
+    /// the start (one command).
     Refuse,
 }
 
@@ -160,15 +174,21 @@ impl Connection {
             password: endpoint.fred.password.clone(),
             tls_without_client_cert: endpoint.fred.uses_tls() && !client_cert,
         };
-        let reloading = Arc::new(AtomicBool::new(false));
+        let scripts = Arc::new(ScriptCache {
+            missing: AtomicBool::new(true),
+            running: AtomicBool::new(false),
+            wanted: AtomicBool::new(false),
+        });
         let on_reconnect = {
-            let (cmd, reloading) = (Arc::downgrade(&cmd), reloading.clone());
+            let (cmd, scripts) = (Arc::downgrade(&cmd), scripts.clone());
+            let name = endpoint.name.clone();
             // A restarted node has forgotten the scripts. Every connection loads them,
             // the first one too: `connect` loads them as well and waits for that, but a
             // node that was down then connects later.
             move || {
                 if let Some(cmd) = cmd.upgrade() {
-                    reload_scripts(&cmd, &reloading);
+                    scripts.missing.store(true, Ordering::SeqCst);
+                    reload_scripts(&cmd, &scripts, &name);
                 }
             }
         };
@@ -181,7 +201,7 @@ impl Connection {
             timeout,
             last_error,
             liveness,
-            reloading,
+            scripts,
         })
     }
 
@@ -202,9 +222,15 @@ impl Connection {
             });
         }
         // Loaded now (the connection's own load, in the background, may still be under
-        // way), so that no acquisition is refused for an unknown script (see `OnNoScript`)
-        // on a node that was up from the start.
-        load_scripts(&self.cmd).await;
+        // way), so that the first acquisitions on a node that was up from the start go by
+        // `EVALSHA` (see `OnNoScript`).
+        match load_scripts(&self.cmd).await {
+            Ok(()) if !self.scripts.wanted.load(Ordering::SeqCst) => {
+                self.scripts.missing.store(false, Ordering::SeqCst);
+            }
+            Ok(()) => {}
+            Err(why) => not_loaded(&self.name, &why),
+        }
         Ok(())
     }
 
@@ -288,6 +314,11 @@ impl Connection {
         args: &[Value],
         on_no_script: OnNoScript,
     ) -> Result<Value, NodeOutcome> {
+        if on_no_script == OnNoScript::Refuse && self.scripts.missing.load(Ordering::SeqCst) {
+            // The node may not know the script: one command with its source, in order.
+            let args = script_args(Value::from(script.source()), keys, args);
+            return self.custom("EVAL", args).await;
+        }
         let mut sent = "EVALSHA";
         let outcome = self
             .bounded(
@@ -308,7 +339,8 @@ impl Connection {
                             if e.details().starts_with("NOSCRIPT")
                                 && on_no_script == OnNoScript::Refuse =>
                         {
-                            reload_scripts(&self.cmd, &self.reloading);
+                            self.scripts.missing.store(true, Ordering::SeqCst);
+                            reload_scripts(&self.cmd, &self.scripts, &self.name);
                             Err(e)
                         }
                         Err(e) if e.details().starts_with("NOSCRIPT") => {
@@ -452,9 +484,9 @@ fn boxed<F>(slot: Box<std::mem::MaybeUninit<F>>, future: F) -> Pin<Box<F>> {
 }
 
 /// Loads every script of the lock on the node (`SCRIPT LOAD`), each under the node
-/// timeout. Best effort: a script still unknown is refused to an acquisition (which loads
-/// them again) and sent with its source otherwise (see [`OnNoScript`]).
-async fn load_scripts(cmd: &WithOptions<Client>) {
+/// timeout; `Err` says why one was not loaded (an ACL without `script|load`, a proxy that
+/// refuses `SCRIPT`, the node down).
+async fn load_scripts(cmd: &WithOptions<Client>) -> Result<(), String> {
     let command = || CustomCommand::new_static("SCRIPT", None, false);
     // Each of fred's futures (about 7 KB) boxed where it is made, never an array of them
     // on the stack.
@@ -468,23 +500,53 @@ async fn load_scripts(cmd: &WithOptions<Client>) {
         )
     });
     // Sent together: one round trip, not one per script.
-    let _ = futures::future::join_all(loads).await;
+    match futures::future::join_all(loads)
+        .await
+        .into_iter()
+        .find_map(Result::err)
+    {
+        None => Ok(()),
+        Some(e) => Err(format!("SCRIPT LOAD: {:?}: {}", e.kind(), e.details())),
+    }
 }
 
-/// Loads the scripts again in the background (see [`load_scripts`]), unless a load is
-/// under way (`reloading`). Outside a tokio runtime (a connection being dropped) it does
-/// nothing.
-fn reload_scripts(cmd: &Arc<WithOptions<Client>>, reloading: &Arc<AtomicBool>) {
+/// Says that the scripts could not be loaded on node `name`, and what follows.
+fn not_loaded(name: &NodeName, why: &str) {
+    tracing::warn!(node = %name, %why, "the lock's scripts could not be loaded; acquisitions there send their scripts' source (EVAL) until they are");
+}
+
+/// Loads the scripts again in the background (see [`load_scripts`]); a request that comes
+/// while a load runs makes it run once more when it ends. The node counts as knowing them
+/// once a load succeeded with no request since. Outside a tokio runtime (a connection being
+/// dropped) it does nothing.
+fn reload_scripts(cmd: &Arc<WithOptions<Client>>, scripts: &Arc<ScriptCache>, name: &NodeName) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    if reloading.swap(true, Ordering::AcqRel) {
+    scripts.wanted.store(true, Ordering::SeqCst);
+    if scripts.running.swap(true, Ordering::SeqCst) {
         return;
     }
-    let (cmd, reloading) = (cmd.clone(), reloading.clone());
+    let (cmd, scripts, name) = (cmd.clone(), scripts.clone(), name.clone());
     runtime.spawn(async move {
-        load_scripts(&cmd).await;
-        reloading.store(false, Ordering::Release);
+        loop {
+            scripts.wanted.store(false, Ordering::SeqCst);
+            match load_scripts(&cmd).await {
+                Ok(()) if !scripts.wanted.load(Ordering::SeqCst) => {
+                    scripts.missing.store(false, Ordering::SeqCst);
+                }
+                Ok(()) => {}
+                Err(why) => not_loaded(&name, &why),
+            }
+            scripts.running.store(false, Ordering::SeqCst);
+            // A request that came during the load found it running and left it to us,
+            // unless another task has taken over since.
+            if !scripts.wanted.load(Ordering::SeqCst)
+                || scripts.running.swap(true, Ordering::SeqCst)
+            {
+                break;
+            }
+        }
     });
 }
 

@@ -251,11 +251,15 @@ pub(crate) fn update(settling: &watch::Sender<Settling>, f: impl FnOnce(&mut Set
 }
 
 /// Whether a node's answer leaves our key possibly set there: everything but a refusal,
-/// and a script the node did not know (nothing ran; see `OnNoScript::Refuse`).
+/// a script the node did not know (see `OnNoScript::Refuse`) and a node not ready for the
+/// command (`LOADING`, `BUSY`): nothing ran.
 fn needs_undo(outcome: &NodeOutcome) -> bool {
     match outcome {
         NodeOutcome::HeldByOther => false,
-        NodeOutcome::ServerError(e) => e.kind != ServerErrorKind::ScriptNotLoaded,
+        NodeOutcome::ServerError(e) => !matches!(
+            e.kind,
+            ServerErrorKind::ScriptNotLoaded | ServerErrorKind::NotReady
+        ),
         _ => true,
     }
 }

@@ -96,6 +96,22 @@ return 0"#
     ))
 });
 
+/// Lua: `node_time_ms()`, the node's clock (`TIME`) in whole milliseconds: the one clock
+/// the fair queues' expiries are read by. A macro, so that [`ANNOUNCE`] can include it in
+/// its literal; [`NODE_TIME_MS`] for the scripts built with `format!`.
+macro_rules! node_time_ms {
+    () => {
+        r#"local function node_time_ms()
+  local time = redis.call("TIME")
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+"#
+    };
+}
+
+/// See [`node_time_ms!`].
+const NODE_TIME_MS: &str = node_time_ms!();
+
 /// The Lua helpers of the scripts that free a key while waiters queue for it (releases, and
 /// a fair waiter leaving): `next_waiter(queue, expiry, handovers)` is the first waiter of
 /// the queue whose entry has not expired by the node's clock (or nil). When the head's
@@ -133,7 +149,9 @@ return 0"#
 /// The hand-over token is never a round's token, so no rollback of the waiter's rounds (which
 /// deletes only the round's own token) can delete a key handed over meanwhile; a later
 /// attempt of the waiter takes such a key on under its round's token instead.
-const ANNOUNCE: &str = r#"local now = nil
+const ANNOUNCE: &str = concat!(
+    node_time_ms!(),
+    r#"local now = nil
 local function dequeue(queue, expiry, handovers, waiter)
   local removed = redis.call("ZREM", queue, waiter)
   redis.call("ZREM", expiry, waiter)
@@ -143,10 +161,7 @@ end
 local function next_waiter(queue, expiry, handovers)
   local waiters = redis.call("ZRANGE", queue, 0, 15)
   if #waiters == 0 then return nil end
-  if not now then
-    local time = redis.call("TIME")
-    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  end
+  if not now then now = node_time_ms() end
   local head = tonumber(redis.call("ZSCORE", expiry, waiters[1]) or "0")
   if head <= now then
     local gone = redis.call("ZRANGEBYSCORE", expiry, "-inf", now)
@@ -189,7 +204,8 @@ local function leave_handed_over(prefix, token, key)
   if waiter then
     dequeue(prefix .. "queue:" .. key, prefix .. "expiry:" .. key, prefix .. "handover:" .. key, waiter)
   end
-end"#;
+end"#
+);
 
 /// A reentrant lock is a hash: field `owner` names the owner, and each hold adds a field
 /// `hold:<token>`. Holds are idempotent by token, so a retried or rolled-back attempt can
@@ -542,8 +558,8 @@ end"#;
 fn fair(steps: &str) -> String {
     format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+{NODE_TIME_MS}
+local now = node_time_ms()
 local patience = tonumber(ARGV[5])
 {QUEUES}
 {DROP_EXPIRED}
@@ -611,8 +627,7 @@ pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
         r#"if redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}
 {DROP_EXPIRED}
-local time = redis.call("TIME")
-now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+now = node_time_ms()
 drop_expired(KEYS[1], KEYS[2], KEYS[4], now)
 local removed = dequeue(KEYS[1], KEYS[2], KEYS[4], ARGV[1])
 local value = redis.pcall("GET", KEYS[3])
@@ -684,8 +699,8 @@ fn fair_rollback(undo: &str) -> String {
 {undo}
 local removed, freed = undo()
 if not freed or ARGV[2] == "" then return removed end
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+{NODE_TIME_MS}
+local now = node_time_ms()
 local patience = tonumber(ARGV[4])
 for i = 1, n do
   local waiters, expiry, handovers = queue(i)

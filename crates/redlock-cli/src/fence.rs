@@ -139,7 +139,14 @@ impl View {
                      this again once they are back\n"
                 ));
             } else {
-                out.push_str(&format!("raised every node's counter to at least {n}\n"));
+                let highest = self.nodes.iter().filter_map(|n| n.counter).max();
+                out.push_str(&match highest {
+                    Some(highest) if highest > n => format!(
+                        "raised every node's counter to {highest}: the highest a node had, \
+                         above the {n} asked for (a counter is never left below another's)\n"
+                    ),
+                    _ => format!("raised every node's counter to {n}\n"),
+                });
             }
         }
         out

@@ -14,17 +14,20 @@ use std::process::ExitCode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// 0: done (`run`: the command exited 0; `inspect`: the key is held; `nodes`: every
-    /// node healthy; `release`: the token was removed).
+    /// node healthy; `release`: the token was removed; `fence`: tokens can be issued).
     Success,
     /// 1: the answer is no (`inspect`: the key is not held; `nodes`: some node unhealthy or
-    /// unreachable, a quorum still reachable; `release`: no node held the key with that token).
+    /// unreachable, a quorum still reachable; `release`: no node held the key with that token;
+    /// `fence`: the counters must be raised).
     No,
     /// The command's own exit code (`run`), or 128 + N when a signal N ended it (or ended
     /// the wait for the lock), as shells report it.
     Command(u8),
     /// 64 (`EX_USAGE`): the command line is wrong (unknown flag, missing argument).
     Usage,
-    /// 69 (`EX_UNAVAILABLE`): fewer than a quorum of nodes could be reached.
+    /// 69 (`EX_UNAVAILABLE`): fewer than a quorum of nodes could be reached; also `run
+    /// --fenced` when no token can be issued until the counters are raised, and `fence
+    /// --raise-to` when a node was not reached.
     Unavailable,
     /// 75 (`EX_TEMPFAIL`): the lock was not acquired within the wait: another holder has it.
     NotAcquired,
@@ -71,12 +74,13 @@ impl From<Exit> for ExitCode {
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0      success (run: the command exited 0; inspect: held; nodes: all healthy;
-         release: the token was removed)
+         release: the token was removed; fence: tokens can be issued)
   1      the answer is no (inspect: not held; nodes: some node unhealthy; release:
-         no node held the key with that token)
+         no node held the key with that token; fence: the counters must be raised)
   N      run: the command's own exit code; 128+N when signal N ended it
   64     usage error (unknown flag, missing argument)
-  69     fewer than a quorum of nodes reachable
+  69     fewer than a quorum of nodes reachable (also run --fenced: no token until
+         the counters are raised, see fence; fence --raise-to: a node not reached)
   75     the lock was not acquired within the wait (another holder has it)
   76     the lock was lost while the command ran; the command was stopped
   78     configuration error (flags, environment or file)

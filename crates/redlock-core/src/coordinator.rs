@@ -550,11 +550,12 @@ impl Coordinator {
     /// [`release_in_background`](Self::release_in_background)).
     ///
     /// The wait is bounded whatever the nodes do: a command in flight gives up after one
-    /// node timeout, and a rollback (or a release a node did not answer) is tried at most
-    /// three times, each try bounded by the node timeout, 10 ms and 20 ms apart, and
-    /// before the second and the third try a node whose connection is down is waited for,
-    /// up to one node timeout each (a try would fail at once). So it returns at most
-    /// `6 × node_timeout + 30 ms` after the decision of the last round started (a
+    /// node timeout, and a rollback (or a release a node did not answer, or refused as not
+    /// ready) is tried at most three times, each try bounded by the node timeout, 10 ms and
+    /// 20 ms apart (a node timeout apart after a node that was not ready: `LOADING`,
+    /// `BUSY`), and before the second and the third try a node whose connection is down is
+    /// waited for, up to one node timeout each (a try would fail at once). So it returns at
+    /// most `8 × node_timeout + 30 ms` after the decision of the last round started (a
     /// background release first needs its own round: add one node timeout). A key that
     /// could not be rolled back on a node that is down expires there with its TTL.
     pub async fn quiesce(&self) {

@@ -125,7 +125,9 @@ pub struct FencingCounters {
     pub next: Option<FencingToken>,
     /// Whether no fenced acquisition can get a token until an operator raises the
     /// counters: every node answered, and fewer than a quorum have a counter beside some
-    /// that have one (a quorum lost its counters). See
+    /// that have one (a quorum lost its counters). One read: a new node set's first
+    /// write-back on its way to the nodes can show this for a moment (an acquisition reads
+    /// again for a node timeout before it gives up; read again to be sure). See
     /// [`Coordinator::raise_fencing_counters`].
     ///
     /// [`Coordinator::raise_fencing_counters`]: crate::Coordinator::raise_fencing_counters

@@ -367,6 +367,29 @@ async fn a_password_node_works_with_the_password_and_says_what_is_wrong_without_
     client.shutdown().await;
 }
 
+/// A user whose ACL lacks `script|load` (an ACL line older than the README's, or a proxy that
+/// refuses `SCRIPT`): the scripts are never loaded, so acquisitions go as one `EVAL` with
+/// the source (an acquisition is never sent twice, see `core_faults.rs`), and every path
+/// works. Without that, every script acquisition was refused (`NOSCRIPT`) for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_that_may_not_load_scripts_runs_every_path() {
+    let set = NodeSet::start_with(
+        3,
+        NodeOptions {
+            acl_users: vec![format!(
+                "noload on >{SECRET} {}",
+                LOCK_ACL.replace(" +script|load", "")
+            )],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let client = connect(builder(set.urls_as("noload", SECRET))).await;
+    every_path(&client, &set).await;
+    client.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_minimal_acl_user_runs_every_path_and_a_missing_permission_is_named() {
     let set = NodeSet::start_with(

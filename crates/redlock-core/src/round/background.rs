@@ -256,23 +256,25 @@ pub(crate) fn update(settling: &watch::Sender<Settling>, f: impl FnOnce(&mut Set
 fn needs_undo(outcome: &NodeOutcome) -> bool {
     match outcome {
         NodeOutcome::HeldByOther => false,
-        NodeOutcome::ServerError(e) => !matches!(
-            e.kind,
-            ServerErrorKind::ScriptNotLoaded | ServerErrorKind::NotReady
-        ),
-        _ => true,
+        NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::ScriptNotLoaded => false,
+        other => !not_ready(other),
     }
+}
+
+/// Whether the node refused the command as not ready for it (`LOADING`, `BUSY`): it did
+/// not run, and may run if sent again a little later.
+fn not_ready(outcome: &NodeOutcome) -> bool {
+    matches!(outcome, NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::NotReady)
 }
 
 /// Whether a command that removes what is ours ([`Request::redo`](super::Request)) must be
 /// sent again on a node: it did not answer, so it may not have run there, or the node was
 /// not ready for it (`LOADING`, `BUSY`: it did not run).
 fn needs_redo(outcome: &NodeOutcome) -> bool {
-    match outcome {
-        NodeOutcome::TimedOut | NodeOutcome::ConnectionError(_) => true,
-        NodeOutcome::ServerError(e) => e.kind == ServerErrorKind::NotReady,
-        _ => false,
-    }
+    matches!(
+        outcome,
+        NodeOutcome::TimedOut | NodeOutcome::ConnectionError(_)
+    ) || not_ready(outcome)
 }
 
 /// What outlives the decision.
@@ -481,11 +483,7 @@ pub(crate) async fn try_on(
                 };
             }
             Ok(other) => (format!("unexpected reply to the script: {other:?}"), false),
-            Err(failure) => {
-                let not_ready = matches!(&failure,
-                    NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::NotReady);
-                (failure.to_string(), not_ready)
-            }
+            Err(failure) => (failure.to_string(), not_ready(&failure)),
         };
         // A node that is loading its data or busy with a script is given a node timeout
         // before the next try: a few milliseconds would not outlast either.

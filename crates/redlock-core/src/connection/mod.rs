@@ -62,6 +62,8 @@ pub(crate) struct Connection {
 /// Whether a node knows the lock's scripts, and the background load that teaches it them.
 #[derive(Debug)]
 struct ScriptCache {
+    /// The node, for the warning when a load fails.
+    node: NodeName,
     /// The node may not know them: from a reconnection (a restarted node has forgotten
     /// them), a `NOSCRIPT`, or a load that failed, until a load succeeds. Meanwhile an
     /// acquisition is sent with its script's source (`EVAL`): one command, in order.
@@ -175,20 +177,20 @@ impl Connection {
             tls_without_client_cert: endpoint.fred.uses_tls() && !client_cert,
         };
         let scripts = Arc::new(ScriptCache {
+            node: endpoint.name.clone(),
             missing: AtomicBool::new(true),
             running: AtomicBool::new(false),
             wanted: AtomicBool::new(false),
         });
         let on_reconnect = {
             let (cmd, scripts) = (Arc::downgrade(&cmd), scripts.clone());
-            let name = endpoint.name.clone();
             // A restarted node has forgotten the scripts. Every connection loads them,
             // the first one too: `connect` loads them as well and waits for that, but a
             // node that was down then connects later.
             move || {
                 if let Some(cmd) = cmd.upgrade() {
                     scripts.missing.store(true, Ordering::SeqCst);
-                    reload_scripts(&cmd, &scripts, &name);
+                    reload_scripts(&cmd, &scripts);
                 }
             }
         };
@@ -224,13 +226,7 @@ impl Connection {
         // Loaded now (the connection's own load, in the background, may still be under
         // way), so that the first acquisitions on a node that was up from the start go by
         // `EVALSHA` (see `OnNoScript`).
-        match load_scripts(&self.cmd).await {
-            Ok(()) if !self.scripts.wanted.load(Ordering::SeqCst) => {
-                self.scripts.missing.store(false, Ordering::SeqCst);
-            }
-            Ok(()) => {}
-            Err(why) => not_loaded(&self.name, &why),
-        }
+        self.scripts.loaded(load_scripts(&self.cmd).await);
         Ok(())
     }
 
@@ -340,7 +336,7 @@ impl Connection {
                                 && on_no_script == OnNoScript::Refuse =>
                         {
                             self.scripts.missing.store(true, Ordering::SeqCst);
-                            reload_scripts(&self.cmd, &self.scripts, &self.name);
+                            reload_scripts(&self.cmd, &self.scripts);
                             Err(e)
                         }
                         Err(e) if e.details().starts_with("NOSCRIPT") => {
@@ -510,16 +506,27 @@ async fn load_scripts(cmd: &WithOptions<Client>) -> Result<(), String> {
     }
 }
 
-/// Says that the scripts could not be loaded on node `name`, and what follows.
-fn not_loaded(name: &NodeName, why: &str) {
-    tracing::warn!(node = %name, %why, "the lock's scripts could not be loaded; acquisitions there send their scripts' source (EVAL) until they are");
+impl ScriptCache {
+    /// Records how a load went: the node knows the scripts once one succeeded with no
+    /// request for another since (the node may have restarted meanwhile); a failure is
+    /// logged, and acquisitions there keep sending the source.
+    fn loaded(&self, load: Result<(), String>) {
+        match load {
+            Ok(()) if !self.wanted.load(Ordering::SeqCst) => {
+                self.missing.store(false, Ordering::SeqCst);
+            }
+            Ok(()) => {}
+            Err(why) => {
+                tracing::warn!(node = %self.node, %why, "the lock's scripts could not be loaded; acquisitions there send their scripts' source (EVAL) until they are")
+            }
+        }
+    }
 }
 
 /// Loads the scripts again in the background (see [`load_scripts`]); a request that comes
-/// while a load runs makes it run once more when it ends. The node counts as knowing them
-/// once a load succeeded with no request since. Outside a tokio runtime (a connection being
-/// dropped) it does nothing.
-fn reload_scripts(cmd: &Arc<WithOptions<Client>>, scripts: &Arc<ScriptCache>, name: &NodeName) {
+/// while a load runs makes it run once more when it ends. Outside a tokio runtime (a
+/// connection being dropped) it does nothing.
+fn reload_scripts(cmd: &Arc<WithOptions<Client>>, scripts: &Arc<ScriptCache>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -527,17 +534,11 @@ fn reload_scripts(cmd: &Arc<WithOptions<Client>>, scripts: &Arc<ScriptCache>, na
     if scripts.running.swap(true, Ordering::SeqCst) {
         return;
     }
-    let (cmd, scripts, name) = (cmd.clone(), scripts.clone(), name.clone());
+    let (cmd, scripts) = (cmd.clone(), scripts.clone());
     runtime.spawn(async move {
         loop {
             scripts.wanted.store(false, Ordering::SeqCst);
-            match load_scripts(&cmd).await {
-                Ok(()) if !scripts.wanted.load(Ordering::SeqCst) => {
-                    scripts.missing.store(false, Ordering::SeqCst);
-                }
-                Ok(()) => {}
-                Err(why) => not_loaded(&name, &why),
-            }
+            scripts.loaded(load_scripts(&cmd).await);
             scripts.running.store(false, Ordering::SeqCst);
             // A request that came during the load found it running and left it to us,
             // unless another task has taken over since.

@@ -21,7 +21,6 @@ use crate::lock_spec::LockSpec;
 /// so in order (a node's commands go over one connection), so sixteen fenced acquisitions
 /// started together all get their tokens.
 const RECORD_TRIES: u32 = 16;
-
 use crate::report::{RoundKind, RoundReport};
 use crate::round::{Command, Round};
 use crate::scripts::{FENCE_READ, FENCE_RECORD};
@@ -276,15 +275,16 @@ impl Coordinator {
             }
             // Within a caller's deadline, the release runs in the background (`won` is
             // dropped with the lock in it).
-            Err(unfenced) if what.deadline.is_some() => Err(unfenced.into_error()),
-            Err(unfenced) => Err(won.unfence(unfenced).await),
+            Err(error) if what.deadline.is_some() => Err(error),
+            Err(error) => Err(won.unfence(error).await),
         }
     }
 
     /// The fencing step of a won acquisition: the token from the counters the round read
     /// (or from every node's, when too few of those had one), written back to a quorum while
-    /// the lock is still valid. `Err`: why the lock gets no token, with the last report.
-    async fn fence(&self, counters: &[Option<i64>], lock: &Lock) -> Result<FencingToken, Unfenced> {
+    /// the lock is still valid. `Err` ([`Error::NotFenced`] or
+    /// [`Error::FencingCountersLost`]): why the lock gets no token, with the last report.
+    async fn fence(&self, counters: &[Option<i64>], lock: &Lock) -> Result<FencingToken, Error> {
         let mut token = fence::next_token(counters, self.quorum());
         if token.is_err() && counters.iter().any(Option::is_none) {
             // Too few of the nodes that answered before the decision have a counter (a
@@ -300,8 +300,9 @@ impl Coordinator {
         // seeds them within its node timeout. Read again three times over one node timeout
         // before saying which (`Error::FencingCountersLost`).
         let quarter = self.inner.config.node_timeout / 4;
+        let pauses = [quarter, quarter, 2 * quarter];
         let mut reads = 0;
-        for pause in [quarter, quarter, 2 * quarter] {
+        for pause in pauses {
             match &token {
                 Err(shortfall) if shortfall.every_node_answered() && lock.is_valid() => {
                     tokio::time::sleep(pause).await;
@@ -311,19 +312,19 @@ impl Coordinator {
                 _ => break,
             }
         }
-        let report = || RoundReport::clone(&lock.report);
+        let report = || Box::new(RoundReport::clone(&lock.report));
         let mut token = match token {
             Ok(token) => token,
             // Only after every read: a lock whose validity ran out first says "retry".
-            Err(shortfall) if shortfall.every_node_answered() && reads == 3 => {
-                return Err(Unfenced::CountersLost {
+            Err(shortfall) if shortfall.every_node_answered() && reads == pauses.len() => {
+                return Err(Error::FencingCountersLost {
                     report: report(),
                     seeded: shortfall.seeded,
                     missing: shortfall.unseeded,
                 })
             }
             Err(shortfall) => {
-                return Err(Unfenced::Retry {
+                return Err(Error::NotFenced {
                     report: report(),
                     reason: shortfall.to_string(),
                 })
@@ -352,8 +353,8 @@ impl Coordinator {
                          other fenced acquisitions raised the counters meanwhile, or nodes did \
                          not answer: retry"
                     );
-                    return Err(Unfenced::Retry {
-                        report: recorded.report,
+                    return Err(Error::NotFenced {
+                        report: Box::new(recorded.report),
                         reason,
                     });
                 }
@@ -361,8 +362,8 @@ impl Coordinator {
         };
         if !lock.is_valid() {
             let reason = "the lock's validity ran out while the token was recorded".to_string();
-            return Err(Unfenced::Retry {
-                report: recorded.report,
+            return Err(Error::NotFenced {
+                report: Box::new(recorded.report),
                 reason,
             });
         }
@@ -429,45 +430,12 @@ impl Coordinator {
         self.run_one(round).await
     }
 
-    /// Releases a lock that was won but gets no token, and says why.
-    async fn unfence(&self, lock: &Lock, unfenced: Unfenced) -> Error {
+    /// Releases a lock that was won but gets no token; returns `why`.
+    async fn unfence(&self, lock: &Lock, why: Error) -> Error {
         if let Err(e) = self.release(lock).await {
             tracing::warn!(error = %e, "release of an unfenced lock failed; the key expires with its TTL");
         }
-        unfenced.into_error()
-    }
-}
-
-/// Why a won fenced acquisition gets no token.
-enum Unfenced {
-    /// A later attempt may get one ([`Error::NotFenced`]).
-    Retry { report: RoundReport, reason: String },
-    /// None can be issued until an operator raises the counters
-    /// ([`Error::FencingCountersLost`]).
-    CountersLost {
-        report: RoundReport,
-        seeded: usize,
-        missing: usize,
-    },
-}
-
-impl Unfenced {
-    fn into_error(self) -> Error {
-        match self {
-            Unfenced::Retry { report, reason } => Error::NotFenced {
-                report: Box::new(report),
-                reason,
-            },
-            Unfenced::CountersLost {
-                report,
-                seeded,
-                missing,
-            } => Error::FencingCountersLost {
-                report: Box::new(report),
-                seeded,
-                missing,
-            },
-        }
+        why
     }
 }
 
@@ -480,13 +448,13 @@ struct ReleaseOnDrop<'a> {
 }
 
 impl ReleaseOnDrop<'_> {
-    /// Releases the lock now (it gets no token) and says why. The lock stays here until
-    /// the release is done: a call cancelled meanwhile still releases it (in `drop`).
-    async fn unfence(&mut self, unfenced: Unfenced) -> Error {
-        let Some(lock) = self.lock.clone() else {
-            return unfenced.into_error();
+    /// Releases the lock now (it gets no token) and returns `why`. The lock stays here
+    /// until the release is done: a call cancelled meanwhile still releases it (in `drop`).
+    async fn unfence(&mut self, why: Error) -> Error {
+        let Some(lock) = &self.lock else {
+            return why;
         };
-        let error = self.coordinator.unfence(&lock, unfenced).await;
+        let error = self.coordinator.unfence(lock, why).await;
         self.lock = None;
         error
     }

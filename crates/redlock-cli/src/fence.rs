@@ -29,11 +29,25 @@ pub async fn fence(client: &Redlock, args: &FenceArgs) -> Result<Exit, CliError>
     }
     let unreached = view.nodes.iter().any(|n| n.error.is_some());
     Ok(match view.state {
-        "lost" => Exit::No,
+        State::Lost => Exit::No,
         _ if args.raise_to.is_some() && unreached => Exit::Unavailable,
-        "ok" | "new" => Exit::Success,
-        _ => Exit::Unavailable,
+        State::Ok | State::New => Exit::Success,
+        State::Unknown => Exit::Unavailable,
     })
+}
+
+/// What a fenced lock makes of the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum State {
+    /// A quorum has counters.
+    Ok,
+    /// No node has one: tokens start at 1.
+    New,
+    /// A quorum lost its counters: raise them.
+    Lost,
+    /// Too few nodes answered.
+    Unknown,
 }
 
 /// The JSON form (and the source of the text form).
@@ -41,9 +55,8 @@ pub async fn fence(client: &Redlock, args: &FenceArgs) -> Result<Exit, CliError>
 struct View {
     /// The counter's key on every node.
     key: String,
-    /// `ok` (a quorum has counters), `new` (no node has one: tokens start at 1), `lost` (a
-    /// quorum lost its counters: raise them) or `unknown` (too few nodes answered).
-    state: &'static str,
+    /// `ok`, `new`, `lost` or `unknown` (see [`State`]).
+    state: State,
     /// The token the next fenced lock would get; `null` when none can be issued now.
     next_token: Option<u64>,
     /// The `--raise-to` value, when given.
@@ -83,10 +96,10 @@ impl View {
             .collect();
         let seeded = nodes.iter().any(|n| n.counter.is_some());
         let state = match (counters.next, counters.lost) {
-            (_, true) => "lost",
-            (Some(_), _) if seeded => "ok",
-            (Some(_), _) => "new",
-            (None, false) => "unknown",
+            (_, true) => State::Lost,
+            (Some(_), _) if seeded => State::Ok,
+            (Some(_), _) => State::New,
+            (None, false) => State::Unknown,
         };
         View {
             key: key.to_string(),
@@ -99,17 +112,17 @@ impl View {
 
     fn text(&self) -> String {
         let mut out = match (self.state, self.next_token) {
-            ("ok", Some(next)) => {
+            (State::Ok, Some(next)) => {
                 format!(
                     "fencing counters ({}): the next fenced lock gets token {next}\n",
                     self.key
                 )
             }
-            ("new", _) => format!(
+            (State::New, _) => format!(
                 "fencing counters ({}): no node has one yet; the first fenced lock gets token 1\n",
                 self.key
             ),
-            ("lost", _) => format!(
+            (State::Lost, _) => format!(
                 "fencing counters ({}): no token can be issued: fewer than a quorum of nodes \
                  have a counter beside some that have one, so a quorum lost its counters (a \
                  restart without persistence, FLUSHALL, an eviction) and the highest token \

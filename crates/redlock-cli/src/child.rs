@@ -10,9 +10,10 @@
 //! stays in `redlock`'s group. A command in a background group that reads the terminal is
 //! stopped by SIGTTIN, and job control (Ctrl-Z, `fg`) would see only `redlock`; keeping the
 //! group makes `redlock run` as transparent as `flock(1)`. The terminal already delivers
-//! Ctrl-C (SIGINT) to the whole foreground group, command included, so `redlock` does not
-//! pass SIGINT on there (the command would see it twice, and many programs take a second
-//! Ctrl-C as "quit now"); signals that come from elsewhere (SIGTERM, SIGHUP) are passed on.
+//! Ctrl-C (SIGINT) and `Ctrl-\` (SIGQUIT) to the whole foreground group, command included,
+//! so `redlock` does not pass those on there (the command would see each twice, and many
+//! programs take a second Ctrl-C as "quit now"); signals that come from elsewhere
+//! (SIGTERM, SIGHUP, SIGUSR1, ...) are passed on.
 //! In that case a lost lock stops the command's own process only.
 
 use std::ffi::OsString;
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::SignalKind;
 
 use crate::error::CliError;
 use crate::exit::Exit;
@@ -79,7 +80,7 @@ impl Child {
 
     /// Passes a signal that `redlock` received on to the command.
     pub fn forward(&self, signal: Signal) {
-        if !self.own_group && signal == Signal::SIGINT {
+        if !self.own_group && matches!(signal, Signal::SIGINT | Signal::SIGQUIT) {
             // The terminal sent it to the command as well (module docs).
             return;
         }
@@ -136,32 +137,104 @@ fn in_terminal_foreground() -> bool {
     foreground(std::io::stdin()) || foreground(std::io::stdout()) || foreground(std::io::stderr())
 }
 
-/// The signals `redlock` passes on (and that end its wait for the lock). Registered before
-/// the wait starts, so none is lost in between; once registered, they no longer end
-/// `redlock` by default, which is what lets it release the lock first.
+/// The signals `redlock` passes on (and that end its wait for the lock): each whose default
+/// action would end `redlock` and that a person or a supervisor sends to stop, reload or
+/// poke a program. Registered before the wait starts, so none is lost in between; once
+/// registered, they no longer end `redlock` by default, which is what lets it release the
+/// lock first (a signal left at its default, SIGUSR1 from a log rotator say, would end
+/// `redlock` at once and leave the command running without renewal).
+pub const PASSED_ON: [Signal; 7] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGALRM,
+];
+
+/// The [`PASSED_ON`] signals `redlock` listens for.
+///
+/// A signal that `redlock` was started with ignored (`nohup` ignores SIGHUP; a shell
+/// ignores SIGINT and SIGQUIT for a background job of a script) is left ignored: listening
+/// would replace the ignoring with a handler, the command would start with the signal at
+/// its default action instead of inheriting "ignored", and `redlock` would pass the signal
+/// on to a command that was meant never to see it (`nohup redlock run ...` ended by the
+/// logout's SIGHUP).
 #[derive(Debug)]
 pub struct Signals {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-    hangup: tokio::signal::unix::Signal,
+    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
 }
 
 impl Signals {
     /// Starts listening.
     pub fn listen() -> std::io::Result<Signals> {
-        Ok(Signals {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-        })
+        let ignored = ignored_signals();
+        let mut streams = Vec::with_capacity(PASSED_ON.len());
+        for signal in PASSED_ON {
+            if ignored.contains(&signal) {
+                tracing::debug!(?signal, "ignored when redlock started: left ignored");
+                continue;
+            }
+            streams.push((
+                signal,
+                tokio::signal::unix::signal(SignalKind::from_raw(signal as i32))?,
+            ));
+        }
+        Ok(Signals { streams })
     }
 
-    /// The next signal received. Cancel-safe.
+    /// The next signal received. Cancel-safe (each stream's `poll_recv` is); pending
+    /// forever when every signal was ignored at start.
     pub async fn recv(&mut self) -> Signal {
-        tokio::select! {
-            _ = self.interrupt.recv() => Signal::SIGINT,
-            _ = self.terminate.recv() => Signal::SIGTERM,
-            _ = self.hangup.recv() => Signal::SIGHUP,
-        }
+        std::future::poll_fn(|cx| {
+            for (signal, stream) in &mut self.streams {
+                if stream.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*signal);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+/// The signals this process was started with ignored: the `SigIgn` mask of
+/// `/proc/self/status` (bit N-1 for signal N). Where that cannot be read (no `/proc`),
+/// none: every signal is then listened for, as before this check.
+fn ignored_signals() -> Vec<Signal> {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return Vec::new();
+    };
+    ignored_in(&status)
+}
+
+fn ignored_in(status: &str) -> Vec<Signal> {
+    let mask = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    PASSED_ON
+        .into_iter()
+        .filter(|&signal| {
+            let bit = signal as i32 - 1;
+            (0..64).contains(&bit) && mask & (1 << bit) != 0
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ignored_signals_are_read_from_the_mask() {
+        // SIGHUP (1) and SIGQUIT (3) ignored, SIGPIPE (13) too but not passed on anyway.
+        let status =
+            "Name:\tredlock\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000001005\nSigCgt:\t0\n";
+        assert_eq!(ignored_in(status), [Signal::SIGHUP, Signal::SIGQUIT]);
+        assert!(ignored_in("Name:\tredlock\n").is_empty());
+        assert!(ignored_in("SigIgn:\tnot hex\n").is_empty());
     }
 }

@@ -103,9 +103,11 @@ pub enum Command {
     /// Acquire KEY, run COMMAND while holding it (renewed in the background), release it.
     ///
     /// The command gets REDLOCK_KEY (the full key), REDLOCK_TOKEN (the lock's token) and,
-    /// with --fenced, REDLOCK_FENCING_TOKEN in its environment. SIGINT, SIGTERM and SIGHUP
-    /// are passed on to it. If the lock is lost while it runs, the command gets SIGTERM,
-    /// then SIGKILL after the grace period, and redlock exits with 76; while renewal
+    /// with --fenced, REDLOCK_FENCING_TOKEN in its environment. SIGINT, SIGTERM, SIGHUP,
+    /// SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM are passed on to it (those ignored when
+    /// redlock started stay ignored). If the lock is lost while it runs, the command gets
+    /// SIGTERM, then SIGKILL after the grace period (or when the lock's validity ends, if
+    /// sooner), and redlock exits with 76; while renewal
     /// fails, it gets SIGTERM a grace period before the lock's validity ends and SIGKILL
     /// when it ends, so that it never runs unlocked. Otherwise redlock exits with the
     /// command's own code (128+N if signal N ended it).

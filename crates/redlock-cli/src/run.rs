@@ -1,6 +1,9 @@
 //! `redlock run`: acquire, run the command while the lock is renewed, stop the command if
 //! the lock is lost, release.
 
+use std::process::ExitStatus;
+use std::time::Duration;
+
 use redlock_client::{LockGuard, LostReason, Redlock};
 use tokio::time::Instant;
 
@@ -45,37 +48,74 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
         // or capped by `max_hold`), the command is stopped then, with SIGKILL at the end.
         let valid_until = guard.valid_until();
         let stop_at = valid_until.checked_sub(grace).unwrap_or(valid_until);
+        // Biased, in this order: a command that has ended is reported as it ended, and
+        // after a stall (the process stopped or starved past the validity), the timer's
+        // "nothing left" wins over the loss signal, which would grant a whole grace.
         tokio::select! {
-            status = child.wait() => break Ok(status.map_err(CliError::Setup)?),
-            reason = &mut lost => break Err((reason, grace)),
+            biased;
+            status = child.wait() => break status.map_or_else(Outcome::WaitFailed, Outcome::Ended),
             _ = tokio::time::sleep_until(stop_at) => {
                 if guard.valid_until() <= valid_until {
-                    let left = valid_until.saturating_duration_since(Instant::now());
-                    break Err((LostReason::Expired, left));
+                    break Outcome::Lost(LostReason::Expired);
                 }
             }
+            reason = &mut lost => break Outcome::Lost(reason),
             signal = signals.recv() => child.forward(signal),
         }
     };
-    match outcome {
-        Ok(status) => {
+    let reason = match outcome {
+        Outcome::Ended(status) => {
             release(guard, console).await;
-            Ok(exit_of(status))
+            return Ok(exit_of(status));
         }
-        Err((reason, grace)) => {
-            let key = guard.key();
-            tracing::info!(%key, %reason, ?grace, "lock lost or about to be; stopping the command");
-            // Signals that arrive meanwhile wait in their queue: the command is being
-            // stopped already, and redlock still releases before it exits.
-            if let Err(e) = child.stop(grace).await {
-                console.warn(format_args!("could not wait for the command to end: {e}"));
-            }
-            // The key is not ours any more on a majority (or soon will not be); releasing
-            // cleans up the nodes where it still is, without touching another holder's key
-            // (compare-and-delete).
+        Outcome::Lost(reason) => reason,
+        Outcome::WaitFailed(e) => {
+            // The command's state is unknown: it is stopped as for a lost lock (before the
+            // lock goes), and the error is what is reported.
+            console.warn(format_args!(
+                "could not wait for the command: {e}; stopping it"
+            ));
+            stop(&mut child, &guard, grace, console).await;
             release(guard, console).await;
-            Err(CliError::LockLost { key, reason })
+            return Err(CliError::Setup(e));
         }
+    };
+    let key = guard.key();
+    tracing::info!(%key, %reason, "lock lost or about to be");
+    // Signals that arrive meanwhile wait in their queue: the command is being stopped
+    // already, and redlock still releases before it exits.
+    stop(&mut child, &guard, grace, console).await;
+    // The key is not ours any more on a majority (or soon will not be); releasing cleans up
+    // the nodes where it still is, without touching another holder's key
+    // (compare-and-delete).
+    release(guard, console).await;
+    Err(CliError::LockLost { key, reason })
+}
+
+/// How the command's run ended, as far as `redlock` is concerned.
+enum Outcome {
+    /// The command ended by itself.
+    Ended(ExitStatus),
+    /// The lock was lost, or is about to be with no renewal in sight.
+    Lost(LostReason),
+    /// Waiting for the command failed (its state is unknown).
+    WaitFailed(std::io::Error),
+}
+
+/// Stops the command: SIGTERM, then SIGKILL after `grace` or at the end of the lock's
+/// validity, whichever comes first (at once when nothing is left of it), so that the
+/// command never runs past the validity on `redlock`'s account, whatever the reason.
+async fn stop(child: &mut Child, guard: &LockGuard, grace: Duration, console: Console) {
+    let left = guard
+        .valid_until()
+        .saturating_duration_since(Instant::now());
+    let grace = grace.min(left);
+    tracing::info!(
+        ?grace,
+        "stopping the command: SIGTERM, then SIGKILL after the grace period"
+    );
+    if let Err(e) = child.stop(grace).await {
+        console.warn(format_args!("could not wait for the command to end: {e}"));
     }
 }
 

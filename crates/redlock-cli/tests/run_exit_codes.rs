@@ -46,16 +46,23 @@ async fn each_signal_is_passed_on_and_the_lock_released() {
     let set = NodeSet::start(3).await.expect("nodes start");
     // Each signal has its own trap and exit code, so the code tells which one arrived.
     // Outside a terminal's foreground (as here) the command has a process group of its own,
-    // so SIGINT is passed on too (child.rs).
+    // so SIGINT and SIGQUIT are passed on too (child.rs). SIGQUIT, SIGUSR1, SIGUSR2 and
+    // SIGALRM used to be left at their default action, which ended `redlock` itself and
+    // left the command running with nobody renewing its lock.
     for (signal, code) in [
         (Signal::SIGINT, 10),
         (Signal::SIGTERM, 11),
         (Signal::SIGHUP, 12),
+        (Signal::SIGQUIT, 13),
+        (Signal::SIGUSR1, 14),
+        (Signal::SIGUSR2, 15),
+        (Signal::SIGALRM, 16),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let ready = dir.path().join("ready");
         let script = format!(
-            "trap 'exit 10' INT; trap 'exit 11' TERM; trap 'exit 12' HUP; \
+            "trap 'exit 10' INT; trap 'exit 11' TERM; trap 'exit 12' HUP; trap 'exit 13' QUIT; \
+             trap 'exit 14' USR1; trap 'exit 15' USR2; trap 'exit 16' ALRM; \
              echo up > {}; while :; do sleep 0.1; done",
             ready.display()
         );
@@ -85,6 +92,55 @@ async fn each_signal_is_passed_on_and_the_lock_released() {
             "{signal}: the lock was not released"
         );
     }
+}
+
+/// `nohup redlock run ...`: a signal `redlock` was started with ignored stays ignored, for
+/// `redlock` and for the command, which inherits it. `redlock` used to listen for it
+/// anyway (undoing the ignoring) and pass it on to the command, which then started with
+/// it at its default action: the logout's SIGHUP ended a `nohup` job (exit 129).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_ignored_at_start_stays_ignored() {
+    use nix::sys::signal::{kill, Signal};
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let done = dir.path().join("done");
+    // The command has no trap: SIGHUP at its default action would end it with 129.
+    let script = format!(
+        "echo up > {ready}; while [ ! -e {done} ]; do sleep 0.1; done; exit 3",
+        ready = ready.display(),
+        done = done.display()
+    );
+    // `trap '' HUP` in the shell that execs `redlock`: what `nohup` does.
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg("trap '' HUP; exec \"$@\"")
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_redlock"))
+        .args(["run", "nohup-job", "--", "sh", "-c"])
+        .arg(&script)
+        .env("REDLOCK_NODES", set.urls().join(","))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd.spawn().unwrap();
+    // `exec`: the shell's pid is `redlock`'s.
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    let run = tokio::spawn(async move {
+        tokio::time::timeout(common::PATIENCE, child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    first_line(&ready).await;
+    kill(pid, Signal::SIGHUP).unwrap();
+    // Time for a SIGHUP passed on to reach the command and end it, if it were.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    std::fs::write(&done, "").unwrap();
+    let out = run.await.unwrap();
+    assert_exit(&out, 3);
+    assert!(set.nodes_holding("redlock:nohup-job").await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

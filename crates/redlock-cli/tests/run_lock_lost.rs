@@ -141,3 +141,68 @@ async fn a_grace_longer_than_the_lock_leaves_is_a_config_error() {
     assert!(stderr.contains("lower --grace or raise --ttl"), "{stderr}");
     assert_eq!(set.nodes_holding("redlock:k").await, Vec::<usize>::new());
 }
+
+/// `redlock` stopped (SIGSTOP, a VM pause, a starved machine) past the lock's validity:
+/// when it runs again, both the timer of the grace period's start and the loss signal are
+/// due at once, and the command must be killed at once, nothing of the validity being left.
+/// It used to depend on which of the two `tokio::select!` happened to poll first: the loss
+/// signal, most often, gave the command a whole grace period (6 s here) without the lock.
+/// Two runs at once, so that the old race lost in either shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_is_killed_at_once_when_redlock_resumes_after_its_lock_expired() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let (a, b) = tokio::join!(stalled(&set, "stalled-a"), stalled(&set, "stalled-b"));
+    for (key, (after, out)) in [("stalled-a", a), ("stalled-b", b)] {
+        assert_exit(&out, 76);
+        assert!(
+            after < std::time::Duration::from_secs(3),
+            "{key}: the command ran {after:?} after redlock resumed with its lock expired; \
+             it should have been killed at once, not given the 6 s grace period"
+        );
+    }
+}
+
+/// Runs a command that ignores SIGTERM under `key` (TTL 10 s, grace 6 s), stops `redlock`
+/// for 11 s, resumes it and returns how long the command ran on after that, and `redlock`'s
+/// output.
+async fn stalled(set: &NodeSet, key: &str) -> (std::time::Duration, std::process::Output) {
+    use nix::sys::signal::{kill, Signal};
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "trap '' TERM; echo $$ > {ready}; while :; do sleep 0.1; done",
+        ready = ready.display()
+    );
+    let mut cmd = redlock(set);
+    cmd.args([
+        "run", "--ttl", "10s", "--grace", "6s", key, "--", "sh", "-c",
+    ])
+    .arg(&script)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let redlock_pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    let run = tokio::spawn(async move {
+        tokio::time::timeout(common::PATIENCE, child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    let pid: i32 = first_line(&ready).await.parse().unwrap();
+    kill(redlock_pid, Signal::SIGSTOP).unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    assert!(
+        set.nodes_holding(&format!("redlock:{key}"))
+            .await
+            .is_empty(),
+        "the keys outlived their TTL"
+    );
+    kill(redlock_pid, Signal::SIGCONT).unwrap();
+    let resumed = std::time::Instant::now();
+    assert!(
+        common::eventually(|| async move { !running(pid) }).await,
+        "the command was never stopped"
+    );
+    let after = resumed.elapsed();
+    (after, run.await.unwrap())
+}

@@ -127,6 +127,25 @@ async fn extreme_ttls_are_typed_errors_and_send_nothing() {
         core.handed_over(handover),
         Err(redlock_core::Error::Config(ConfigError::TtlTooLong { .. }))
     ));
+    // A hand-over whose attempt started "in the future" (a caller's wrong instant): its
+    // validity is counted from now at the latest, never past what the TTL gives from now.
+    // It used to run from that instant: an hour's validity from a 10 s TTL.
+    let ttl = Duration::from_secs(10);
+    let before = tokio::time::Instant::now();
+    let future = redlock_core::Handover {
+        key: "ttl",
+        waiter: "w",
+        number: 1,
+        ttl,
+        since: before + Duration::from_secs(3600),
+        nodes: &[0, 1, 2],
+    };
+    let lock = core.handed_over(future).expect("a quorum handed it over");
+    let remaining = lock.remaining().expect("validity left");
+    assert!(
+        remaining <= ttl,
+        "{remaining:?} of validity from a TTL of {ttl:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

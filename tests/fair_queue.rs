@@ -592,6 +592,70 @@ async fn a_head_that_leaves_while_the_key_is_free_wakes_the_next_waiter() {
     no_keys_left(&set).await;
 }
 
+/// A head whose round took the key and was then abandoned (its call cancelled while the
+/// round was out): the winning script took it out of the queue, the abandoned round's
+/// rollback freed the key without putting it back (and tells nobody), and its leave then
+/// found it no longer queued. The leave used to pass the free key on only when it took the
+/// waiter out of the queue itself, so the next waiter learnt of the free key only by
+/// polling (every 10 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_after_an_abandoned_winning_round_wakes_the_next_waiter() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| {
+        b.fair(true)
+            .ttl(Duration::from_secs(30))
+            .backoff(Duration::from_millis(10), Duration::from_secs(10))
+            .max_wait(Duration::from_secs(60))
+    })
+    .await;
+    common::subscribed(&set, 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let core = c.coordinator().clone();
+    let key = ["redlock:job"];
+    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
+    let gone = FairPlace {
+        waiter: "gone",
+        ticket: 1,
+        patience: Duration::from_secs(60),
+        handover: None,
+    };
+    let attempt = || Acquisition {
+        fair: Some(gone),
+        ..Acquisition::new(&key, Duration::from_secs(5))
+    };
+    assert!(core.acquire_with(attempt()).await.is_err());
+    let waiter = c.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("job").await });
+    queued_everywhere(&set, 2).await;
+    core.release(&held).await.unwrap();
+    // The head's round wins (its script takes it out of every queue) ...
+    let _won = core
+        .acquire_with(attempt())
+        .await
+        .expect("the head takes the free key");
+    queued_everywhere(&set, 1).await;
+    // ... and is abandoned: what its rollback does (the round's keys deleted, the waiter
+    // not put back, nobody told).
+    for node in set.iter() {
+        node.del(key[0]).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the next waiter was told by someone"
+    );
+    // The abandoned call's leave: the key is free, so the next waiter hears of it.
+    core.leave_queue(key[0], "gone").await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("the next waiter was not woken by the leave")
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
 /// Regression: a waiter queued only to be woken made its second attempt (the one that
 /// queues it) at once after the first, which cost every contended call a round more than
 /// polling; it now comes after the backoff's first delay, as a polling waiter's would, but

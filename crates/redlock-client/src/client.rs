@@ -533,8 +533,8 @@ impl Redlock {
                     });
                 }
                 let report = match self.round(target, ttl, fenced, places, fence_by).await {
-                    Ok(lock) => match lock.remaining().unwrap_or(Duration::ZERO) {
-                        validity if validity >= min_validity => {
+                    Ok(lock) => match lock.remaining() {
+                        validity if long_enough(validity, min_validity) => {
                             // The winning script took the waiter out of the queue
                             // where it set the key: leave only where it did not.
                             if let Some(exit) = queued.take() {
@@ -546,7 +546,7 @@ impl Redlock {
                             return Ok(self.guard(lock, ttl, renew, attempts));
                         }
                         validity => {
-                            short = Some(validity);
+                            short = Some(validity.unwrap_or(Duration::ZERO));
                             let report = Box::new(lock.report().clone());
                             short_lock = Some(lock);
                             report
@@ -743,7 +743,8 @@ impl Redlock {
                                 // next attempt (see `Waiter::handed_partly`). So it waits
                                 // for the rest at most a node timeout, then tries again at
                                 // once: its round takes the keys handed to it on (a lost
-                                // round's rollback passes them on to the next waiter).
+                                // round's rollback frees them and puts this waiter back at
+                                // the head of their queues, for its next round).
                                 let mut grace = node_timeout;
                                 if let Some(d) = deadline {
                                     grace = grace.min(d.saturating_duration_since(Instant::now()));
@@ -837,7 +838,7 @@ impl Redlock {
             nodes: &nodes,
         };
         match self.inner.core.handed_over(handed) {
-            Ok(lock) if lock.remaining().unwrap_or(Duration::ZERO) >= min_validity => {
+            Ok(lock) if long_enough(lock.remaining(), min_validity) => {
                 metrics::handover(true);
                 tracing::debug!(
                     nodes = nodes.len(),
@@ -1031,6 +1032,13 @@ async fn settle(
 /// parity (0.95-1.05x over five runs each); two keeps the wake-up through one unlucky loss.
 const WOKEN_LOSSES_BEFORE_POLLING: u32 = 2;
 
+/// Whether a lock won with `remaining` validity (`None`: none left) may be handed to the
+/// caller, who asked for at least `min_validity`. A lock with nothing left never is, even
+/// at a `min_validity` of zero: it is released and the attempt counts as lost.
+fn long_enough(remaining: Option<Duration>, min_validity: Duration) -> bool {
+    remaining.is_some_and(|left| left >= min_validity)
+}
+
 /// The window a woken waiter's pause is drawn from: its last round's duration, doubled for
 /// each of its call's woken attempts that lost, up to the retry policy's `max_delay` (or
 /// one round, when that is longer).
@@ -1043,6 +1051,26 @@ fn wake_window(round: Duration, woken_losses: u32, max_delay: Duration) -> Durat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lock whose validity ran out between its round's decision and the check (its
+    /// answer waited in a busy runtime, a fenced write-back ended with it) was handed to
+    /// the caller as won whenever `min_validity` was zero, the default: `lock()` returned
+    /// a lock that was not valid, and code that does not call `is_valid()` used the
+    /// resource unprotected.
+    #[test]
+    fn a_lock_with_no_validity_left_is_never_long_enough() {
+        assert!(!long_enough(None, Duration::ZERO));
+        assert!(!long_enough(None, Duration::from_secs(1)));
+        assert!(long_enough(Some(Duration::from_millis(1)), Duration::ZERO));
+        assert!(long_enough(
+            Some(Duration::from_secs(1)),
+            Duration::from_secs(1)
+        ));
+        assert!(!long_enough(
+            Some(Duration::from_millis(999)),
+            Duration::from_secs(1)
+        ));
+    }
 
     #[test]
     fn the_wake_window_doubles_with_each_woken_loss_up_to_the_largest_backoff_delay() {

@@ -119,9 +119,10 @@ pub enum Error {
         report: Box<RoundReport>,
     },
     /// The last attempt won its round, but with less validity left than the minimum
-    /// (`min_validity`): it was released at once, and the retry policy allowed no more
-    /// attempts.
-    #[error("lock \"{key}\" not acquired after {attempts} attempt(s): the last round won with {validity:?} of validity left, less than the minimum {min_validity:?}, and was released again; last round: {report}; use a longer TTL or a lower min_validity, and look for slow nodes in the report")]
+    /// (`min_validity`), or with none left at all by the time the caller would have had it
+    /// (whatever the minimum): it was released at once, and the retry policy allowed no
+    /// more attempts.
+    #[error("lock \"{key}\" not acquired after {attempts} attempt(s): the last round won with {validity:?} of validity left, short of the minimum {min_validity:?} (a lock with nothing left is never handed out, whatever the minimum), and was released again; last round: {report}; use a longer TTL or a lower min_validity, and look for slow nodes in the report")]
     BelowMinValidity {
         /// The full key.
         key: String,

@@ -346,9 +346,11 @@ impl Coordinator {
                 }
             }
         }
-        let elapsed = handover.since.elapsed();
+        // No later than now: the validity may not start after the keys' TTLs did.
+        let since = handover.since.min(Instant::now());
+        let elapsed = since.elapsed();
         let granted =
-            lease(ttl, config.drift_factor, handover.since, elapsed).filter(|_| accepted >= quorum);
+            lease(ttl, config.drift_factor, since, elapsed).filter(|_| accepted >= quorum);
         let report = Box::new(RoundReport {
             kind: RoundKind::Acquire,
             key: Arc::from(handover.key),

@@ -17,7 +17,7 @@
 //! lock released in the background if it was won, as a round dropped mid-flight rolls
 //! back.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::types::{Key, Value};
@@ -28,7 +28,7 @@ use crate::coordinator::Coordinator;
 use crate::error::Error;
 use crate::lock::Lock;
 use crate::lock_spec::{channel_arg, LockSpec};
-use crate::report::{RoundKind, RoundReport};
+use crate::report::{ClosedReason, NodeOutcome, NodeReport, RoundKind, RoundReport};
 use crate::round::{self, Command, Request, Round};
 use crate::scripts::{ACQUIRE_BATCH, RELEASE_BATCH};
 
@@ -270,12 +270,40 @@ impl Coordinator {
         };
         match answer {
             Ok(answer) => answer.take(),
-            // The group's task ended without answering (its runtime is shutting down): a
-            // round of its own.
-            Err(_) => {
-                let decided = self.run_one(self.plain_round(&spec, ttl)).await;
-                self.lock_from(decided, spec, ttl, None)
-            }
+            // The group's task ended without answering: its runtime is shutting down (and
+            // the connections' tasks with it), or it panicked. Its batch may have been
+            // sent with this token, and that batch's rollback (compare-and-delete of this
+            // token) may still be on its way: a round of our own with the same token could
+            // win a node whose key that rollback then deletes, leaving us a quorum in name
+            // only. So nothing more is sent under this token; the caller's next attempt
+            // (a new token) is a round like any other.
+            Err(_) => Err(Error::NoQuorum {
+                report: Box::new(self.unsent(RoundKind::Acquire, &spec.name)),
+            }),
+        }
+    }
+
+    /// The report of a round that sent nothing because the task that was to send it is
+    /// gone: every node [`NodeOutcome::Closed`], with the client's own reason if it was
+    /// closed, else "the runtime stopped".
+    fn unsent(&self, kind: RoundKind, key: &Arc<str>) -> RoundReport {
+        let reason = self.closed().unwrap_or(ClosedReason::RuntimeStopped);
+        RoundReport {
+            kind,
+            key: key.clone(),
+            quorum: self.quorum(),
+            accepted: 0,
+            nodes: self
+                .nodes()
+                .into_iter()
+                .map(|node| NodeReport {
+                    outcome: NodeOutcome::Closed(reason),
+                    ..NodeReport::pending(node)
+                })
+                .collect(),
+            elapsed: Duration::ZERO,
+            validity: None,
+            settling: None,
         }
     }
 

@@ -619,9 +619,11 @@ return result"#
 /// behind.
 /// When the key is then free and the queue has a live waiter left, it is passed on to that
 /// waiter as a release would (`pass_on`, see [`ANNOUNCE`], with the leaving waiter's id as
-/// the message's token): a head that leaves while the key is free (its call was cancelled,
-/// or gave up, right after a release woke it) would otherwise leave the next waiter to find
-/// out by polling. Returns 1.
+/// the message's token), whether or not the leaving waiter was still queued: a head that
+/// leaves while the key is free (its call was cancelled, or gave up, right after a release
+/// woke it; or its winning round was abandoned, its script having taken it out of the
+/// queue and its rollback having freed the key without telling anyone) would otherwise
+/// leave the next waiter to find out by polling. Returns 1.
 pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
@@ -635,7 +637,7 @@ if type(value) == "string" and value ~= ARGV[3] and string.sub(value, 1, #ARGV[1
   redis.call("DEL", KEYS[3])
   removed = 1
 end
-if removed == 1 and ARGV[2] ~= "" and redis.call("EXISTS", KEYS[3]) == 0 then
+if ARGV[2] ~= "" and redis.call("EXISTS", KEYS[3]) == 0 then
   pass_on(ARGV[2], ARGV[1], KEYS[3], KEYS[1], KEYS[2], KEYS[4])
 end
 return 1"#

@@ -188,3 +188,26 @@ async fn release_after_expiry_does_not_touch_the_next_holder() {
         );
     }
 }
+
+/// A reentrant lock's Debug shows its owner only as the token is shown (the first
+/// characters): the owner's identity lets its bearer enter the lock. It used to be printed
+/// whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locks_debug_abbreviates_its_owner_and_token() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let owner = "owner-0123456789abcdef";
+    let lock = c
+        .acquire_with(redlock_core::Acquisition {
+            owner: Some(owner),
+            ..redlock_core::Acquisition::new(&["debug"], TTL)
+        })
+        .await
+        .unwrap();
+    let shown = format!("{lock:?}");
+    assert!(!shown.contains(owner), "{shown}");
+    assert!(!shown.contains(lock.token().as_str()), "{shown}");
+    assert!(shown.contains("owner-01…"), "{shown}");
+    c.release(&lock).await.unwrap();
+    c.close().await;
+}

@@ -37,9 +37,12 @@ impl Default for Owner {
     }
 }
 
+/// The first eight characters only, as a lock token's: an owner's identity lets its
+/// bearer enter the reentrant locks it holds, so logs must not carry it whole.
 impl fmt::Debug for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Owner({})", self.0)
+        let prefix: String = self.0.chars().take(8).collect();
+        write!(f, "Owner({prefix}…)")
     }
 }
 
@@ -49,4 +52,16 @@ pub(crate) fn random_id() -> uuid::fmt::Simple {
     uuid::Builder::from_random_bytes(rand::random())
         .into_uuid()
         .simple()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// It used to print the whole identity.
+    #[test]
+    fn debug_shows_only_the_start_of_the_identity() {
+        let owner = Owner::named("job-42-0123456789abcdef");
+        assert_eq!(format!("{owner:?}"), "Owner(job-42-0…)");
+    }
 }

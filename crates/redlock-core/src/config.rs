@@ -153,10 +153,19 @@ impl Default for Config {
 }
 
 /// A node URL that passed the checks, with the name it is reported under.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Endpoint {
     pub(crate) name: NodeName,
     pub(crate) fred: fred::types::config::Config,
+}
+
+/// Only the name: fred's `Config` prints its password as given.
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Config {
@@ -372,6 +381,11 @@ mod tests {
         let shown = format!("{c:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("redis://user:***@127.0.0.1:7001"), "{shown}");
+        // A checked endpoint too: it carries fred's configuration, whose Debug prints the
+        // password as given.
+        let endpoints = c.endpoints().unwrap();
+        let shown = format!("{endpoints:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::token::Token;
 /// [`is_valid`](Lock::is_valid) is true, and must stop before
 /// [`valid_until`](Lock::valid_until): no lock service can stop a holder that pauses past
 /// its validity (fence the resource for that).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Lock {
     /// The keys, in the caller's order (one for a plain lock).
     pub(crate) keys: Arc<[Arc<str>]>,
@@ -31,6 +31,26 @@ pub struct Lock {
     pub(crate) report: Arc<RoundReport>,
     /// For a fenced acquisition: its token, handed out only after a quorum recorded it.
     pub(crate) fencing_token: Option<FencingToken>,
+}
+
+/// The owner shows as its first characters only, as the token does: either lets its
+/// bearer act as the holder (an owner enters a reentrant lock it holds).
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("keys", &self.keys)
+            .field("token", &self.token)
+            .field(
+                "owner",
+                &self.owner.as_deref().map(crate::token::abbreviated),
+            )
+            .field("fair", &self.fair)
+            .field("ttl", &self.ttl)
+            .field("valid_until", &self.valid_until)
+            .field("report", &self.report)
+            .field("fencing_token", &self.fencing_token)
+            .finish()
+    }
 }
 
 impl Lock {

@@ -13,7 +13,9 @@ use crate::server_error::ServerError;
 pub struct NodeName(Arc<str>);
 
 impl NodeName {
-    /// The name of the node at `url`: the URL with any password replaced by `***`. Of an
+    /// The name of the node at `url`: the URL with any password replaced by `***`, and a
+    /// user given without a password too (`redis://secret@host` is read as a user name,
+    /// but is often meant as the password), and any query (`?sentinelPassword=...`). Of an
     /// unparsable URL with an `@` in it, everything between the scheme and the last `@`
     /// (where a user and password would be) is replaced by `***`, so that an error can
     /// still show which node's URL is wrong. Use it wherever a node URL is shown.
@@ -22,13 +24,20 @@ impl NodeName {
             // An `@` past the host: a password with a `/`, `?` or `#` in it, not
             // percent-encoded, ended the host early, so part of it reads as the path.
             Ok(parsed) if after_host_has_at(&parsed) => masked_user_info(url),
-            Ok(mut parsed) if parsed.password().is_some() => {
-                let _ = parsed.set_password(Some("***"));
-                parsed.to_string()
-            }
             // Unusable input is rejected elsewhere; never echo what may hold a password.
             Ok(parsed) if parsed.cannot_be_a_base() && url.contains('@') => masked_user_info(url),
-            Ok(_) => url.to_string(),
+            Ok(parsed) if parsed.cannot_be_a_base() => url.to_string(),
+            Ok(mut parsed) => {
+                if parsed.password().is_some() {
+                    let _ = parsed.set_password(Some("***"));
+                } else if !parsed.username().is_empty() {
+                    let _ = parsed.set_username("***");
+                }
+                if parsed.query().is_some() {
+                    parsed.set_query(Some("***"));
+                }
+                parsed.to_string()
+            }
             Err(_) if url.contains('@') => masked_user_info(url),
             Err(_) => url.to_string(),
         };
@@ -481,6 +490,20 @@ mod tests {
             "redis://u:***@h:1/2"
         );
         assert_eq!(NodeName::redacted("redis://h:1").as_str(), "redis://h:1");
+        // A user without a password (often a password meant), and a query (fred reads
+        // `sentinelPassword` there): neither shows. They used to be shown as given.
+        assert_eq!(
+            NodeName::redacted("redis://s3cret@h:1").as_str(),
+            "redis://***@h:1"
+        );
+        assert_eq!(
+            NodeName::redacted("redis://h:1/0?sentinelPassword=s3cret").as_str(),
+            "redis://h:1/0?***"
+        );
+        assert_eq!(
+            NodeName::redacted("rediss://u:p@h:1?x=1").as_str(),
+            "rediss://u:***@h:1?***"
+        );
         // Unparsable: the user and password go, the host stays to say which node.
         assert_eq!(NodeName::redacted("x:y@z ::").as_str(), "***@z ::");
         assert_eq!(

@@ -87,9 +87,15 @@ impl fmt::Debug for Token {
 
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let prefix: String = self.0.chars().take(8).collect();
-        write!(f, "{prefix}…")
+        f.write_str(&abbreviated(&self.0))
     }
+}
+
+/// The first eight characters of a value that lets its bearer act as a lock's holder (a
+/// token, an owner), then `…`: enough to tell values apart in logs, not to use one.
+pub(crate) fn abbreviated(secret: &str) -> String {
+    let prefix: String = secret.chars().take(8).collect();
+    format!("{prefix}…")
 }
 
 #[cfg(test)]

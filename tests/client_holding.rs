@@ -344,3 +344,37 @@ async fn max_hold_caps_the_hold_from_the_acquisition() {
     assert_eq!(guard.health(), HoldHealth::Lost(LostReason::Expired));
     drop(guard);
 }
+
+/// An extension of a lock whose validity already ran out (a drift allowance of half the
+/// TTL: the keys outlive the validity by that much) wins on the nodes, but the lock stays
+/// lost: `extend` says so, and neither the guard nor its lock turns valid again. It used
+/// to return `Ok(())` while `is_valid()` was false, and `guard.lock().is_valid()` true.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_after_the_validity_ran_out_leaves_the_lock_lost() {
+    let set = NodeSet::start(3).await.unwrap();
+    let ttl = Duration::from_secs(2);
+    let c = client(&set, |b| b.ttl(ttl).drift_factor(0.5).no_renewal()).await;
+    let guard = c.lock("ran-out").await.unwrap();
+    // The validity ends at about 1 s (2 s less the 1 s drift allowance), the keys at 2 s.
+    tokio::time::sleep_until(guard.valid_until() + Duration::from_millis(100)).await;
+    assert_eq!(set.nodes_holding("redlock:ran-out").await.len(), 3);
+    let err = guard.extend(None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::LockLost {
+                reason: LostReason::Expired,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!guard.is_valid());
+    assert!(
+        !guard.lock().is_valid(),
+        "the guard's lock took the extension on"
+    );
+    guard.release().await.unwrap();
+    assert!(set.nodes_holding("redlock:ran-out").await.is_empty());
+    c.shutdown().await;
+}

@@ -89,38 +89,54 @@ impl HoldState {
 
     /// Records a successful renewal: the validity moves on (never back, as in
     /// [`extended`](Self::extended)); the lock keeps its report, so that a renewal tick
-    /// leaves no allocation behind per held lock.
+    /// leaves no allocation behind per held lock. Changes nothing for a lock already lost
+    /// (see [`record`](Self::record)).
     pub(crate) fn renewed(&self, renewal: &Renewed) {
-        self.lock.lock().expect("lock state").apply(renewal);
-        self.record_validity(renewal.valid_until());
+        let _ = self.record(renewal.valid_until(), |lock| lock.apply(renewal));
     }
 
     /// Records a successful extension. Extensions never shorten a key on the nodes, so
     /// the validity only moves forward: a renewal with the configured TTL that finishes
-    /// after a longer manual extension does not take the longer validity back.
-    pub(crate) fn extended(&self, lock: Lock) {
+    /// after a longer manual extension does not take the longer validity back. `Err` with
+    /// the reason for a lock already lost, which stays lost (see [`record`](Self::record)).
+    pub(crate) fn extended(&self, lock: Lock) -> Result<(), LostReason> {
         let valid_until = lock.valid_until();
-        {
-            let mut current = self.lock.lock().expect("lock state");
+        self.record(valid_until, |current| {
             if valid_until >= current.valid_until() {
                 *current = lock;
             }
-        }
-        self.record_validity(valid_until);
+        })
     }
 
     /// The status after a successful extension or renewal: valid until at least
-    /// `valid_until`, no longer failing. Not for a lock whose validity ran out meanwhile:
+    /// `valid_until`, no longer failing, and `update` applied to the lock. Not for a lock
+    /// that was lost, or whose validity ran out before the round's answer was recorded:
     /// its holder may have been told so already (`is_valid`, `health`), and a lock that was
-    /// lost stays lost, whoever watched (see `renew_due`).
-    fn record_validity(&self, valid_until: Instant) {
+    /// lost stays lost, whoever watched (see `renew_due`), with the lock itself unchanged
+    /// too (it used to take the new validity on, so that `lock().is_valid()` contradicted
+    /// the guard's).
+    fn record(
+        &self,
+        valid_until: Instant,
+        update: impl FnOnce(&mut Lock),
+    ) -> Result<(), LostReason> {
         let now = Instant::now();
-        self.status.send_modify(|s| {
-            if s.lost.is_none() && s.valid_until > now {
+        let mut outcome = Ok(());
+        self.status.send_modify(|s| match &s.lost {
+            Some(reason) => outcome = Err(reason.clone()),
+            None if s.valid_until <= now => outcome = Err(LostReason::Expired),
+            None => {
                 s.valid_until = s.valid_until.max(valid_until);
                 s.failing = None;
             }
         });
+        match outcome {
+            Ok(()) => update(&mut self.lock.lock().expect("lock state")),
+            // Ran out before anyone marked it: lost now, as `renew_due` would have it.
+            Err(LostReason::Expired) => self.mark_lost(LostReason::Expired),
+            Err(_) => {}
+        }
+        outcome
     }
 
     /// Records a renewal that failed without a refusal: the lock keeps its validity.
@@ -446,7 +462,9 @@ impl LockGuard {
     /// nothing). On failure the lock keeps the validity it had, which the nodes still
     /// hold, because a failed extension only ever lengthened keys; when a majority of nodes
     /// answered that the key is no longer ours, the lock is marked lost
-    /// ([`LostReason::Refused`]) at once.
+    /// ([`LostReason::Refused`]) at once. A lock that was lost already, or whose validity
+    /// ran out before the extension's answer came, stays lost: [`Error::LockLost`], even
+    /// when the nodes accepted the extension (its keys then expire with it).
     pub async fn extend(&self, ttl: Option<Duration>) -> Result<(), Error> {
         let lock = self.shared.current();
         match self
@@ -454,10 +472,15 @@ impl LockGuard {
             .extend(&lock, ttl.unwrap_or(self.shared.ttl))
             .await
         {
-            Ok(extended) => {
-                self.shared.extended(extended);
-                Ok(())
-            }
+            // A lock lost meanwhile (or before) stays lost: the extension's validity is not
+            // the caller's to use, and its keys expire with it.
+            Ok(extended) => self
+                .shared
+                .extended(extended)
+                .map_err(|reason| Error::LockLost {
+                    key: lock.key().to_string(),
+                    reason,
+                }),
             Err(e) => {
                 if let redlock_core::Error::NoQuorum { report } = &e {
                     if refused_by_majority(report) {

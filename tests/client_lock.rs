@@ -191,3 +191,41 @@ async fn dropping_the_lock_future_rolls_back_the_attempt_in_flight() {
         "a cancelled lock() left keys behind"
     );
 }
+
+/// A wait that ran out because nodes did not answer (nobody holds the key) says so, with
+/// the report's own advice: it used to tell the caller to find out who holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_ran_out_on_silent_nodes_says_they_were_silent() {
+    let set = NodeSet::start(3).await.unwrap();
+    let links = {
+        use redlock_testkit::Nodes;
+        redlock_testkit::Links::start(1, &set.addrs())
+            .await
+            .unwrap()
+    };
+    let c = Redlock::connect(
+        redlock_client::LockConfig::builder()
+            .nodes(links.urls(0))
+            .node_timeout(Duration::from_millis(100))
+            .notify(false)
+            .max_wait(Duration::from_millis(400))
+            .backoff(Duration::from_millis(5), Duration::from_millis(50))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    for node in [1, 2] {
+        links
+            .link(0, node)
+            .set(redlock_testkit::LinkFault::Blackhole);
+    }
+    let err = c.lock("silent").await.unwrap_err();
+    let Error::DeadlinePassed { .. } = &err else {
+        panic!("expected DeadlinePassed, got {err}")
+    };
+    let message = err.to_string();
+    assert!(message.contains("did not answer in time"), "{message}");
+    links.heal_all();
+    c.shutdown().await;
+}

@@ -490,7 +490,7 @@ impl Redlock {
                 }
             };
             loop {
-                attempts += 1;
+                attempts = attempts.saturating_add(1);
                 tracing::Span::current().record("attempts", attempts);
                 // The validity of a round won with less than the minimum, released again.
                 let mut short = None;

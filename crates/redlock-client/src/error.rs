@@ -84,7 +84,7 @@ pub enum Error {
         report: Box<RoundReport>,
     },
     /// The retry policy's overall wait (`max_wait`) ran out.
-    #[error("gave up waiting for lock \"{key}\" after {} and {attempts} attempt(s); last round: {report}; wait longer (retry.max_wait) or find out who holds it (inspect)", millis(*waited))]
+    #[error("gave up waiting for lock \"{key}\" after {} and {attempts} attempt(s); last round: {report}; {}; or wait longer (retry.max_wait), or find out who holds it (inspect)", millis(*waited), report.advice())]
     DeadlinePassed {
         /// The full key.
         key: String,

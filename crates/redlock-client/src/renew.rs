@@ -74,7 +74,15 @@ impl Renewer {
     }
 
     pub(crate) fn add(&self, shared: Arc<HoldState>, plan: RenewalPlan) {
-        let _ = self.tx.send((shared, plan));
+        // The scheduler ended (its runtime shut down, or it panicked): nothing will renew
+        // this lock, and its holder must not read "healthy" until the validity runs out.
+        if let Err(mpsc::error::SendError((shared, _))) = self.tx.send((shared, plan)) {
+            shared.renewal_failed(
+                "the renewal task has stopped (its runtime shut down); the lock expires at the \
+                 end of its validity"
+                    .to_string(),
+            );
+        }
     }
 }
 
@@ -222,9 +230,19 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     // of a few hundred locks at once, not of every lock held.
     for slice in due.chunks(TICK_SLICE) {
         let locks: Vec<_> = slice.iter().map(|&i| entries[i].shared.current()).collect();
+        // Each slice's own start: a TTL capped by `max_hold` and counted from the tick's
+        // start would reach past the cap by the earlier slices' rounds. (Where the cap
+        // came too near meanwhile for a renewal to leave any validity, the tick's own TTL
+        // stays: it was checked at the tick's start, and the next tick stops renewal.)
+        let slice_start = Instant::now();
         let ttls: Vec<Duration> = slice
             .iter()
-            .map(|&i| renewal_ttl(core, &entries[i], now).unwrap_or(entries[i].shared.ttl))
+            .map(|&i| {
+                let entry = &entries[i];
+                renewal_ttl(core, entry, slice_start)
+                    .or_else(|| renewal_ttl(core, entry, now))
+                    .unwrap_or(entry.shared.ttl)
+            })
             .collect();
         let requests: Vec<_> = locks.iter().zip(ttls.iter().copied()).collect();
         if let ([lock], 1) = (locks.as_slice(), due.len()) {

@@ -547,3 +547,51 @@ async fn concurrent_fenced_acquisitions_of_distinct_keys_all_get_distinct_tokens
     let highest = *tokens.last().unwrap();
     assert_eq!(counters(&set).await, vec![Some(highest); set.len()]);
 }
+
+/// `fenced_set` sends its write once, whatever the resource client's
+/// `max_command_attempts`: with fred's default of 3 and a reconnect policy, a write in
+/// flight when its connection dropped was replayed after the reconnect, where (same
+/// token, so accepted) it could land after the holder's later writes. Counted on the
+/// server: the script ran twice before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_in_flight_when_its_connection_drops_is_not_replayed() {
+    use fred::prelude::ClientLike;
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.fencing(true)).await;
+    let guard = c.lock("replayed").await.unwrap();
+    let token = guard.fencing_token().unwrap();
+    let links = linked(&set).await;
+    let config = fred::types::config::Config::from_url(&links.urls(0)[0]).unwrap();
+    let resource = fred::types::Builder::from_config(config)
+        .set_policy(fred::types::config::ReconnectPolicy::new_constant(0, 50))
+        .build()
+        .unwrap();
+    resource.init().await.unwrap();
+    let node = set.iter().next().unwrap();
+    let before = node.command_calls("eval").await.unwrap();
+    links.set_client(0, LinkFault::DropReplies);
+    let write = tokio::spawn({
+        let resource = resource.clone();
+        async move { fenced_set(&resource, "replayed:value", "v1", token).await }
+    });
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            node.command_calls("eval").await.unwrap() > before
+        })
+        .await,
+        "the write never reached the server"
+    );
+    // The reply is lost; lifting the fault resets the connection, and fred reconnects.
+    links.heal_all();
+    let written = tokio::time::timeout(Duration::from_secs(10), write)
+        .await
+        .expect("the write ended")
+        .unwrap();
+    assert!(written.is_err(), "no reply came, yet: {written:?}");
+    // Time for a replay to arrive, had there been one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(node.command_calls("eval").await.unwrap(), before + 1);
+    resource.quit().await.unwrap();
+    guard.release().await.unwrap();
+    c.shutdown().await;
+}

@@ -11,8 +11,9 @@
 //!   highest token that wrote it, and the `UPDATE` matches only while that is not higher.
 
 use fred::clients::Client;
-use fred::interfaces::LuaInterface;
-use fred::types::Value;
+use fred::interfaces::ClientLike;
+use fred::types::config::Options;
+use fred::types::{CustomCommand, Value};
 
 use redlock_core::FencingToken;
 
@@ -35,6 +36,11 @@ pub fn fence_record_key(key: &str) -> String {
 /// token is kept under [`fence_record_key`]. Several writes with the same token are
 /// accepted: one holder may write many times.
 ///
+/// The write is sent once, whatever `client`'s `max_command_attempts`: fred replays a
+/// command in flight when its connection drops, and a replayed earlier write of this
+/// holder (same token, so accepted) would land after its later ones. An error therefore
+/// means "written or not, unknown": write again (in order) or read back.
+///
 /// ```no_run
 /// # async fn demo(redlock: redlock_client::Redlock, redis: fred::clients::Client) -> Result<(), Box<dyn std::error::Error>> {
 /// let guard = redlock
@@ -53,9 +59,23 @@ pub async fn fenced_set(
     value: &str,
     token: FencingToken,
 ) -> Result<bool, fred::error::Error> {
-    let keys = vec![key.to_string(), fence_record_key(key)];
-    let args = vec![token.get().to_string(), value.to_string()];
-    let written: Value = client.eval(FENCED_SET, keys, args).await?;
+    // Through `custom`: fred's `eval` ignores per-command options.
+    let args: Vec<Value> = vec![
+        FENCED_SET.into(),
+        2.into(),
+        key.into(),
+        fence_record_key(key).into(),
+        token.get().to_string().into(),
+        value.into(),
+    ];
+    let once = Options {
+        max_attempts: Some(1),
+        ..Options::default()
+    };
+    let written: Value = client
+        .with_options(&once)
+        .custom(CustomCommand::new_static("EVAL", None, false), args)
+        .await?;
     Ok(matches!(written, Value::Integer(1)))
 }
 

@@ -153,9 +153,18 @@ pub struct RunArgs {
     /// [default: the configuration's retry.max_wait, 10s].
     #[arg(long, env = "REDLOCK_WAIT", value_parser = wait, value_name = "DURATION")]
     pub wait: Option<Duration>,
-    /// Get a fencing token and pass it to the command as REDLOCK_FENCING_TOKEN.
-    #[arg(long, env = "REDLOCK_FENCED", value_parser = clap::builder::BoolishValueParser::new())]
-    pub fenced: bool,
+    /// Get a fencing token and pass it to the command as REDLOCK_FENCING_TOKEN
+    /// (`--fenced=false` turns off the configuration file's `fencing = true`).
+    #[arg(
+        long,
+        env = "REDLOCK_FENCED",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub fenced: Option<bool>,
     /// How long the command gets between SIGTERM and SIGKILL when the lock is lost or
     /// renewal fails: it gets SIGTERM this long before the lock's validity ends, unless a
     /// renewal extended it by then, and SIGKILL when it ends [default: 5s, or half of what

@@ -72,8 +72,8 @@ pub fn for_run(mut config: LockConfig, run: &RunArgs) -> Result<LockConfig, CliE
     if let Some(wait) = run.wait {
         apply_wait(&mut config, wait);
     }
-    if run.fenced {
-        config.fencing = true;
+    if let Some(fenced) = run.fenced {
+        config.fencing = fenced;
     }
     let grace = grace(&config, run.grace)?;
     config.min_validity = config

@@ -145,3 +145,65 @@ async fn the_run_settings_are_read_from_the_environment() {
         lost.elapsed()
     );
 }
+
+/// `fencing = true` in the file is turned off by `REDLOCK_FENCED=false` or
+/// `--fenced=false`, as every other setting is by the environment or a flag: the flag and
+/// the variable could only turn fencing on before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_from_the_file_can_be_turned_off_by_the_environment_or_a_flag() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("redlock.toml");
+    let nodes: Vec<String> = set.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    std::fs::write(
+        &file,
+        format!("nodes = [{}]\nfencing = true\n", nodes.join(", ")),
+    )
+    .unwrap();
+    let token = |out: std::process::Output| {
+        assert_exit(&out, 0);
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let print = ["sh", "-c", "echo \"[${REDLOCK_FENCING_TOKEN-unset}]\""];
+    let out = output(
+        bare()
+            .env("REDLOCK_CONFIG", &file)
+            .args(["run", "f", "--"])
+            .args(print),
+    )
+    .await;
+    assert_ne!(token(out), "[unset]", "the file's fencing = true");
+    let out = output(
+        bare()
+            .env("REDLOCK_CONFIG", &file)
+            .env("REDLOCK_FENCED", "false")
+            .args(["run", "f", "--"])
+            .args(print),
+    )
+    .await;
+    assert_eq!(token(out), "[unset]", "REDLOCK_FENCED=false");
+    let out = output(
+        bare()
+            .env("REDLOCK_CONFIG", &file)
+            .args(["run", "--fenced=false", "f", "--"])
+            .args(print),
+    )
+    .await;
+    assert_eq!(token(out), "[unset]", "--fenced=false");
+    // And on: the flag alone, and the variable.
+    let out = output(
+        redlock(&set)
+            .args(["run", "--fenced", "f", "--"])
+            .args(print),
+    )
+    .await;
+    assert_ne!(token(out), "[unset]", "--fenced");
+    let out = output(
+        redlock(&set)
+            .env("REDLOCK_FENCED", "1")
+            .args(["run", "f", "--"])
+            .args(print),
+    )
+    .await;
+    assert_ne!(token(out), "[unset]", "REDLOCK_FENCED=1");
+}

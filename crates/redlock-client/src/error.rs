@@ -122,7 +122,7 @@ pub enum Error {
     /// (`min_validity`), or with none left at all by the time the caller would have had it
     /// (whatever the minimum): it was released at once, and the retry policy allowed no
     /// more attempts.
-    #[error("lock \"{key}\" not acquired after {attempts} attempt(s): the last round won with {validity:?} of validity left, short of the minimum {min_validity:?} (a lock with nothing left is never handed out, whatever the minimum), and was released again; last round: {report}; use a longer TTL or a lower min_validity, and look for slow nodes in the report")]
+    #[error("lock \"{key}\" not acquired after {attempts} attempt(s): the last round won with {validity:?} of validity left, {}, and was released again; last round: {report}; use a longer TTL or a lower min_validity, and look for slow nodes in the report", short_of(*validity, *min_validity))]
     BelowMinValidity {
         /// The full key.
         key: String,
@@ -153,6 +153,16 @@ pub enum Error {
 }
 
 /// A duration as people read it, to the millisecond (`2s 4ms`, not `2.004806044s`).
+/// Why a won round's validity was not enough: below the minimum, or none left at all (a
+/// lock with nothing left is never handed out, whatever the minimum).
+fn short_of(validity: Duration, min_validity: Duration) -> String {
+    if validity.is_zero() {
+        "none left by the time it would have been handed out".to_string()
+    } else {
+        format!("less than the minimum {min_validity:?}")
+    }
+}
+
 fn millis(d: Duration) -> humantime::FormattedDuration {
     humantime::format_duration(Duration::from_millis(
         u64::try_from(d.as_millis()).unwrap_or(u64::MAX),

@@ -183,7 +183,9 @@ fn redact_passwords(text: &str) -> String {
             .rfind(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
             .map_or(0, |at| at + 1);
         let url_end = match head[..scheme].chars().next_back() {
-            Some(quote @ ('"' | '\'')) => tail.find([quote, '\n']),
+            // A TOML basic string: `\"` inside it is an escaped quote, not its end.
+            Some('"') => basic_string_end(tail),
+            Some('\'') => tail.find(['\'', '\n']),
             _ => tail.find(|c: char| "\"'`".contains(c) || c.is_whitespace()),
         }
         .unwrap_or(tail.len());
@@ -200,7 +202,8 @@ fn redact_passwords(text: &str) -> String {
                         out.push_str(&userinfo[..=colon]);
                         out.push_str("***");
                     }
-                    None => out.push_str(userinfo),
+                    // A user alone is often a password meant (`redis://secret@host`).
+                    None => out.push_str("***"),
                 }
                 out.push_str(&authority[at..]);
             }
@@ -210,6 +213,21 @@ fn redact_passwords(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Where a TOML basic string that starts before `text` ends: its first `"` not escaped by
+/// a backslash, or the line's end.
+fn basic_string_end(text: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        match c {
+            '\n' => return Some(i),
+            '"' if !escaped => return Some(i),
+            '\\' => escaped = !escaped,
+            _ => escaped = false,
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -345,6 +363,12 @@ mod tests {
         assert_eq!(
             redact_passwords("nodes = [\"redis://:se,cr'et@h:1\", 'redis://:a\"b@h:2']"),
             "nodes = [\"redis://:***@h:1\", 'redis://:***@h:2']"
+        );
+        // An escaped quote in a double-quoted password (TOML), and a user alone: neither
+        // shows. The first used to end the URL early, and the password showed whole.
+        assert_eq!(
+            redact_passwords(r#"nodes = ["redis://:a\"b@h:1", "redis://s3cret@h:2"]"#),
+            r#"nodes = ["redis://:***@h:1", "redis://***@h:2"]"#
         );
         // A `/` or `@` in a password that was not percent-encoded.
         assert_eq!(

@@ -116,3 +116,46 @@ async fn runs_that_keep_ending_with_an_error_make_the_soak_give_up() {
     assert!(!r.total.passed());
     assert!(redlock_lab::soak_summary(&results).contains("ERROR"));
 }
+
+/// Wins nothing: what a library whose every `lock()` failed under the faults would record.
+fn wins_nothing(_lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(async { Ok(Outcome::default()) })
+}
+
+/// A must-pass scenario in which no lock was won checked nothing, and fails for it: it used
+/// to pass (no violation, no error), whatever the library did.
+#[tokio::test]
+async fn a_must_pass_scenario_that_won_nothing_fails() {
+    let (result, _) = redlock_lab::run(
+        BackendKind::Local,
+        &scenario("wins_nothing", wins_nothing),
+        None,
+    )
+    .await;
+    assert_eq!(result.acquisitions, 0);
+    assert!(!result.passed(), "{result:?}");
+    assert!(
+        result
+            .violations
+            .iter()
+            .any(|v| v.to_string().contains("checked nothing")),
+        "{:?}",
+        result.violations
+    );
+    // One that won passes.
+    let (result, _) = redlock_lab::run(
+        BackendKind::Local,
+        &scenario("wins", records_and_passes),
+        None,
+    )
+    .await;
+    assert!(result.passed(), "{result:?}");
+}
+
+/// Records its acquisitions and passes.
+fn records_and_passes(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(async move {
+        record_acquisitions(lab);
+        Ok(Outcome::default())
+    })
+}

@@ -285,6 +285,14 @@ pub async fn run_with(
         .iter()
         .filter(|e| matches!(e, Event::Write { .. }))
         .count();
+    // A must-pass scenario in which nothing was won passed nothing: every rule is about
+    // holders, and a library whose every `lock()` failed under the faults would pass them
+    // all.
+    if scenario.expect == Expect::Safe && result.acquisitions == 0 && result.error.is_none() {
+        result.violations.push(Violation::Rule(
+            "no acquisition succeeded: the safety rules checked nothing".into(),
+        ));
+    }
     for event in &events {
         if let Event::Op { op, outcome, .. } = event {
             *result.ops.entry((*op, outcome.clone())).or_default() += 1;

@@ -36,8 +36,9 @@ pub enum CliError {
         /// What is wrong and what to change.
         reason: String,
     },
-    /// Too few nodes answered to decide anything.
-    #[error("{what}: fewer than a quorum of nodes could be reached ({report}); check that the nodes are running and reachable from this host (`redlock nodes` shows each one)")]
+    /// Too few nodes answered usably to decide anything: unreachable, too slow, or
+    /// refusing (an ACL without a permission, a replica); the report's advice says which.
+    #[error("{what}: fewer than a quorum of nodes gave a usable answer ({report}); {}; `redlock nodes` shows each node", report.advice())]
     Unavailable {
         /// What was being done.
         what: String,

@@ -323,3 +323,33 @@ async fn a_lock_won_below_the_minimum_validity_is_not_acquired() {
         "the short win was left on the nodes"
     );
 }
+
+/// Nodes that refuse the commands (an ACL user without `set`) are "unavailable" (69), and
+/// the message says they answered with an error and what each said, not only to check
+/// that they are running and reachable, which they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_that_refuse_the_commands_are_69_and_say_why() {
+    let set = NodeSet::start_with(
+        3,
+        redlock_testkit::NodeOptions {
+            acl_users: vec!["nowrite on >pw resetchannels ~* -@all +ping +info +client|id +subscribe +psubscribe".into()],
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("nodes start");
+    let out = output(
+        bare()
+            .env("REDLOCK_NODES", set.urls_as("nowrite", "pw").join(","))
+            .args(["run", "--wait", "0s", "refused", "--", "true"]),
+    )
+    .await;
+    assert_exit(&out, 69);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("answered with an error"), "{stderr}");
+    assert!(
+        stderr.contains("NOPERM") || stderr.contains("permission"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("pw@"), "{stderr}");
+}

@@ -370,9 +370,11 @@ pub struct RoundReport {
 }
 
 impl RoundReport {
-    /// Whether a quorum accepted and (for rounds with a TTL) validity was left.
+    /// Whether a quorum accepted and (for rounds with a TTL: acquisitions and extensions)
+    /// validity was left.
     pub fn succeeded(&self) -> bool {
-        self.accepted >= self.quorum && (self.kind == RoundKind::Release || self.validity.is_some())
+        let timed = matches!(self.kind, RoundKind::Acquire | RoundKind::Extend);
+        self.accepted >= self.quorum && (!timed || self.validity.is_some())
     }
 
     /// Waits until every node has answered or timed out and every rollback has finished,
@@ -525,6 +527,38 @@ mod tests {
         ] {
             let shown = NodeName::redacted(url);
             assert!(!shown.as_str().contains('w'), "{url} shown as {shown}");
+        }
+    }
+
+    /// Only acquisitions and extensions need validity left: a won leave, fence write-back
+    /// or inspection used to read as failed (only a release was exempt).
+    #[test]
+    fn a_round_without_a_ttl_succeeds_at_its_quorum() {
+        let report = |kind, accepted, validity| RoundReport {
+            kind,
+            key: "k".into(),
+            quorum: 2,
+            accepted,
+            nodes: Vec::new(),
+            elapsed: Duration::ZERO,
+            validity,
+            settling: None,
+        };
+        for kind in [
+            RoundKind::Release,
+            RoundKind::Inspect,
+            RoundKind::Fence,
+            RoundKind::Leave,
+        ] {
+            assert!(report(kind, 2, None).succeeded(), "{kind}");
+            assert!(!report(kind, 1, None).succeeded(), "{kind}");
+        }
+        for kind in [RoundKind::Acquire, RoundKind::Extend] {
+            assert!(!report(kind, 2, None).succeeded(), "{kind}");
+            assert!(
+                report(kind, 2, Some(Duration::from_millis(1))).succeeded(),
+                "{kind}"
+            );
         }
     }
 

@@ -251,11 +251,11 @@ pub(crate) fn update(settling: &watch::Sender<Settling>, f: impl FnOnce(&mut Set
 }
 
 /// Whether a node's answer leaves our key possibly set there: everything but a refusal,
-/// a script the node did not know (see `OnNoScript::Refuse`) and a node not ready for the
-/// command (`LOADING`, `BUSY`): nothing ran.
+/// a script the node did not know (see `OnNoScript::Refuse`), a node not ready for the
+/// command (`LOADING`, `BUSY`) and a client that sent nothing (closed): nothing ran.
 fn needs_undo(outcome: &NodeOutcome) -> bool {
     match outcome {
-        NodeOutcome::HeldByOther => false,
+        NodeOutcome::HeldByOther | NodeOutcome::Closed(_) => false,
         NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::ScriptNotLoaded => false,
         other => !not_ready(other),
     }
@@ -511,6 +511,20 @@ pub(crate) async fn try_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node a closed client sent nothing to needs no rollback: it used to get three
+    /// tries, each waiting for a connection that had quit.
+    #[test]
+    fn nothing_sent_needs_no_undo() {
+        use crate::report::ClosedReason;
+        assert!(!needs_undo(&NodeOutcome::Closed(ClosedReason::Shutdown)));
+        assert!(!needs_undo(&NodeOutcome::Closed(
+            ClosedReason::RuntimeStopped
+        )));
+        assert!(!needs_undo(&NodeOutcome::HeldByOther));
+        assert!(needs_undo(&NodeOutcome::TimedOut));
+        assert!(needs_undo(&NodeOutcome::Acquired));
+    }
 
     /// A set first polled on one task (a round, with a no-op waker) and then driven by
     /// another (the background task) is woken by whichever future finishes, the last one

@@ -243,3 +243,25 @@ async fn a_database_out_of_range_is_reported_with_the_server_reason() {
     )
     .await;
 }
+
+/// A coordinator dropped without `close()` closes its connections: fred's tasks hold their
+/// own references, and kept every node's socket open (reconnecting for ever) before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_coordinator_closes_its_connections() {
+    let set = NodeSet::start(3).await.unwrap();
+    let baseline = set.node(0).redis().connected_clients().await.unwrap();
+    let c = common::coordinator(&set, Duration::from_millis(200)).await;
+    let lock = c.acquire("dropped", Duration::from_secs(10)).await.unwrap();
+    c.release(&lock).await.unwrap();
+    c.quiesce().await;
+    assert!(set.node(0).redis().connected_clients().await.unwrap() > baseline);
+    drop(lock);
+    drop(c);
+    assert!(
+        redlock_testkit::eventually(Duration::from_secs(10), || async {
+            set.node(0).redis().connected_clients().await.unwrap() <= baseline
+        })
+        .await,
+        "the dropped coordinator's connections stayed open"
+    );
+}

@@ -79,6 +79,22 @@ pub(crate) struct Inner {
     pub(crate) fair_prefix: Value,
 }
 
+/// A coordinator dropped without [`Coordinator::close`] (its last clone gone, background
+/// work included): fred's connection tasks hold their own references to their clients and
+/// would keep each node's socket, reconnecting for ever. They are told to quit, in the
+/// runtime the coordinator was connected in, if it still runs.
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.liveness.close(ClosedReason::Shutdown) {
+            let connections = self.connections.clone();
+            // A runtime that has shut down took the tasks with it: nothing to quit.
+            let _ = self.runtime.spawn(async move {
+                join_all(connections.iter().map(Connection::quit)).await;
+            });
+        }
+    }
+}
+
 /// The health check at connect: logs each connected node's settings (`node checked`, also
 /// for a node with problems), warns about each node's problems, and with
 /// [`HealthPolicy::Strict`] refuses the first node that has one.

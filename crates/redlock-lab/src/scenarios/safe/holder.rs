@@ -74,7 +74,16 @@ async fn killed_round(
             holder.record_extended(lab, &token, &extended)?;
         }
         holder.signal(lab, Signal::SIGKILL)?;
-        Ok::<At, LabError>(lab.history.now())
+        let killed = lab.history.now();
+        // Reports the holder wrote before it died and that were not read yet: an extension
+        // left unrecorded would end its recorded claim early, and an overlap with the tail
+        // of its real claim would go unseen. Its output ends with the process.
+        while let Ok((kind, fields)) = holder.next_report(ttl).await {
+            if kind == "extended" {
+                holder.record_extended(lab, &token, &fields)?;
+            }
+        }
+        Ok::<At, LabError>(killed)
     };
     let (tally, killed) = tokio::join!(contend_lab(lab, resource, clients, until), hold_and_kill);
     holder.reap(Duration::from_secs(2)).await;

@@ -87,10 +87,11 @@ impl Drop for Inner {
     fn drop(&mut self) {
         if self.liveness.close(ClosedReason::Shutdown) {
             let connections = self.connections.clone();
-            // A runtime that has shut down took the tasks with it: nothing to quit.
-            let _ = self.runtime.spawn(async move {
+            // A runtime that has shut down took the tasks with it: nothing to quit. The
+            // task runs on its own (its handle is not needed).
+            drop(self.runtime.spawn(async move {
                 join_all(connections.iter().map(Connection::quit)).await;
-            });
+            }));
         }
     }
 }

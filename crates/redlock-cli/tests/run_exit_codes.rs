@@ -124,6 +124,7 @@ async fn a_signal_ignored_at_start_stays_ignored() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
+    common::default_signals(&mut cmd);
     let child = cmd.spawn().unwrap();
     // `exec`: the shell's pid is `redlock`'s.
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);

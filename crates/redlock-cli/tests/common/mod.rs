@@ -39,7 +39,34 @@ pub fn bare() -> Command {
         }
     }
     cmd.stdin(Stdio::null()).kill_on_drop(true);
+    default_signals(&mut cmd);
     cmd
+}
+
+/// Starts `cmd` with every signal `redlock` passes on at its default action. A test run in
+/// the background of a script (`cargo test &`, `nohup`) inherits SIGINT, SIGQUIT or SIGHUP
+/// ignored, and `redlock` leaves a signal ignored at its start ignored (as it should): the
+/// tests that send those signals would then wait for nothing.
+pub fn default_signals(cmd: &mut Command) {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: between fork and exec only `sigaction` (async-signal-safe) runs, and it
+    // touches no memory of the parent's.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [
+                Signal::SIGINT,
+                Signal::SIGTERM,
+                Signal::SIGHUP,
+                Signal::SIGQUIT,
+                Signal::SIGUSR1,
+                Signal::SIGUSR2,
+                Signal::SIGALRM,
+            ] {
+                signal(sig, SigHandler::SigDfl).map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Runs `cmd` to the end (within [`PATIENCE`]) and returns what it printed.

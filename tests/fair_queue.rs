@@ -541,38 +541,54 @@ async fn fair_waiters_run_no_rounds_while_they_wait_for_their_turn() {
     no_keys_left(&set).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_head_that_leaves_while_the_key_is_free_wakes_the_next_waiter() {
-    let set = NodeSet::start(3).await.unwrap();
-    // Fair waiters that, with their subscribers up, try again only every 10 s unless woken
-    // (a TTL of 30 s: not within half of it).
-    let c = client(&set, |b| {
+/// A fair client whose waiters, with their subscribers up, try again only every 10 s unless
+/// woken (a TTL of 30 s: not within half of it); the key `redlock:job` held by the core;
+/// a head "gone" queued behind it that will not try again by itself (the test acts for
+/// it); and one of the client's waiters queued behind that head. Returns the client, its
+/// core, the held lock, the head's attempt and the waiter's call.
+async fn a_head_and_a_waiter_behind_it(
+    set: &NodeSet,
+) -> (
+    Redlock,
+    redlock_core::Coordinator,
+    redlock_core::Lock,
+    Acquisition<'static>,
+    tokio::task::JoinHandle<Result<redlock_client::LockGuard, redlock_client::Error>>,
+) {
+    let c = client(set, |b| {
         b.fair(true)
             .ttl(Duration::from_secs(30))
             .backoff(Duration::from_millis(10), Duration::from_secs(10))
             .max_wait(Duration::from_secs(60))
     })
     .await;
-    common::subscribed(&set, 1).await;
+    common::subscribed(set, 1).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let core = c.coordinator().clone();
-    let key = ["redlock:job"];
-    // A head that will not try again, queued while the key is held.
-    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
-    let gone = FairPlace {
-        waiter: "gone",
-        ticket: 1,
-        patience: Duration::from_secs(60),
-        handover: None,
+    let held = core
+        .acquire("redlock:job", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let attempt = Acquisition {
+        fair: Some(FairPlace {
+            waiter: "gone",
+            ticket: 1,
+            patience: Duration::from_secs(60),
+            handover: None,
+        }),
+        ..Acquisition::new(&["redlock:job"], Duration::from_secs(5))
     };
-    let queued = Acquisition {
-        fair: Some(gone),
-        ..Acquisition::new(&key, Duration::from_secs(5))
-    };
-    assert!(core.acquire_with(queued).await.is_err());
+    assert!(core.acquire_with(attempt.clone()).await.is_err());
     let waiter = c.clone();
     let waiting = tokio::spawn(async move { waiter.lock("job").await });
-    queued_everywhere(&set, 2).await;
+    queued_everywhere(set, 2).await;
+    (c, core, held, attempt, waiting)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_that_leaves_while_the_key_is_free_wakes_the_next_waiter() {
+    let set = NodeSet::start(3).await.unwrap();
+    let (c, core, held, _, waiting) = a_head_and_a_waiter_behind_it(&set).await;
     // The release names the head, whose client is not there: nobody is woken.
     core.release(&held).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -581,7 +597,7 @@ async fn a_head_that_leaves_while_the_key_is_free_wakes_the_next_waiter() {
         "the waiter behind the head took the key"
     );
     // The head leaves while the key is free: the leave tells the next waiter.
-    core.leave_queue(key[0], "gone").await.unwrap();
+    core.leave_queue("redlock:job", "gone").await.unwrap();
     let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
         .await
         .expect("the next waiter was not woken by the leave")
@@ -601,43 +617,18 @@ async fn a_head_that_leaves_while_the_key_is_free_wakes_the_next_waiter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leave_after_an_abandoned_winning_round_wakes_the_next_waiter() {
     let set = NodeSet::start(3).await.unwrap();
-    let c = client(&set, |b| {
-        b.fair(true)
-            .ttl(Duration::from_secs(30))
-            .backoff(Duration::from_millis(10), Duration::from_secs(10))
-            .max_wait(Duration::from_secs(60))
-    })
-    .await;
-    common::subscribed(&set, 1).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let core = c.coordinator().clone();
-    let key = ["redlock:job"];
-    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
-    let gone = FairPlace {
-        waiter: "gone",
-        ticket: 1,
-        patience: Duration::from_secs(60),
-        handover: None,
-    };
-    let attempt = || Acquisition {
-        fair: Some(gone),
-        ..Acquisition::new(&key, Duration::from_secs(5))
-    };
-    assert!(core.acquire_with(attempt()).await.is_err());
-    let waiter = c.clone();
-    let waiting = tokio::spawn(async move { waiter.lock("job").await });
-    queued_everywhere(&set, 2).await;
+    let (c, core, held, attempt, waiting) = a_head_and_a_waiter_behind_it(&set).await;
     core.release(&held).await.unwrap();
     // The head's round wins (its script takes it out of every queue) ...
     let _won = core
-        .acquire_with(attempt())
+        .acquire_with(attempt)
         .await
         .expect("the head takes the free key");
     queued_everywhere(&set, 1).await;
     // ... and is abandoned: what its rollback does (the round's keys deleted, the waiter
     // not put back, nobody told).
     for node in set.iter() {
-        node.del(key[0]).await.unwrap();
+        node.del("redlock:job").await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
@@ -645,7 +636,7 @@ async fn a_leave_after_an_abandoned_winning_round_wakes_the_next_waiter() {
         "the next waiter was told by someone"
     );
     // The abandoned call's leave: the key is free, so the next waiter hears of it.
-    core.leave_queue(key[0], "gone").await.unwrap();
+    core.leave_queue("redlock:job", "gone").await.unwrap();
     let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
         .await
         .expect("the next waiter was not woken by the leave")

@@ -7,17 +7,20 @@ use std::time::{Duration, Instant};
 use common::{assert_exit, bare, first_line, output, redlock, running};
 use redlock_testkit::NodeSet;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn flags_override_the_environment_which_overrides_the_file() {
-    let set = NodeSet::start(3).await.expect("nodes start");
+/// A configuration file (in a directory removed with the returned guard) with `set`'s
+/// nodes and `rest`.
+fn config_file(set: &NodeSet, rest: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("redlock.toml");
     let nodes: Vec<String> = set.urls().iter().map(|u| format!("\"{u}\"")).collect();
-    std::fs::write(
-        &file,
-        format!("nodes = [{}]\nkey_prefix = \"file:\"\n", nodes.join(", ")),
-    )
-    .unwrap();
+    std::fs::write(&file, format!("nodes = [{}]\n{rest}", nodes.join(", "))).unwrap();
+    (dir, file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_override_the_environment_which_overrides_the_file() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let (_dir, file) = config_file(&set, "key_prefix = \"file:\"\n");
     let key_of = |out: std::process::Output| {
         assert_exit(&out, 0);
         String::from_utf8(out.stdout).unwrap().trim().to_string()
@@ -152,14 +155,7 @@ async fn the_run_settings_are_read_from_the_environment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_from_the_file_can_be_turned_off_by_the_environment_or_a_flag() {
     let set = NodeSet::start(3).await.expect("nodes start");
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("redlock.toml");
-    let nodes: Vec<String> = set.urls().iter().map(|u| format!("\"{u}\"")).collect();
-    std::fs::write(
-        &file,
-        format!("nodes = [{}]\nfencing = true\n", nodes.join(", ")),
-    )
-    .unwrap();
+    let (_dir, file) = config_file(&set, "fencing = true\n");
     let token = |out: std::process::Output| {
         assert_exit(&out, 0);
         String::from_utf8(out.stdout).unwrap().trim().to_string()

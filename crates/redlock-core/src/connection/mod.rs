@@ -48,6 +48,8 @@ pub(crate) struct Connection {
     /// Shared with the task that loads the scripts again after a reconnection, which keeps
     /// only a weak reference (it must not keep the client alive).
     cmd: Arc<WithOptions<Client>>,
+    /// The same client with the options of cleanup commands ([`cleanup_options`]).
+    cleanup: WithOptions<Client>,
     timeout: Duration,
     /// Why the connection last failed, from fred's error events; cleared when it comes
     /// back. A command refused for want of a connection reports this instead of fred's
@@ -198,6 +200,7 @@ impl Connection {
         Ok(Connection {
             metrics: crate::metrics::NodeMetrics::new(&endpoint.name),
             name: endpoint.name,
+            cleanup: client.with_options(&cleanup_options()),
             client,
             cmd,
             timeout,
@@ -310,6 +313,34 @@ impl Connection {
         args: &[Value],
         on_no_script: OnNoScript,
     ) -> Result<Value, NodeOutcome> {
+        self.eval_as(script, keys, args, on_no_script, Sending::Round)
+            .await
+    }
+
+    /// [`eval`](Self::eval) for a command that removes what is ours (a rollback, a release
+    /// sent again), sent as [`Sending::Cleanup`], with the `EVAL` fallback.
+    pub(crate) async fn eval_cleanup(
+        &self,
+        script: &Script,
+        keys: &[Key],
+        args: &[Value],
+    ) -> Result<Value, NodeOutcome> {
+        self.eval_as(script, keys, args, OnNoScript::Resend, Sending::Cleanup)
+            .await
+    }
+
+    async fn eval_as(
+        &self,
+        script: &Script,
+        keys: &[Key],
+        args: &[Value],
+        on_no_script: OnNoScript,
+        sending: Sending,
+    ) -> Result<Value, NodeOutcome> {
+        let cmd = match sending {
+            Sending::Round => &*self.cmd,
+            Sending::Cleanup => &self.cleanup,
+        };
         if on_no_script == OnNoScript::Refuse && self.scripts.missing.load(Ordering::SeqCst) {
             // The node may not know the script: one command with its source, in order.
             let args = script_args(Value::from(script.source()), keys, args);
@@ -317,14 +348,14 @@ impl Connection {
         }
         let mut sent = "EVALSHA";
         let outcome = self
-            .bounded(
+            .bounded_as(
                 async {
                     let evalsha = CustomCommand::new_static("EVALSHA", None, false);
                     let start = Instant::now();
                     // Boxed where made, as in `custom`.
                     match boxed(
                         Box::new_uninit(),
-                        self.cmd.custom::<Value, Value>(
+                        cmd.custom::<Value, Value>(
                             evalsha,
                             script_args(script.sha_arg(), keys, args),
                         ),
@@ -348,7 +379,11 @@ impl Connection {
                                 .timeout
                                 .saturating_sub(start.elapsed())
                                 .max(Duration::from_millis(1));
-                            let client = self.client.with_options(&command_options(left));
+                            let options = match sending {
+                                Sending::Round => command_options(left),
+                                Sending::Cleanup => cleanup_options(),
+                            };
+                            let client = self.client.with_options(&options);
                             Box::pin(client.custom::<Value, Value>(
                                 eval,
                                 script_args(Value::from(script.source()), keys, args),
@@ -359,6 +394,7 @@ impl Connection {
                     }
                 },
                 "EVALSHA",
+                sending,
             )
             .await;
         // Name the command that failed: the retry with the source when it was sent.
@@ -432,10 +468,26 @@ impl Connection {
         fut: impl std::future::Future<Output = Result<T, FredError>>,
         command: &'static str,
     ) -> Result<T, NodeOutcome> {
+        self.bounded_as(fut, command, Sending::Round).await
+    }
+
+    /// [`bounded`](Self::bounded) for a command sent as `sending`: a cleanup command is
+    /// waited for a node timeout, but fred's own (longer) timeout is left to run, so that
+    /// it is still written if it was not yet (see [`Sending::Cleanup`]).
+    async fn bounded_as<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, FredError>>,
+        command: &'static str,
+        sending: Sending,
+    ) -> Result<T, NodeOutcome> {
         if let Some(reason) = self.liveness.closed() {
             return Err(NodeOutcome::Closed(reason));
         }
-        match tokio::time::timeout(self.timeout + BACKSTOP_MARGIN, fut).await {
+        let wait = match sending {
+            Sending::Round => self.timeout + BACKSTOP_MARGIN,
+            Sending::Cleanup => self.timeout,
+        };
+        match tokio::time::timeout(wait, fut).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(self.failure(&e, command)),
             Err(_) => Err(NodeOutcome::TimedOut),
@@ -566,6 +618,32 @@ fn command_options(timeout: Duration) -> Options {
         fail_fast: true,
         ..Default::default()
     }
+}
+
+/// How a command is sent: as part of a round, or to clean up after one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sending {
+    /// Under fred's timeout (the node timeout), which marks the command so that fred never
+    /// writes it late (see [`Connection::bounded`]).
+    Round,
+    /// A command that only removes what is ours (compare-and-delete of a round's token: a
+    /// rollback, a release sent again), waited for a node timeout, under fred's much
+    /// longer [`CLEANUP_WRITE_LIMIT`]. Marked timed out after a node timeout, a rollback
+    /// still waiting in fred's queue behind the command it undoes (a lock over many keys is
+    /// megabytes to write) was never written, and that command then set its keys for their
+    /// TTL; every later try met the same fate. Written late, it removes only this round's
+    /// keys, in order after the command it undoes.
+    Cleanup,
+}
+
+/// fred's timeout of a cleanup command ([`Sending::Cleanup`]): it is written however long
+/// the commands before it on the connection take to write, up to this.
+const CLEANUP_WRITE_LIMIT: Duration = Duration::from_secs(30);
+
+/// The per-command options of a cleanup command: as a round's ([`command_options`]) but
+/// with fred's timeout at [`CLEANUP_WRITE_LIMIT`].
+fn cleanup_options() -> Options {
+    command_options(CLEANUP_WRITE_LIMIT)
 }
 
 /// Fails when two connected nodes are one server: reached under two names, addresses or

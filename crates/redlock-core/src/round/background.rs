@@ -20,7 +20,7 @@ use fred::types::{Key, Value};
 
 use super::command::{Answer, Command};
 use super::plan::Round;
-use crate::connection::{Connection, OnNoScript};
+use crate::connection::Connection;
 use crate::report::{CleanupOutcome, NodeOutcome, Settling};
 use crate::scripts::Script;
 use crate::server_error::ServerErrorKind;
@@ -465,10 +465,7 @@ pub(crate) async fn try_on(
     let mut pause = ROLLBACK_PAUSE;
     let mut attempt = 1;
     loop {
-        let (failure, not_ready) = match connection
-            .eval(script, keys, args, OnNoScript::Resend)
-            .await
-        {
+        let (failure, not_ready) = match connection.eval_cleanup(script, keys, args).await {
             Ok(Value::Integer(n)) if n > 0 => return CleanupOutcome::Removed,
             Ok(Value::Integer(_)) => return CleanupOutcome::NotPresent,
             // A grouped release sent again: one flag per lock.

@@ -162,6 +162,23 @@ pub enum FaultKind {
     ClockBack,
     /// Anything else (pause, partition, latency, kill, ...).
     Other,
+    /// The end of a [`KeyLoss`](Self::KeyLoss) that takes time (a node back after a
+    /// restart without its data): the loss runs from the node's last `KeyLoss` to here.
+    KeyLossEnd,
+    /// The end of a [`ClockBack`](Self::ClockBack) that takes time (the clock shim applied
+    /// the step).
+    ClockBackEnd,
+}
+
+impl FaultKind {
+    /// The kind that ends a fault of this kind that takes time (itself for the others).
+    pub fn end(self) -> FaultKind {
+        match self {
+            FaultKind::KeyLoss => FaultKind::KeyLossEnd,
+            FaultKind::ClockBack => FaultKind::ClockBackEnd,
+            other => other,
+        }
+    }
 }
 
 /// The shared, append-only history of one scenario run. Cheap to clone.

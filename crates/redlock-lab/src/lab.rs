@@ -254,7 +254,7 @@ impl Lab {
             .fault(Some(n), kind, format!("restart {} at once", self.name(n)));
         self.nodes().restart(n).await?;
         self.history
-            .fault(Some(n), kind, format!("{} is back", self.name(n)));
+            .fault(Some(n), kind.end(), format!("{} is back", self.name(n)));
         Ok(())
     }
 
@@ -268,7 +268,7 @@ impl Lab {
         );
         self.nodes().restart_after(n, delay).await?;
         self.history
-            .fault(Some(n), kind, format!("{} is back", self.name(n)));
+            .fault(Some(n), kind.end(), format!("{} is back", self.name(n)));
         Ok(())
     }
 
@@ -327,7 +327,7 @@ impl Lab {
         tokio::time::sleep(Duration::from_millis(50)).await;
         self.history.fault(
             Some(n),
-            kind,
+            kind.end(),
             format!("{}'s clock step applied", self.name(n)),
         );
         Ok(())

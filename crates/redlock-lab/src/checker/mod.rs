@@ -101,15 +101,25 @@ pub struct Leftover {
     pub pttl: i64,
 }
 
-/// Each injected key loss (node restarted empty, keys evicted, a clock step forward): the
-/// node and when, for the rules that must not blame the library for keys a fault took.
-fn key_losses(events: &[Event]) -> Vec<(usize, At)> {
-    faults_of(events, FaultKind::KeyLoss)
+/// Each injected key loss (node restarted empty, keys evicted, a clock step forward) as an
+/// episode on one node, for the rules that must not blame the library for keys a fault
+/// took (see [`episodes_of`]).
+fn key_losses(events: &[Event]) -> Vec<Episode> {
+    episodes_of(events, FaultKind::KeyLoss)
 }
 
-/// Each injected fault of `kind` on one node: the node and when.
-fn faults_of(events: &[Event], kind: FaultKind) -> Vec<(usize, At)> {
-    events
+/// A fault on one node over a span of lab time: the node, from, to (equal for a fault
+/// that takes no time).
+type Episode = (usize, At, At);
+
+/// Each injected fault of `kind` as an episode on its node: from a fault of `kind` to its
+/// end (a fault of `kind.end()`) when that is the node's next fault of either kind, else
+/// the instant itself; an end with no start before it is an instant too. Any two faults
+/// on a node used to make an episode, so that two unrelated losses far apart (two steps
+/// of the host's clock) excused every removal on that node between them.
+fn episodes_of(events: &[Event], kind: FaultKind) -> Vec<Episode> {
+    let end = kind.end();
+    let mut marks: Vec<(usize, At, bool)> = events
         .iter()
         .filter_map(|e| match e {
             Event::Fault {
@@ -117,10 +127,33 @@ fn faults_of(events: &[Event], kind: FaultKind) -> Vec<(usize, At)> {
                 node: Some(n),
                 kind: k,
                 ..
-            } if *k == kind => Some((*n, *at)),
+            } if *k == kind => Some((*n, *at, true)),
+            Event::Fault {
+                at,
+                node: Some(n),
+                kind: k,
+                ..
+            } if *k == end && end != kind => Some((*n, *at, false)),
             _ => None,
         })
-        .collect()
+        .collect();
+    marks.sort_by_key(|&(n, at, start)| (n, at, !start));
+    let mut episodes = Vec::with_capacity(marks.len());
+    let mut i = 0;
+    while i < marks.len() {
+        let (n, at, start) = marks[i];
+        match marks.get(i + 1) {
+            Some(&(m, to, false)) if start && m == n => {
+                episodes.push((n, at, to));
+                i += 2;
+            }
+            _ => {
+                episodes.push((n, at, at));
+                i += 1;
+            }
+        }
+    }
+    episodes
 }
 
 fn ms(d: Duration) -> String {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::{faults_of, key_losses, Holder, Observation, Violation, EVENT_SLACK};
+use super::{episodes_of, key_losses, Episode, Holder, Observation, Violation, EVENT_SLACK};
 use crate::history::{At, Event, FaultKind};
 
 /// Slack for comparing server-side expiry estimates (PTTL is whole milliseconds, the sampling
@@ -19,7 +19,7 @@ pub fn token_violations(
 ) -> Vec<Violation> {
     let by_token: HashMap<&str, &Holder> = holders.iter().map(|h| (h.token.as_str(), h)).collect();
     let key_loss = key_losses(events);
-    let clock_back = faults_of(events, FaultKind::ClockBack);
+    let clock_back = episodes_of(events, FaultKind::ClockBack);
     // An extension call's window runs from its start until it returned or, if later, until
     // its holder's claim ended: a node that the call gave up on (timed out) may still apply
     // its PEXPIRE after the call returned, and only the holder's own release orders it
@@ -67,15 +67,11 @@ pub fn token_violations(
         for pair in list.windows(2) {
             let (a, b) = (pair[0], pair[1]);
             // Key loss on this node that began before the token was seen gone and lasted
-            // (or happened again) until after it was seen present. Faults that take time
-            // (a container restart) are recorded as a start and an end event.
-            let between = |faults: &[(usize, At)]| {
-                faults.iter().any(|&(n, began)| {
-                    n == node
-                        && began <= b.received + EVENT_SLACK
-                        && faults.iter().any(|&(m, ended)| {
-                            m == node && ended >= began && ended + EVENT_SLACK >= a.sent
-                        })
+            // until after it was seen present. Faults that take time (a container restart)
+            // are recorded as a start and an end event, one episode.
+            let between = |faults: &[Episode]| {
+                faults.iter().any(|&(n, began, ended)| {
+                    n == node && began <= b.received + EVENT_SLACK && ended + EVENT_SLACK >= a.sent
                 })
             };
             let lost_between = between(&key_loss);
@@ -226,18 +222,38 @@ mod tests {
         // A restart that began before the last sample that saw the token and ended after
         // the first one that did not.
         let observations = [obs(1, 100, Some("ta"), 900), obs(1, 400, None, -2)];
-        let fault = |at| Event::Fault {
+        let fault = |at, kind| Event::Fault {
             at: t(at),
             node: Some(1),
-            kind: FaultKind::KeyLoss,
+            kind,
             what: "restart node-1".into(),
         };
-        let events = vec![acquired("a", "ta", 0, 1000), fault(50), fault(450)];
+        let (start, end) = (FaultKind::KeyLoss, FaultKind::KeyLossEnd);
+        let events = vec![
+            acquired("a", "ta", 0, 1000),
+            fault(50, start),
+            fault(450, end),
+        ];
         assert_eq!(check(&events, &observations, &[]), vec![]);
         // Key loss that ended before the token was seen is no explanation.
-        let earlier = vec![acquired("a", "ta", 0, 1000), fault(10), fault(20)];
+        let earlier = vec![
+            acquired("a", "ta", 0, 1000),
+            fault(10, start),
+            fault(20, end),
+        ];
         assert_eq!(
             categories(&check(&earlier, &observations, &[])),
+            ["token removed early"]
+        );
+        // Nor are two losses that take no time, one before the samples and one after (two
+        // steps of the host's clock): they used to make one episode over both samples.
+        let apart = vec![
+            acquired("a", "ta", 0, 1000),
+            fault(50, start),
+            fault(450, start),
+        ];
+        assert_eq!(
+            categories(&check(&apart, &observations, &[])),
             ["token removed early"]
         );
     }

@@ -60,8 +60,8 @@ pub fn validity_violations(events: &[Event]) -> Vec<Violation> {
         let short_of: Vec<(usize, At)> = nodes
             .iter()
             .filter(|r| {
-                !key_loss.iter().any(|&(n, at)| {
-                    n == r.node && at + EVENT_SLACK >= since && at <= r.received + EVENT_SLACK
+                !key_loss.iter().any(|&(n, from, to)| {
+                    n == r.node && to + EVENT_SLACK >= since && from <= r.received + EVENT_SLACK
                 })
             })
             .filter_map(|r| {

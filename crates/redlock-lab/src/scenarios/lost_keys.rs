@@ -152,7 +152,7 @@ pub(super) async fn crash_losing_aof_tail(
     }
     lab.nodes().restart(n).await?;
     lab.history
-        .fault(Some(n), FaultKind::KeyLoss, format!("{name} is back"));
+        .fault(Some(n), FaultKind::KeyLossEnd, format!("{name} is back"));
     // The point of the crash: the key is gone. Should the node have kept it, the
     // demonstration would fail for a reason that has nothing to do with the checker.
     if lab

@@ -341,10 +341,16 @@ impl Connection {
             Sending::Round => &*self.cmd,
             Sending::Cleanup => &self.cleanup,
         };
-        if on_no_script == OnNoScript::Refuse && self.scripts.missing.load(Ordering::SeqCst) {
-            // The node may not know the script: one command with its source, in order.
+        let whole = on_no_script == OnNoScript::Refuse || sending == Sending::Cleanup;
+        if whole && self.scripts.missing.load(Ordering::SeqCst) {
+            // The node may not know the script: one command with its source, in order. An
+            // acquisition may not be sent twice (`OnNoScript::Refuse`); a cleanup command's
+            // `NOSCRIPT` comes after what it undoes has run, often after its wait, when the
+            // `EVAL` that would follow it is never sent.
             let args = script_args(Value::from(script.source()), keys, args);
-            return self.custom("EVAL", args).await;
+            let eval = CustomCommand::new_static("EVAL", None, false);
+            let fut = boxed(Box::new_uninit(), cmd.custom::<Value, Value>(eval, args));
+            return self.bounded_as(fut, "EVAL", sending).await;
         }
         let mut sent = "EVALSHA";
         let outcome = self

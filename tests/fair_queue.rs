@@ -323,7 +323,7 @@ async fn fair_takes_every_shape_of_lock_and_reserves_its_keys() {
     };
     assert!(matches!(
         core.acquire_with(empty).await,
-        Err(redlock_core::Error::Config(ConfigError::FairPlace))
+        Err(redlock_core::Error::Config(ConfigError::FairPlace { .. }))
     ));
     c.shutdown().await;
     core.close().await;
@@ -1715,7 +1715,10 @@ async fn a_patience_past_a_year_is_a_typed_error_and_leaves_no_key() {
         }
         let err = core.acquire_with(attempt).await.unwrap_err();
         assert!(
-            matches!(err, redlock_core::Error::Config(ConfigError::FairPlace)),
+            matches!(
+                err,
+                redlock_core::Error::Config(ConfigError::FairPlace { .. })
+            ),
             "{err}"
         );
     }

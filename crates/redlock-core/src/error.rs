@@ -128,12 +128,13 @@ pub enum ConfigError {
         /// The key.
         key: String,
     },
-    /// A fair acquisition's waiter id is empty or has white space or `~`, or its patience
-    /// is zero.
-    #[error(
-        "a fair acquisition needs a waiter id that is not empty and has no white space or '~', and a patience above zero and at most a year"
-    )]
-    FairPlace,
+    /// A fair acquisition's place cannot be queued: its waiter id is empty or has white
+    /// space or `~`, or its patience is zero or longer than [`MAX_TTL`](crate::MAX_TTL).
+    #[error("a fair acquisition's place cannot be queued: {problem}")]
+    FairPlace {
+        /// What is wrong with it.
+        problem: FairPlaceProblem,
+    },
     /// A reentrant lock was requested with an empty owner.
     #[error(
         "the owner of a reentrant lock is empty: give each owner a unique, non-empty identity"
@@ -180,6 +181,35 @@ pub enum ConfigError {
         node: String,
         /// fred's explanation.
         reason: String,
+    },
+}
+
+/// What makes a fair acquisition's place ([`FairPlace`](crate::FairPlace)) unusable
+/// ([`ConfigError::FairPlace`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FairPlaceProblem {
+    /// The waiter id is empty.
+    #[error("the waiter id is empty: give each waiter a unique, non-empty id")]
+    EmptyWaiter,
+    /// The waiter id has white space.
+    #[error("the waiter id has white space: use an id without spaces, tabs or line breaks")]
+    WhiteSpace,
+    /// The waiter id has `~`, which separates a waiter id from its hand-over number.
+    #[error("the waiter id has '~', which marks hand-over tokens: use an id without it")]
+    HandoverMark,
+    /// The patience is zero.
+    #[error("the patience is zero: give waiters at least a millisecond (the queue entry expires after it)")]
+    ZeroPatience,
+    /// The patience is past the longest expiry the nodes accept.
+    #[error(
+        "the patience {patience:?} is longer than the most the nodes accept, {max:?}: wait less"
+    )]
+    PatienceTooLong {
+        /// The patience asked for.
+        patience: std::time::Duration,
+        /// The longest accepted ([`MAX_TTL`](crate::MAX_TTL)).
+        max: std::time::Duration,
     },
 }
 

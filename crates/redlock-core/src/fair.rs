@@ -48,7 +48,7 @@ use tokio::time::Instant;
 use crate::config::MAX_TTL;
 use crate::coordinator::Coordinator;
 use crate::drift::lease;
-use crate::error::{ConfigError, Error};
+use crate::error::{ConfigError, Error, FairPlaceProblem};
 use crate::lock::Lock;
 use crate::lock_spec::channel_arg;
 use crate::report::{CleanupOutcome, NodeOutcome, NodeReport, RoundKind, RoundReport};
@@ -117,17 +117,25 @@ impl<'a> FairPlace<'a> {
         // `~` separates a waiter id from its hand-over number in a hand-over token: with
         // it, one waiter's id could begin another's token, and the first would take that
         // key on (or delete it) as its own.
-        if self.waiter.is_empty()
-            || self.waiter.contains(char::is_whitespace)
-            || self.waiter.contains(HANDOVER_MARK)
-            || self.patience.is_zero()
+        let problem = if self.waiter.is_empty() {
+            FairPlaceProblem::EmptyWaiter
+        } else if self.waiter.contains(char::is_whitespace) {
+            FairPlaceProblem::WhiteSpace
+        } else if self.waiter.contains(HANDOVER_MARK) {
+            FairPlaceProblem::HandoverMark
+        } else if self.patience.is_zero() {
+            FairPlaceProblem::ZeroPatience
+        } else if self.patience > MAX_TTL {
             // The nodes expire the queue's keys after the patience: past Redis's range, the
             // script's `PEXPIRE` fails after its writes, and keys without expiry stay.
-            || self.patience > MAX_TTL
-        {
-            return Err(ConfigError::FairPlace);
-        }
-        Ok(())
+            FairPlaceProblem::PatienceTooLong {
+                patience: self.patience,
+                max: MAX_TTL,
+            }
+        } else {
+            return Ok(());
+        };
+        Err(ConfigError::FairPlace { problem })
     }
 
     /// The script's arguments after the token and the TTL: waiter, ticket, patience in ms.
@@ -388,7 +396,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_place_needs_a_waiter_and_patience() {
+    fn a_place_needs_a_waiter_and_patience_and_says_what_is_wrong() {
         let ok = FairPlace {
             waiter: "w",
             ticket: 1,
@@ -396,40 +404,59 @@ mod tests {
             handover: None,
         };
         assert!(ok.check().is_ok());
-        assert!(FairPlace { waiter: "", ..ok }.check().is_err());
-        assert!(FairPlace {
-            waiter: "a b",
-            ..ok
-        }
-        .check()
-        .is_err());
-        // "a" would own "a~1~2", waiter "a~1"'s hand-over token, by its prefix.
-        assert!(FairPlace {
-            waiter: "a~1",
-            ..ok
-        }
-        .check()
-        .is_err());
-        assert!(FairPlace {
-            patience: Duration::ZERO,
-            ..ok
-        }
-        .check()
-        .is_err());
         assert!(FairPlace {
             patience: MAX_TTL,
             ..ok
         }
         .check()
         .is_ok());
-        for past in [MAX_TTL + Duration::from_millis(1), Duration::MAX] {
-            assert!(FairPlace {
-                patience: past,
+        let problem = |place: FairPlace<'_>| match place.check() {
+            Err(ConfigError::FairPlace { problem }) => problem,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            problem(FairPlace { waiter: "", ..ok }),
+            FairPlaceProblem::EmptyWaiter
+        );
+        assert_eq!(
+            problem(FairPlace {
+                waiter: "a b",
                 ..ok
-            }
-            .check()
-            .is_err());
+            }),
+            FairPlaceProblem::WhiteSpace
+        );
+        // "a" would own "a~1~2", waiter "a~1"'s hand-over token, by its prefix.
+        assert_eq!(
+            problem(FairPlace {
+                waiter: "a~1",
+                ..ok
+            }),
+            FairPlaceProblem::HandoverMark
+        );
+        assert_eq!(
+            problem(FairPlace {
+                patience: Duration::ZERO,
+                ..ok
+            }),
+            FairPlaceProblem::ZeroPatience
+        );
+        for past in [MAX_TTL + Duration::from_millis(1), Duration::MAX] {
+            assert_eq!(
+                problem(FairPlace {
+                    patience: past,
+                    ..ok
+                }),
+                FairPlaceProblem::PatienceTooLong {
+                    patience: past,
+                    max: MAX_TTL
+                }
+            );
         }
+        let message = ConfigError::FairPlace {
+            problem: FairPlaceProblem::WhiteSpace,
+        }
+        .to_string();
+        assert!(message.contains("white space"), "{message}");
     }
 
     #[test]

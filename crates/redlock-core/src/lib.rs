@@ -92,7 +92,7 @@ pub use config::{
 };
 pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
-pub use error::{ConfigError, Error};
+pub use error::{ConfigError, Error, FairPlaceProblem};
 pub use fair::{handover_token, FairPlace, Handover};
 pub use fence::{FencingCounter, FencingCounters, FencingToken, MAX_FENCING_COUNTER};
 pub use health::{HealthProblem, NodeHealth};

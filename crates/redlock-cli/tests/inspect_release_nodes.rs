@@ -151,6 +151,14 @@ async fn fence_shows_the_counters_and_raises_them_after_a_quorum_lost_theirs() {
     assert_exit(&out, 69);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("redlock fence --raise-to"), "{stderr}");
+    // The same with no wait at all: too short to tell lost counters from a first
+    // write-back on its way, it says both, not "gave up waiting" (exit 75, a busy lock).
+    let out =
+        output(redlock(&set).args(["run", "--fenced", "--wait", "0s", "job", "--", "true"])).await;
+    assert_exit(&out, 69);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("redlock fence --raise-to"), "{stderr}");
+    assert!(!stderr.contains("gave up waiting"), "{stderr}");
     // Raised to 5: never below a counter a node has (a quorum of 5s would hand out 6
     // after 7), so every node gets 7; the next token is 8.
     let out = output(redlock(&set).args(["fence", "--raise-to", "5", "--json"])).await;

@@ -189,7 +189,9 @@ impl Redlock {
     /// [`Error::NotAcquired`] at once, each node's error and advice in the report. Nor
     /// does it retry a fenced lock whose node set lost its fencing counters: it returns
     /// [`Error::Round`] with `redlock_core::Error::FencingCountersLost` at once, which says
-    /// how an operator mends it.
+    /// how an operator mends it. A fenced call whose last attempt won the lock but got no
+    /// token by the call's bound returns [`Error::Round`] with
+    /// `redlock_core::Error::NotFenced` (which says why), not [`Error::DeadlinePassed`].
     pub async fn lock(&self, key: &str) -> Result<LockGuard, Error> {
         self.lock_with(key, &LockOptions::default()).await
     }
@@ -495,6 +497,8 @@ impl Redlock {
                 // The validity of a round won with less than the minimum, released again.
                 let mut short = None;
                 let mut short_lock = None;
+                // A fenced attempt that won and got no token (`NotFenced`).
+                let mut not_fenced = None;
                 // A fenced attempt's write-back ends by the call's bound too.
                 let fence_by = deadline.and_then(|d| d.checked_add(node_timeout));
                 // A fair waiter queues from its first attempt, gated; another one from its
@@ -558,6 +562,17 @@ impl Redlock {
                     // Only an operator can mend this (see the error): no retry.
                     Err(e @ redlock_core::Error::FencingCountersLost { .. }) => {
                         return Err(Error::Round(e))
+                    }
+                    // Won, but no token by the call's bound: if the call gives up now, this
+                    // says why (a "gave up waiting" would send the user after a holder).
+                    Err(e @ redlock_core::Error::NotFenced { .. }) => {
+                        let report = Box::new(
+                            e.report()
+                                .cloned()
+                                .expect("a round error carries its report"),
+                        );
+                        not_fenced = Some(e);
+                        report
                     }
                     Err(e) => Box::new(
                         e.report()
@@ -666,7 +681,10 @@ impl Redlock {
                     }
                 }
                 if exhausted || past_deadline {
-                    return Err(fail(report, short, attempts, past_deadline));
+                    return Err(match not_fenced {
+                        Some(e) => Error::Round(e),
+                        None => fail(report, short, attempts, past_deadline),
+                    });
                 }
                 if take_on {
                     // The lost round's rollbacks run in the background, on the connections

@@ -246,7 +246,9 @@ impl Coordinator {
             coordinator: self,
             lock: Some(lock.clone()),
         };
-        let fencing = self.fence(&counters, &lock);
+        // The last time the counters fell short, kept for a deadline that cuts the reads.
+        let short = std::sync::Mutex::new(None);
+        let fencing = self.fence(&counters, &lock, &short);
         let fenced = match what.deadline {
             None => fencing.await,
             Some(deadline) => match tokio::time::timeout_at(deadline, fencing).await {
@@ -255,9 +257,20 @@ impl Coordinator {
                     // The caller's deadline: the rounds still in flight roll back or
                     // settle in the background, and so does the release of the won lock.
                     let report = RoundReport::clone(&lock.report);
-                    let reason = "the call's deadline passed while the fencing token was \
-                                  recorded; the lock is released again"
-                        .to_string();
+                    let short = short.lock().unwrap_or_else(|e| e.into_inner()).take();
+                    let reason = match short {
+                        // Cut while reading the counters again (see `fence`): which of the
+                        // two it is stays unknown.
+                        Some(short) if short.every_node_answered() => format!(
+                            "the call's deadline passed while the fencing counters were read \
+                             again: {short}. Either a new node set's first token is still being \
+                             written back (retry), or a quorum lost its counters, which only an \
+                             operator mends: `redlock fence` shows them, `redlock fence \
+                             --raise-to N` raises them"
+                        ),
+                        _ => "the call's deadline passed while the fencing token was recorded"
+                            .to_string(),
+                    };
                     return Err(Error::NotFenced {
                         report: Box::new(report),
                         reason,
@@ -284,7 +297,13 @@ impl Coordinator {
     /// (or from every node's, when too few of those had one), written back to a quorum while
     /// the lock is still valid. `Err` ([`Error::NotFenced`] or
     /// [`Error::FencingCountersLost`]): why the lock gets no token, with the last report.
-    async fn fence(&self, counters: &[Option<i64>], lock: &Lock) -> Result<FencingToken, Error> {
+    /// `short` keeps the last shortfall seen, for a caller's deadline that cuts this short.
+    async fn fence(
+        &self,
+        counters: &[Option<i64>],
+        lock: &Lock,
+        short: &std::sync::Mutex<Option<fence::Shortfall>>,
+    ) -> Result<FencingToken, Error> {
         let mut token = fence::next_token(counters, self.quorum());
         if token.is_err() && counters.iter().any(Option::is_none) {
             // Too few of the nodes that answered before the decision have a counter (a
@@ -303,6 +322,9 @@ impl Coordinator {
         let pauses = [quarter, quarter, 2 * quarter];
         let mut reads = 0;
         for pause in pauses {
+            if let Err(shortfall) = &token {
+                *short.lock().unwrap_or_else(|e| e.into_inner()) = Some(shortfall.clone());
+            }
             match &token {
                 Err(shortfall) if shortfall.every_node_answered() && lock.is_valid() => {
                     tokio::time::sleep(pause).await;

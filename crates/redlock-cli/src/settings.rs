@@ -179,9 +179,13 @@ fn redact_passwords(text: &str) -> String {
         // at white space, a quote or a backtick. Its user information ends at its last
         // `@`: a password may hold a `/` that was not percent-encoded, so the authority
         // ends at the first `/` only when no `@` follows it.
+        // The character before the scheme may be any (a curly quote pasted from a
+        // document): the scheme starts after all of its bytes.
         let scheme = head[..start]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
-            .map_or(0, |at| at + 1);
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
+            .map_or(0, |(at, c)| at + c.len_utf8());
         let url_end = match head[..scheme].chars().next_back() {
             // A TOML basic string: `\"` inside it is an escaped quote, not its end.
             Some('"') => basic_string_end(tail),
@@ -375,5 +379,29 @@ mod tests {
             redact_passwords("nodes = [\"redis://u:p/w@h:1/0\", \"redis://:a@b/c@h:2\"]"),
             "nodes = [\"redis://u:***@h:1/0\", \"redis://:***@h:2\"]"
         );
+        // A character of several bytes just before the scheme (curly quotes pasted from a
+        // document): this used to panic, slicing inside it.
+        assert_eq!(
+            redact_passwords("1 | nodes = [\u{201c}redis://:pw@h:1\u{201d}]"),
+            "1 | nodes = [\u{201c}redis://:***@h:1\u{201d}]"
+        );
+        for before in ["\u{e9}", "\u{ab}", "\u{df}", "\u{1f512}"] {
+            let redacted = redact_passwords(&format!("x = {before}redis://u:pw@h:1"));
+            assert_eq!(redacted, format!("x = {before}redis://u:***@h:1"));
+        }
+    }
+
+    /// A config file that toml cannot parse, with a curly quote before a URL, is a
+    /// config error, not a panic.
+    #[test]
+    fn a_config_with_curly_quotes_is_a_parse_error() {
+        let err = parse(
+            Path::new("redlock.toml"),
+            "nodes = [\u{201c}redis://:secret@127.0.0.1:7001\u{201d}]\n",
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, CliError::ParseConfig { .. }), "{text}");
+        assert!(!text.contains("secret"), "{text}");
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{client, coordinator_at, linked, raw};
 use fred::prelude::KeysInterface;
-use redlock_client::{fenced_set, FencingToken, LockOptions, Owner};
+use redlock_client::{fenced_set, FencingCounter, FencingToken, LockOptions, Owner};
 use redlock_core::{Acquisition, Error as CoreError};
 use redlock_testkit::{LinkFault, NodeSet};
 
@@ -291,7 +291,7 @@ async fn fenced_locks_on_many_keys_leave_one_counter_per_node_and_nothing_else()
 /// instead of retrying until its wait ran out, and raising the counters mends it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quorum_that_lost_its_counters_gets_no_token_until_an_operator_raises_them() {
-    use redlock_client::{Error, FencingCounter, RetryPolicy};
+    use redlock_client::{Error, RetryPolicy};
 
     let set = NodeSet::start(3).await.unwrap();
     let c = client(&set, |b| {
@@ -594,4 +594,41 @@ async fn a_fenced_write_in_flight_when_its_connection_drops_is_not_replayed() {
     resource.quit().await.unwrap();
     guard.release().await.unwrap();
     c.shutdown().await;
+}
+
+/// A node whose counter was set past 2^53 (by hand, or by another program) is counted as
+/// one that did not answer: tokens still come from the others' counters and strictly
+/// increase from them. The nodes' scripts count in doubles, which above 2^53 cannot tell
+/// one number from the next: counting that node used to hand out tokens past it (here
+/// 10^17 + 1, + 9, + 24), which the nodes compared and read back rounded, and no raise could
+/// bring the node set back below them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_set_past_the_maximum_on_one_node_is_not_counted() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.fencing(true)).await;
+    for node in set.iter() {
+        node.set(COUNTER, "5", None).await.unwrap();
+    }
+    // 10^17, exact as a double, past 2^53.
+    let far = 100_000_000_000_000_000_u64;
+    set.node(0)
+        .set(COUNTER, &far.to_string(), None)
+        .await
+        .unwrap();
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let guard = c.lock("k").await.unwrap();
+        tokens.push(guard.fencing_token().unwrap().get());
+        guard.release().await.unwrap();
+    }
+    assert_eq!(tokens, [6, 7, 8]);
+    let seen = c.coordinator().fencing_counters().await;
+    assert_eq!(seen.nodes[0].1, FencingCounter::OutOfRange(far), "{seen:?}");
+    assert_eq!(seen.next.map(FencingToken::get), Some(9));
+    // The raise ignores it (a raise to it would hand out tokens the scripts cannot tell
+    // apart) and cannot lower it: the operator sets or deletes it by hand.
+    let raised = c.coordinator().raise_fencing_counters(20).await.unwrap();
+    assert_eq!(raised.next.map(FencingToken::get), Some(21));
+    c.coordinator().quiesce().await;
+    assert!(set.nodes_holding("redlock:k").await.is_empty());
 }

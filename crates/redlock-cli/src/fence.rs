@@ -85,6 +85,16 @@ impl View {
                 let (counter, error) = match counter {
                     FencingCounter::At(value) => (Some(*value), None),
                     FencingCounter::NoAnswer(outcome) => (None, Some(outcome.to_string())),
+                    FencingCounter::OutOfRange(value) => (
+                        None,
+                        Some(format!(
+                            "its counter {value} is above {}, past where the nodes' scripts \
+                             count exactly (set by hand or by another program): it is not \
+                             counted until you set it, with redis-cli, to at least the \
+                             highest token handed out and at most that maximum",
+                            redlock_client::MAX_FENCING_COUNTER
+                        )),
+                    ),
                     _ => (None, None),
                 };
                 NodeView {

@@ -97,6 +97,7 @@ pub use redlock_core;
 pub use redlock_core::{
     FencingCounter, FencingCounters, FencingToken, HealthPolicy, HealthProblem, Holder, Inspection,
     NodeHealth, NodeOutcome, RoundReport, ServerError, ServerErrorKind, TlsConfig, Token,
+    MAX_FENCING_COUNTER,
 };
 pub use renew::policy::RenewalPolicy;
 pub use resource::{fence_record_key, fenced_set, FENCED_UPDATE_SQL};

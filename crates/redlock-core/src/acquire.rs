@@ -362,7 +362,10 @@ impl Coordinator {
             // (of any key) recorded this token, or a higher one, on nodes this write-back
             // needed. Its token is not ours to share, so go above the highest counter the
             // write-back found, while the lock is valid.
-            let ahead = counters_in(&recorded.values).into_iter().flatten().max();
+            let ahead = counters_in(&recorded.values)
+                .into_iter()
+                .filter_map(fence::usable)
+                .max();
             match ahead {
                 Some(highest) if tries < RECORD_TRIES && lock.is_valid() => {
                     let ours = i64::try_from(token.get()).unwrap_or(i64::MAX);
@@ -432,7 +435,14 @@ impl Coordinator {
         }
         // Never below a counter some node has: a quorum of the raised nodes alone would
         // otherwise hand out tokens below it.
-        let highest = self.read_counters().await.1.into_iter().flatten().max();
+        // (A counter out of range is not: see `fence::usable`.)
+        let highest = self
+            .read_counters()
+            .await
+            .1
+            .into_iter()
+            .filter_map(fence::usable)
+            .max();
         let target = highest.map_or(at_least, |h| at_least.max(u64::try_from(h).unwrap_or(0)));
         let written = self.record(FencingToken::new(target)).await;
         written.report.settled().await;

@@ -110,6 +110,12 @@ pub enum FencingCounter {
     Missing,
     /// The node did not answer (or answered an error): what it answered.
     NoAnswer(NodeOutcome),
+    /// The node's counter is above [`MAX_FENCING_COUNTER`], past where the nodes' scripts
+    /// (which count in doubles) tell one number from the next: set by hand or by another
+    /// program, never by this library. The node is counted as one that did not answer
+    /// until an operator sets its counter to at most [`MAX_FENCING_COUNTER`] (and at
+    /// least the highest token handed out) or deletes it.
+    OutOfRange(u64),
 }
 
 /// Every node's fencing counter, read together, and what a fenced acquisition makes of
@@ -145,6 +151,9 @@ impl FencingCounters {
                 .zip(counters)
                 .map(|(node, counter)| {
                     let counter = match counter {
+                        Some(c) if usable(Some(*c)).is_none() => {
+                            FencingCounter::OutOfRange(u64::try_from(*c).unwrap_or(u64::MAX))
+                        }
                         Some(c) if *c >= 0 => FencingCounter::At(u64::try_from(*c).unwrap_or(0)),
                         Some(_) => FencingCounter::Missing,
                         None => FencingCounter::NoAnswer(node.outcome.clone()),
@@ -170,7 +179,7 @@ pub(crate) fn next_token(
     counters: &[Option<i64>],
     quorum: usize,
 ) -> Result<FencingToken, Shortfall> {
-    let answered: Vec<i64> = counters.iter().flatten().copied().collect();
+    let answered: Vec<i64> = counters.iter().filter_map(|c| usable(*c)).collect();
     let seeded: Vec<i64> = answered.iter().copied().filter(|c| *c >= 0).collect();
     let shortfall = Shortfall {
         seeded: seeded.len(),
@@ -185,6 +194,14 @@ pub(crate) fn next_token(
     } else {
         Err(shortfall)
     }
+}
+
+/// A counter a node answered (`Some(-1)`: none), or `None` for one above
+/// [`MAX_FENCING_COUNTER`]: no token above it could be told from the next by the nodes'
+/// scripts, and it was never set by this library (a raise stops at the maximum, and
+/// acquisitions go up by one), so the node counts as one that did not answer.
+pub(crate) fn usable(counter: Option<i64>) -> Option<i64> {
+    counter.filter(|c| u64::try_from(*c).map_or(true, |c| c <= MAX_FENCING_COUNTER))
 }
 
 /// The token above `counter`, the highest counter a write-back found: the next try of an

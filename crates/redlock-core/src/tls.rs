@@ -251,14 +251,39 @@ mod build {
         Ok(config.into())
     }
 
+    /// The most a certificate or key file may hold: PEM bundles are kilobytes (a system's
+    /// whole root store, a few hundred).
+    const MAX_PEM_BYTES: u64 = 16 << 20;
+
     fn read(what: &'static str, source: &Source<'_>) -> Result<Option<Vec<u8>>, ConfigError> {
         match source {
-            Source::File(path) => std::fs::read(path)
+            Source::File(path) => read_file(path)
                 .map(Some)
                 .map_err(|e| tls_error(what, format!("cannot read `{}`: {e}", path.display()))),
             Source::Inline(text) => Ok(Some(text.as_bytes().to_vec())),
             Source::None => Ok(None),
         }
+    }
+
+    /// A regular file of at most [`MAX_PEM_BYTES`]: a device (`/dev/zero`) would be read
+    /// until memory runs out, and a named pipe would block the connecting task for ever.
+    fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+        use std::io::Read;
+        if !std::fs::metadata(path)?.is_file() {
+            return Err(std::io::Error::other(
+                "it is not a regular file (a device, a pipe or a directory)",
+            ));
+        }
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)?
+            .take(MAX_PEM_BYTES + 1)
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > MAX_PEM_BYTES {
+            return Err(std::io::Error::other(
+                "it is larger than 16 MiB, and certificates and keys are a few kilobytes",
+            ));
+        }
+        Ok(bytes)
     }
 
     fn certificates(
@@ -377,6 +402,37 @@ mod tests {
         };
         assert!(cert_only.check().is_err());
         assert!(TlsConfig::default().check().is_ok());
+    }
+
+    /// A device or a huge file as a certificate file is a typed error, at once: `/dev/zero`
+    /// used to be read until memory ran out.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn a_device_or_a_huge_file_is_no_certificate_file() {
+        let refused = |path: &std::path::Path| {
+            let tls = TlsConfig {
+                ca_file: Some(path.to_path_buf()),
+                ..Default::default()
+            };
+            match connector(Some(&tls)) {
+                Err(e @ ConfigError::Tls { .. }) => e.to_string(),
+                Err(other) => panic!("{other:?}"),
+                Ok(_) => panic!("{path:?} was taken for certificates"),
+            }
+        };
+        let zero = refused(std::path::Path::new("/dev/zero"));
+        assert!(zero.contains("not a regular file"), "{zero}");
+        let dir = std::env::temp_dir().join(format!("redlock-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let huge = dir.join("huge.pem");
+        // Sparse: no disk is used.
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(17 << 20)
+            .unwrap();
+        let text = refused(&huge);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(text.contains("larger than 16 MiB"), "{text}");
     }
 
     #[test]

@@ -631,6 +631,50 @@ async fn a_leave_after_an_abandoned_winning_round_wakes_the_next_waiter() {
     the_heads_leave_wakes_the_waiter(&set, c, &core, waiting).await;
 }
 
+/// The same, in the other order on the nodes: the head's call is dropped while its winning
+/// round's replies are still on their way, so its leave (sent at once) reaches every node
+/// while the round's key is still there and passes nothing on, and the abandoned round's
+/// rollback, sent only when the replies come, frees the key after it. The rollback used to
+/// tell nobody, and the next waiter learnt of the free key only by polling (every 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_winning_rounds_rollback_after_its_leave_wakes_the_next_waiter() {
+    use redlock_testkit::LinkFault;
+
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    let (c, core, held, attempt, waiting) = a_head_and_a_waiter_behind_it(&set).await;
+    // The head, through links whose replies come 2 s late.
+    let head = announcing_coordinator_timed(links.urls(0), Duration::from_secs(3)).await;
+    links.set_client(
+        0,
+        LinkFault::Latency {
+            to_server: Duration::ZERO,
+            to_client: Duration::from_secs(2),
+        },
+    );
+    core.release(&held).await.unwrap();
+    // The head's round runs on every node at once (it takes the key, and the head out of
+    // the queues); its call is dropped before the replies come, and its leave follows.
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), head.acquire_with(attempt));
+    assert!(cancelled.await.is_err(), "the head's round came back early");
+    assert!(
+        !waiting.is_finished(),
+        "the next waiter took the key while the head's round held it"
+    );
+    head.leave_queue("redlock:job", "gone").await.unwrap();
+    // The rollback, about 2 s later, frees the key and passes it on.
+    let guard = tokio::time::timeout(Duration::from_secs(6), waiting)
+        .await
+        .expect("the next waiter was not woken by the abandoned round's rollback")
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+    links.set_client(0, LinkFault::Pass);
+    head.close().await;
+    c.shutdown().await;
+    no_keys_left(&set).await;
+}
+
 /// The head of [`a_head_and_a_waiter_behind_it`] leaves while the key is free: the waiter
 /// must be woken by it (within 3 s; it would poll only after 10 s) and take the key.
 async fn the_heads_leave_wakes_the_waiter(

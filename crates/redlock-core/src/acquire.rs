@@ -226,9 +226,9 @@ impl Coordinator {
                 Some(place) => spec.acquire_queued_request(
                     ttl,
                     place,
-                    what.fair.is_some(),
+                    (what.fair.is_some(), what.fenced),
                     &config.fair_prefix,
-                    what.fenced,
+                    self.inner.release_channel.as_ref(),
                 ),
                 None => spec.acquire_request(ttl),
             }],

@@ -182,14 +182,15 @@ impl LockSpec {
 
     /// The request of a queued acquisition ([`acquire_queued`](Self::acquire_queued)): it
     /// asks for `ttl`, and its rollback also puts the waiter back in the queues where it
-    /// frees the keys (see `FAIR_ROLLBACK`), as they were before the round took it out.
+    /// frees the keys (see `FAIR_ROLLBACK`), as they were before the round took it out; an
+    /// abandoned round's rollback passes the keys it frees on, on `channel`.
     pub(crate) fn acquire_queued_request(
         &self,
         ttl: Duration,
         place: &FairPlace<'_>,
-        gated: bool,
+        (gated, fenced): (bool, bool),
         prefix: &str,
-        fenced: bool,
+        channel: Option<&Value>,
     ) -> Request {
         let ttl_ms = ttl_ms(ttl);
         let [waiter, ticket, patience] = place.args();
@@ -202,6 +203,7 @@ impl LockSpec {
             ticket,
             patience,
             handover.into(),
+            channel_arg(channel),
         ];
         let script = match &self.owner {
             Some(owner) => {

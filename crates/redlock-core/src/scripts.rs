@@ -659,7 +659,14 @@ return 1"#
 /// [`FAIR_ACQUIRE`]'s), `ARGV[1]` = the round's token, `ARGV[2]` = waiter (or "" to restore
 /// nothing: the round was abandoned, and its waiter's leave may come first), `ARGV[3]` =
 /// ticket, `ARGV[4]` = patience in ms, `ARGV[5]` = the hand-over registration
-/// (`"<number> <ttl ms>"`) or "". Returns 1 when it deleted something, 0 otherwise.
+/// (`"<number> <ttl ms>"`) or "", `ARGV[6]` = the release channel or "". Returns 1 when it
+/// deleted something, 0 otherwise.
+///
+/// An abandoned round's rollback that frees a key passes it on to the queue's next live
+/// waiter, as a release would (`pass_on`, see [`ANNOUNCE`], with the round's token as the
+/// message's token): the round's script took its waiter out of the queue, and the waiter's
+/// leave, sent when its call was dropped, may have reached the node before this rollback,
+/// found the key held and passed nothing on; nobody else would tell the next waiter.
 pub(crate) static FAIR_ROLLBACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(fair_rollback(
         r#"local function undo()
@@ -676,12 +683,12 @@ end"#,
     ))
 });
 
-/// [`FAIR_ROLLBACK`] for a reentrant lock: drops the round's hold (`ARGV[6]` = the owner),
+/// [`FAIR_ROLLBACK`] for a reentrant lock: drops the round's hold (`ARGV[7]` = the owner),
 /// and restores the waiter's place only where that was the key's last hold.
 pub(crate) static FAIR_REENTRANT_ROLLBACK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(fair_rollback(
         r#"local function undo()
-  if redis.pcall("HGET", KEYS[1], "owner") ~= ARGV[6] then return 0, false end
+  if redis.pcall("HGET", KEYS[1], "owner") ~= ARGV[7] then return 0, false end
   if redis.call("HDEL", KEYS[1], "hold:" .. ARGV[1]) == 0 then return 0, false end
   if redis.call("HLEN", KEYS[1]) <= 1 then
     redis.call("DEL", KEYS[1])
@@ -697,12 +704,23 @@ end"#,
 fn fair_rollback(undo: &str) -> String {
     format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
+{ANNOUNCE}
 {QUEUES}
 {undo}
 local removed, freed = undo()
-if not freed or ARGV[2] == "" then return removed end
-{NODE_TIME_MS}
-local now = node_time_ms()
+if not freed then return removed end
+if ARGV[2] == "" then
+  if ARGV[6] ~= "" then
+    for i = 1, n do
+      if redis.call("EXISTS", KEYS[i]) == 0 then
+        local waiters, expiry, handovers = queue(i)
+        pass_on(ARGV[6], ARGV[1], KEYS[i], waiters, expiry, handovers)
+      end
+    end
+  end
+  return removed
+end
+now = node_time_ms()
 local patience = tonumber(ARGV[4])
 for i = 1, n do
   local waiters, expiry, handovers = queue(i)

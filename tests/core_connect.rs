@@ -265,3 +265,32 @@ async fn a_dropped_coordinator_closes_its_connections() {
         "the dropped coordinator's connections stayed open"
     );
 }
+
+/// A coordinator dropped right after a lost round still rolls that round back: the
+/// rollback runs in the background, holding the connections but not the coordinator, and
+/// the drop used to close the connections at once, so it sent nothing and the key it had
+/// set on one node stayed for its TTL. (A current-thread runtime: the rollback task runs
+/// only after the drop.)
+#[tokio::test]
+async fn a_coordinator_dropped_after_a_lost_round_still_rolls_it_back() {
+    let set = NodeSet::start(3).await.unwrap();
+    for node in [0, 1] {
+        set.node(node)
+            .set("redlock:dropped", "someone-else", None)
+            .await
+            .unwrap();
+    }
+    let c = common::coordinator(&set, Duration::from_millis(500)).await;
+    assert!(c
+        .acquire("redlock:dropped", Duration::from_secs(60))
+        .await
+        .is_err());
+    drop(c);
+    assert!(
+        redlock_testkit::eventually(Duration::from_secs(5), || async {
+            set.node(2).get("redlock:dropped").await.unwrap().is_none()
+        })
+        .await,
+        "the lost round's key stayed on node 2"
+    );
+}

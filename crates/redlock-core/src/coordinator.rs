@@ -79,20 +79,31 @@ pub(crate) struct Inner {
     pub(crate) fair_prefix: Value,
 }
 
-/// A coordinator dropped without [`Coordinator::close`] (its last clone gone, background
-/// work included): fred's connection tasks hold their own references to their clients and
-/// would keep each node's socket, reconnecting for ever. They are told to quit, in the
-/// runtime the coordinator was connected in, if it still runs.
+/// A coordinator dropped without [`Coordinator::close`] (its last clone gone): fred's
+/// connection tasks hold their own references to their clients and would keep each node's
+/// socket, reconnecting for ever. As `close` does, this first waits for the background
+/// work (a lost round's rollbacks, its late nodes' cleanup hold the connections but not
+/// the coordinator: closed at once, they sent nothing and left their keys for the TTL),
+/// then closes the connections, in the runtime the coordinator was connected in, if it
+/// still runs.
 impl Drop for Inner {
     fn drop(&mut self) {
-        if self.liveness.close(ClosedReason::Shutdown) {
-            let connections = self.connections.clone();
-            // A runtime that has shut down took the tasks with it: nothing to quit. The
-            // task runs on its own (its handle is not needed).
-            drop(self.runtime.spawn(async move {
-                join_all(connections.iter().map(Connection::quit)).await;
-            }));
+        if self.liveness.closed().is_some() {
+            return;
         }
+        let (connections, liveness, work) = (
+            self.connections.clone(),
+            self.liveness.clone(),
+            self.work.clone(),
+        );
+        // A runtime that has shut down took the tasks with it: nothing to wait for or to
+        // quit. The task runs on its own (its handle is not needed).
+        drop(self.runtime.spawn(async move {
+            work.idle().await;
+            if liveness.close(ClosedReason::Shutdown) {
+                join_all(connections.iter().map(Connection::quit)).await;
+            }
+        }));
     }
 }
 

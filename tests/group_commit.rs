@@ -298,3 +298,40 @@ fn a_group_whose_wave_died_with_its_runtime_holds_up_no_later_call() {
         "a later acquisition waited for a wave that is gone"
     );
 }
+
+/// A leader whose future is kept but not polled (pinned in a `select!` loop busy
+/// elsewhere) no longer holds back the calls that wait for its round: each waits at most a
+/// node timeout (and a margin), then sends a round of its own. They used to wait for ever:
+/// only the leader's future decides its round and hands the group on.
+#[tokio::test]
+async fn an_unpolled_leader_holds_back_no_acquisition_or_release() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_millis(500)).await;
+    let held = core.acquire("group:held", TTL).await.unwrap();
+
+    let leader = core.acquire("group:leader", TTL);
+    let mut leader = std::pin::pin!(leader);
+    assert!(futures::poll!(leader.as_mut()).is_pending());
+    let waiter = tokio::time::timeout(Duration::from_secs(3), core.acquire("group:b", TTL))
+        .await
+        .expect("the acquisition waited for an unpolled leader")
+        .expect("the acquisition's own round wins");
+
+    let release = core.release(&waiter);
+    let mut release = std::pin::pin!(release);
+    assert!(futures::poll!(release.as_mut()).is_pending());
+    tokio::time::timeout(Duration::from_secs(3), core.release(&held))
+        .await
+        .expect("the release waited for an unpolled leader")
+        .expect("the release's own round wins");
+    assert!(set.nodes_holding("group:held").await.is_empty());
+
+    // The leaders, polled again, finish as usual.
+    let lead = leader.await.unwrap();
+    release.await.unwrap();
+    core.release(&lead).await.unwrap();
+    core.quiesce().await;
+    for key in ["group:held", "group:leader", "group:b"] {
+        assert!(set.nodes_holding(key).await.is_empty(), "{key} left");
+    }
+}

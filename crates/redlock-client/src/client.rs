@@ -179,7 +179,8 @@ impl Redlock {
     /// write-back, see `LockConfig::fencing`) is cut at that same instant (its lock is then
     /// released in the background and the call fails). One exception: with
     /// `LockConfig::group_commit`, a plain attempt that joins the next grouped round waits
-    /// for the round in flight first, so it may end up to two node timeouts after it
+    /// for the round in flight first (at most a node timeout and 50 ms, then it sends a
+    /// round of its own), so it may end up to two node timeouts and 50 ms after it
     /// started. Rollbacks and releases of what the call does not keep run in the
     /// background, after it returned.
     ///

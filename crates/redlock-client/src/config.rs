@@ -124,8 +124,10 @@ pub struct LockConfig {
     /// acquisitions (and releases) started while one is in flight go out together in the
     /// next round, one script call per node instead of a command per lock, each lock still
     /// decided on its own. A lone `lock` is one `SET NX PX` either way. An attempt that
-    /// joins waits for the round in flight first, so one attempt may take up to two node
-    /// timeouts instead of one (the bound of `RetryPolicy::max_wait` past its deadline).
+    /// joins waits for the round in flight first (at most a node timeout and 50 ms: past
+    /// that, say when the future of the call that sent it is not being polled, it sends a
+    /// round of its own), so one attempt may take up to two node timeouts and 50 ms instead
+    /// of one (the bound of `RetryPolicy::max_wait` past its deadline).
     /// Defaults to `true`.
     pub group_commit: bool,
 }

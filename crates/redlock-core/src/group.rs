@@ -16,6 +16,12 @@
 //! waits is left out of the next round; one dropped while its round is in flight gets its
 //! lock released in the background if it was won, as a round dropped mid-flight rolls
 //! back.
+//!
+//! The lead round is decided in its caller's future: a leader whose future is kept but not
+//! polled (pinned in a `select!` loop busy elsewhere) holds the waiting calls back. So a
+//! call waits for the group at most [`GROUP_WAIT_MARGIN`] past one node timeout (the lead
+//! round's bound); still not sent by then, it leaves the group and sends a round of its
+//! own.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -36,6 +42,10 @@ use crate::scripts::{ACQUIRE_BATCH, RELEASE_BATCH};
 /// a node in well under a millisecond. More waiting ones go in further rounds of the same
 /// wave, in flight together.
 pub(crate) const GROUP_MAX: usize = 128;
+
+/// How long past one node timeout (the bound of the lead round) a call waits for the group
+/// before it sends a round of its own (see the module's documentation).
+const GROUP_WAIT_MARGIN: Duration = Duration::from_millis(50);
 
 /// The calls (acquisitions, or releases) waiting for the round in flight, per coordinator;
 /// `A` is what each caller gets back.
@@ -59,6 +69,7 @@ impl<A> Default for Group<A> {
             state: Mutex::new(State {
                 busy: false,
                 waiting: Vec::new(),
+                next_id: 0,
             }),
         }
     }
@@ -68,10 +79,14 @@ struct State<A> {
     /// A round of this kind is in flight, or a group task is running them.
     busy: bool,
     waiting: Vec<Waiting<A>>,
+    /// The id of the next call to wait.
+    next_id: u64,
 }
 
 /// One call waiting for the next round.
 struct Waiting<A> {
+    /// Which call it is, for [`Group::withdraw`].
+    id: u64,
     spec: LockSpec,
     ttl: Duration,
     answer: oneshot::Sender<A>,
@@ -89,7 +104,8 @@ impl<A> std::fmt::Debug for Waiting<A> {
 /// What a call does now: send its own round, or wait for the group's.
 enum Turn<A> {
     Lead,
-    Wait(oneshot::Receiver<A>),
+    /// The answer, and the call's id in the group.
+    Wait(oneshot::Receiver<A>, u64),
 }
 
 impl<A> Group<A> {
@@ -105,12 +121,24 @@ impl<A> Group<A> {
             return Turn::Lead;
         }
         let (answer, rx) = oneshot::channel();
+        let id = state.next_id;
+        state.next_id = id.wrapping_add(1);
         state.waiting.push(Waiting {
+            id,
             spec: spec.clone(),
             ttl,
             answer,
         });
-        Turn::Wait(rx)
+        Turn::Wait(rx, id)
+    }
+
+    /// Takes the call `id` out of the group if no round took it yet: `true` when it was
+    /// still waiting (nothing was sent for it), `false` when a round carries it.
+    fn withdraw(&self, id: u64) -> bool {
+        let mut state = self.state();
+        let before = state.waiting.len();
+        state.waiting.retain(|w| w.id != id);
+        state.waiting.len() < before
     }
 
     /// Every call waiting now, oldest first, for the next wave of rounds; `None`, and no
@@ -266,7 +294,15 @@ impl Coordinator {
                 drop(lead);
                 return self.lock_from(decided, spec, ttl, None);
             }
-            Turn::Wait(answer) => answer.await,
+            Turn::Wait(answer, id) => match self.wait_in_group(&self.inner.group, answer, id).await
+            {
+                Some(answer) => answer,
+                // Never sent: a round of its own.
+                None => {
+                    let decided = self.run_one(self.plain_round(&spec, ttl)).await;
+                    return self.lock_from(decided, spec, ttl, None);
+                }
+            },
         };
         match answer {
             Ok(answer) => answer.take(),
@@ -280,6 +316,28 @@ impl Coordinator {
             Err(_) => Err(Error::NoQuorum {
                 report: Box::new(self.unsent(RoundKind::Acquire, &spec.name)),
             }),
+        }
+    }
+
+    /// Waits for the group's answer to call `id`, at most [`GROUP_WAIT_MARGIN`] past one
+    /// node timeout while no round took it: `None` when it left the group unsent then.
+    async fn wait_in_group<A>(
+        &self,
+        group: &Group<A>,
+        mut answer: oneshot::Receiver<A>,
+        id: u64,
+    ) -> Option<Result<A, oneshot::error::RecvError>> {
+        let patience = self.inner.config.node_timeout + GROUP_WAIT_MARGIN;
+        match tokio::time::timeout(patience, &mut answer).await {
+            Ok(answer) => Some(answer),
+            Err(_) if group.withdraw(id) => {
+                tracing::debug!(
+                    "a grouped call waited past a node timeout for the round in flight (its caller's future is not being polled?) and sends a round of its own"
+                );
+                None
+            }
+            // A round carries it now (bounded by the node timeout).
+            Err(_) => Some(answer.await),
         }
     }
 
@@ -387,7 +445,16 @@ impl Coordinator {
                 let _lead = Lead::<Released>::new(self);
                 return self.run_to_quorum(self.release_round(&spec)).await;
             }
-            Turn::Wait(answer) => answer.await,
+            Turn::Wait(answer, id) => {
+                match self
+                    .wait_in_group(&self.inner.release_group, answer, id)
+                    .await
+                {
+                    Some(answer) => answer,
+                    // Never sent: a round of its own.
+                    None => return self.run_to_quorum(self.release_round(&spec)).await,
+                }
+            }
         };
         match answer {
             Ok(released) => released,

@@ -294,3 +294,53 @@ async fn a_coordinator_dropped_after_a_lost_round_still_rolls_it_back() {
         "the lost round's key stayed on node 2"
     );
 }
+
+/// A node that was down at connect and turns out, once it connects, to be another node's
+/// server (here another database of node 0, through a proxy that refused connections at
+/// first) casts no vote: its commands are refused, unsent, saying which node it repeats.
+/// It used to vote: with node 1 held by another owner, the two databases of node 0 made a
+/// quorum of this three-node configuration, while a client of the real three servers could
+/// hold the lock too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_connects_late_as_another_nodes_server_casts_no_vote() {
+    use redlock_core::ServerErrorKind;
+    use redlock_testkit::{LinkFault, Links, Nodes};
+
+    let set = NodeSet::start(3).await.unwrap();
+    let links = Links::start(1, &set.addrs()[..1]).await.unwrap();
+    links.set_client(0, LinkFault::Refuse);
+    let alias = format!("{}/1", links.urls(0)[0]);
+    let nodes = vec![set.node(0).url(), set.node(1).url(), alias.clone()];
+    let c = Coordinator::connect(config(nodes)).await.unwrap();
+    set.node(1).set("late", "someone-else", None).await.unwrap();
+    links.set_client(0, LinkFault::Pass);
+    // Refused while not identified, then for being node 0's server.
+    let refused = redlock_testkit::eventually(Duration::from_secs(10), || async {
+        let err = c.acquire("late", TTL).await.unwrap_err();
+        c.quiesce().await;
+        matches!(
+            &err.report().unwrap().nodes[2].outcome,
+            NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::SameServer
+        )
+    })
+    .await;
+    assert!(
+        refused,
+        "the alias of node 0 was never refused as the same server"
+    );
+    let err = c.acquire("late", TTL).await.unwrap_err();
+    let shown = err.to_string();
+    assert!(shown.contains(&set.node(0).url()), "{shown}");
+    assert!(
+        shown.contains("list each independent master once"),
+        "{shown}"
+    );
+    c.quiesce().await;
+    // Nothing was sent there: database 1 never saw the key.
+    let db1 = common::raw(&format!("{}/1", set.node(0).url())).await;
+    let value: Option<String> = fred::prelude::KeysInterface::get(&db1, "late")
+        .await
+        .unwrap();
+    assert_eq!(value, None);
+    c.close().await;
+}

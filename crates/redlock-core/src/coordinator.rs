@@ -160,7 +160,10 @@ impl Coordinator {
     /// rounds report the server's reason for it. Two nodes that report the same server
     /// `run_id` (another name, address or database of one server, which would cast two
     /// votes) fail this with [`ConfigError::DuplicateServer`]; only the nodes connected now
-    /// can be checked, and the others are named in a warning.
+    /// can be checked, and the others are named in a warning. Each of those casts no vote
+    /// until it is identified as it connects; one found then to be an earlier node's server
+    /// casts none ([`ServerErrorKind::SameServer`](crate::ServerErrorKind::SameServer)).
+    /// Every node is identified again after each reconnection.
     pub async fn connect(config: Config) -> Result<Coordinator, ConfigError> {
         crate::metrics::describe_once();
         let endpoints = config.endpoints()?;
@@ -186,11 +189,23 @@ impl Coordinator {
             join_all(connections.iter().map(Connection::quit)).await;
             return Err(e);
         }
+        // A node not connected now casts no vote until it is identified as it connects;
+        // every node is identified again after each reconnection.
+        for (connection, connected) in connections.iter().zip(&connected) {
+            if connected.is_err() {
+                connection.identity.set_pending();
+            }
+        }
+        let connections: Arc<[Connection]> = connections.into();
+        let turns = Arc::new(tokio::sync::Mutex::new(()));
+        for i in 0..connections.len() {
+            connection::watch_identity(&connections, i, turns.clone());
+        }
         Ok(Coordinator {
             inner: Arc::new(Inner {
                 release_channel: config.release_channel.as_deref().map(Value::from),
                 fair_prefix: Value::from(config.fair_prefix.as_str()),
-                connections: connections.into(),
+                connections,
                 config,
                 work: BackgroundWork::new(),
                 group: Group::default(),

@@ -347,7 +347,14 @@ impl Coordinator {
             .collect();
         let mut accepted = 0;
         for &i in handover.nodes {
-            if let Some(node) = nodes.get_mut(i) {
+            // A node that casts no vote (another node's server, or not yet identified)
+            // counts for nothing: its announcement may be the other node's.
+            let votes = self
+                .inner
+                .connections
+                .get(i)
+                .is_some_and(|c| c.identity.votes());
+            if let (Some(node), true) = (nodes.get_mut(i), votes) {
                 if node.outcome != NodeOutcome::Acquired {
                     node.outcome = NodeOutcome::Acquired;
                     accepted += 1;

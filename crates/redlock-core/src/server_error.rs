@@ -36,6 +36,10 @@ pub enum ServerErrorKind {
     /// the script's source, which could run after a later release of the lock; the scripts
     /// are loaded again at once: transient.
     ScriptNotLoaded,
+    /// Not a reply: the node is the same Redis server (the same `run_id`) as an earlier
+    /// node of the configuration (another name, address or database of it), found when it
+    /// connected after start-up. Nothing is sent to it: one server casts one vote.
+    SameServer,
     /// Any other error reply, or a reply the lock does not understand.
     Unknown,
 }
@@ -94,6 +98,7 @@ impl ServerErrorKind {
                 | ServerErrorKind::ReadOnly
                 | ServerErrorKind::WrongType
                 | ServerErrorKind::Database
+                | ServerErrorKind::SameServer
         )
     }
 
@@ -137,6 +142,11 @@ impl ServerErrorKind {
                 "the node had forgotten the lock's scripts (it restarted, or they were \
                  flushed) and ran nothing; they are being loaded again: retry"
             }
+            ServerErrorKind::SameServer => {
+                "two node URLs reach this one server (another address, name or database of \
+                 it), which would cast two votes, so the later casts none: list each \
+                 independent master once"
+            }
             ServerErrorKind::Unknown => {
                 "see the node's message; check that the node is a Redis master of version 6.2 \
                  or later"
@@ -157,6 +167,7 @@ impl fmt::Display for ServerErrorKind {
             ServerErrorKind::NotReady => "not ready",
             ServerErrorKind::Persistence => "cannot persist",
             ServerErrorKind::ScriptNotLoaded => "script not loaded",
+            ServerErrorKind::SameServer => "same server as another node",
             ServerErrorKind::Unknown => "error reply",
         })
     }

@@ -3,6 +3,7 @@
 
 mod factory;
 mod failure;
+mod identity;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -25,6 +26,8 @@ use crate::scripts::Script;
 use crate::server_error::{ServerError, ServerErrorKind};
 
 use failure::{watch_connection, ConnectFailure, FailureContext};
+pub(crate) use identity::watch_identity;
+use identity::{Identity, Reconnections};
 
 /// A subscriber for release notifications from the node at `endpoint`, with the same
 /// settings as the node's round connection.
@@ -59,6 +62,10 @@ pub(crate) struct Connection {
     liveness: Arc<Liveness>,
     /// Whether the node may not know the scripts, and their loading in the background.
     scripts: Arc<ScriptCache>,
+    /// Whether the node casts votes (see [`identity`]).
+    pub(crate) identity: Identity,
+    /// Its reconnections, for the task that identifies it again after each.
+    reconnections: Arc<Reconnections>,
 }
 
 /// Whether a node knows the lock's scripts, and the background load that teaches it them.
@@ -184,8 +191,10 @@ impl Connection {
             running: AtomicBool::new(false),
             wanted: AtomicBool::new(false),
         });
+        let reconnections = Arc::new(Reconnections::new(0));
         let on_reconnect = {
             let (cmd, scripts) = (Arc::downgrade(&cmd), scripts.clone());
+            let counted = Arc::downgrade(&reconnections);
             // A restarted node has forgotten the scripts. Every connection loads them,
             // the first one too: `connect` loads them as well and waits for that, but a
             // node that was down then connects later.
@@ -193,6 +202,9 @@ impl Connection {
                 if let Some(cmd) = cmd.upgrade() {
                     scripts.missing.store(true, Ordering::SeqCst);
                     reload_scripts(&cmd, &scripts);
+                }
+                if let Some(counted) = counted.upgrade() {
+                    counted.send_modify(|n| *n = n.wrapping_add(1));
                 }
             }
         };
@@ -207,6 +219,8 @@ impl Connection {
             last_error,
             liveness,
             scripts,
+            identity: Identity::default(),
+            reconnections,
         })
     }
 
@@ -238,7 +252,10 @@ impl Connection {
     /// every name or address that reaches it; two nodes reporting the same `run_id` are one
     /// server, one failure domain.
     pub(crate) async fn server_id(&self) -> Result<String, NodeOutcome> {
-        let reply = self.custom("INFO", vec![Value::from("server")]).await?;
+        // Not gated: it is how a node gets through the gate (see `identity`).
+        let reply = self
+            .send_custom("INFO", vec![Value::from("server")])
+            .await?;
         reply
             .as_str()
             .and_then(|text| run_id(&text))
@@ -337,6 +354,7 @@ impl Connection {
         on_no_script: OnNoScript,
         sending: Sending,
     ) -> Result<Value, NodeOutcome> {
+        self.gate()?;
         let cmd = match sending {
             Sending::Round => &*self.cmd,
             Sending::Cleanup => &self.cleanup,
@@ -450,6 +468,23 @@ impl Connection {
     /// boxed call of each node): about half of the client's instructions per uncontended
     /// lock and release went to `memcpy` (callgrind).
     async fn custom(&self, name: &'static str, args: Vec<Value>) -> Result<Value, NodeOutcome> {
+        self.gate()?;
+        self.send_custom(name, args).await
+    }
+
+    /// Whether the node's commands may be sent: `Err` with why not, for a node not yet
+    /// identified or found to be another node's server (see [`identity`]).
+    fn gate(&self) -> Result<(), NodeOutcome> {
+        self.identity
+            .gate(|| self.connect_failure().map(|failure| failure.outcome()))
+    }
+
+    /// [`custom`](Self::custom) whatever the node's identity.
+    async fn send_custom(
+        &self,
+        name: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Value, NodeOutcome> {
         let command = CustomCommand::new_static(name, None, false);
         let fut = boxed(
             Box::new_uninit(),
@@ -656,7 +691,8 @@ fn cleanup_options() -> Options {
 /// databases, it would cast two votes. Compares the servers' identities (`run_id`), not the
 /// URLs, so two databases of one server are rejected too (one process, one failure
 /// domain). Only the nodes connected now can be identified; the others (down, or refusing
-/// the password or database) are not checked, and a warning names them.
+/// the password or database) are identified when they connect (see [`identity`]), and a
+/// warning names them.
 pub(crate) async fn check_distinct(
     connections: &[Connection],
     connected: &[Result<(), String>],
@@ -687,7 +723,7 @@ pub(crate) async fn check_distinct(
     if !unchecked.is_empty() {
         tracing::warn!(
             nodes = %unchecked.join(", "),
-            "nodes not connected at start-up were not checked for being the same server as another node (only connected nodes can be identified): make sure every URL names a distinct master"
+            "nodes not connected at start-up were not checked for being the same server as another node (only connected nodes can be identified): each casts no vote until it is checked as it connects; make sure every URL names a distinct master"
         );
     }
     Ok(())

@@ -22,7 +22,10 @@ pub fn overlaps(holders: &[Holder]) -> Vec<Violation> {
                     // long claim may still reach them, so keep scanning only while useful.
                     continue;
                 }
-                if a.token != b.token && b.until > b.from && !a.shares_with(b) {
+                // The same token twice counts too: no path acquires a token twice (each
+                // attempt, and each reentrant hold, has its own), so two claims under one
+                // token are one lock handed to two callers.
+                if b.until > b.from && !a.shares_with(b) {
                     let both_for = a.until.min(b.until) - b.from;
                     found.push(Violation::Overlap {
                         first: (*a).clone(),
@@ -51,6 +54,14 @@ mod tests {
             unreachable!()
         };
         assert_eq!(*both_for, t(500));
+    }
+
+    /// One won lock handed to two callers (say by a grouped round's answers): two claims
+    /// under one token. They used to be skipped as one holder.
+    #[test]
+    fn one_token_claimed_twice_at_once_overlaps() {
+        let events = vec![acquired("a", "t", 0, 1000), acquired("b", "t", 500, 1500)];
+        assert_eq!(categories(&check(&events, &[], &[])), ["overlap"]);
     }
 
     #[test]

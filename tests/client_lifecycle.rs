@@ -309,3 +309,35 @@ fn a_guard_and_a_client_dropped_on_a_plain_thread_release_and_close() {
     }));
     assert!(closed, "the client's connections stayed open");
 }
+
+/// A guard held by a task of another runtime (a worker runtime sharing the client), which
+/// shuts down: the guard is dropped there, and its release runs in the client's runtime.
+/// It used to be spawned on the dying runtime, which dropped it unrun, and the key stayed
+/// for its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_dropped_as_another_runtime_shuts_down_is_released() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.ttl(Duration::from_secs(60))).await;
+    let guard = c.lock("worker").await.unwrap();
+    let worker = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (started, running) = tokio::sync::oneshot::channel();
+    worker.spawn(async move {
+        let _guard = guard;
+        let _ = started.send(());
+        std::future::pending::<()>().await;
+    });
+    running.await.unwrap();
+    worker.shutdown_background();
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            set.nodes_holding("redlock:worker").await.is_empty()
+        })
+        .await,
+        "the guard's key stayed after its runtime shut down"
+    );
+    c.shutdown().await;
+}

@@ -81,15 +81,14 @@ impl Drop for Inner {
     /// The last client handle and the last guard are gone (guards hold the client), so
     /// nothing will use the connections again: close them once background work (rollbacks,
     /// background releases) is done, instead of leaving fred's connection tasks running
-    /// (fred closes nothing on drop). Dropped outside any runtime (on a plain thread), the
-    /// close runs in the runtime the client was connected in; if that one has shut down,
+    /// (fred closes nothing on drop). The close runs in the runtime the client was
+    /// connected in, wherever the drop happens (on a plain thread, or in another runtime
+    /// that is shutting down and would drop the task unrun); if that one has shut down,
     /// its connections are gone with it.
     fn drop(&mut self) {
-        let runtime =
-            tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone());
         let core = self.core.clone();
         let notifier = self.notifier.take();
-        runtime.spawn(async move {
+        self.runtime.spawn(async move {
             core.close().await;
             if let Some(notifier) = notifier {
                 notifier.close().await;

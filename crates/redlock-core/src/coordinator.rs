@@ -207,7 +207,7 @@ impl Coordinator {
                 fair_prefix: Value::from(config.fair_prefix.as_str()),
                 connections,
                 config,
-                work: BackgroundWork::new(),
+                work: BackgroundWork::new(tokio::runtime::Handle::current()),
                 group: Group::default(),
                 release_group: Group::default(),
                 _runtime_watch: Liveness::watch_runtime(&liveness),
@@ -565,23 +565,22 @@ impl Coordinator {
     }
 
     /// Spawns `work` (given a handle to this coordinator) as background work, which
-    /// [`quiesce`](Self::quiesce) and [`close`](Self::close) wait for: on the caller's
-    /// runtime, or outside any on the one this coordinator was connected in. Returns
-    /// `false`, running nothing, when neither is running.
+    /// [`quiesce`](Self::quiesce) and [`close`](Self::close) wait for, in the runtime this
+    /// coordinator was connected in (see `BackgroundWork::spawn`: the caller may be in
+    /// another runtime, shutting down). Returns `false`, running nothing, when that runtime
+    /// has shut down.
     pub(crate) fn spawn_background<F>(&self, work: impl FnOnce(Coordinator) -> F) -> bool
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let runtime = match tokio::runtime::Handle::try_current() {
-            Ok(current) => current,
-            Err(_) if self.inner.liveness.closed().is_none() => self.inner.runtime.clone(),
-            Err(_) => return false,
-        };
+        if self.inner.liveness.closed() == Some(ClosedReason::RuntimeStopped) {
+            return false;
+        }
         // Entered before the task is spawned, so a quiesce called right after this
         // returns already waits for it.
         let busy = self.inner.work.enter();
         let work = work(self.clone());
-        runtime.spawn(async move {
+        self.inner.work.spawn(async move {
             let _busy = busy;
             work.await;
         });

@@ -39,13 +39,24 @@ pub(crate) const ROLLBACK_ATTEMPTS: u32 = 3;
 const ROLLBACK_PAUSE: Duration = Duration::from_millis(10);
 
 /// Counts a coordinator's background work (commands still in flight, rollbacks,
-/// background releases), so that callers can wait for it to drain.
+/// background releases), so that callers can wait for it to drain, and runs it in the
+/// runtime the coordinator was connected in.
 #[derive(Debug, Clone)]
-pub(crate) struct BackgroundWork(Arc<watch::Sender<usize>>);
+pub(crate) struct BackgroundWork(Arc<watch::Sender<usize>>, tokio::runtime::Handle);
 
 impl BackgroundWork {
-    pub(crate) fn new() -> Self {
-        BackgroundWork(Arc::new(watch::Sender::new(0)))
+    /// Background work run in `runtime`: the coordinator's, whose tasks its connections
+    /// are.
+    pub(crate) fn new(runtime: tokio::runtime::Handle) -> Self {
+        BackgroundWork(Arc::new(watch::Sender::new(0)), runtime)
+    }
+
+    /// Runs `task` in the coordinator's runtime, not the caller's: a caller may run in
+    /// another runtime, one shutting down (its tasks dropping their guards and rounds),
+    /// which would drop the task unrun. Dropped too if the coordinator's runtime has shut
+    /// down (its connections are gone with it).
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        drop(self.1.spawn(task));
     }
 
     /// Counts one piece of work until the returned guard is dropped.
@@ -210,15 +221,7 @@ impl InFlight {
             abandoned,
             _work: self.work.enter(),
         };
-        let task = work.run(calls, to_undo).in_current_span();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(task);
-            }
-            // Dropped outside a runtime: nothing can be awaited any more. The keys set by
-            // this round expire with their TTL.
-            Err(_) => tracing::warn!("round dropped outside a tokio runtime: no rollback"),
-        }
+        self.work.spawn(work.run(calls, to_undo).in_current_span());
     }
 }
 

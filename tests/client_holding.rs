@@ -263,6 +263,56 @@ async fn a_renewal_as_late_as_allowed_keeps_a_lock_over_slow_links() {
     assert!(set.nodes_holding("redlock:late-renewal").await.is_empty());
 }
 
+/// [`a_renewal_as_late_as_allowed_keeps_a_lock_over_slow_links`] for 257 locks falling due
+/// together: a tick renews 128 locks per call, and its three calls used to go one after
+/// another, the second starting a round late, after the rule's room for one round: its
+/// locks were lost with every node healthy. The calls of a tick now go together, the most
+/// urgent locks first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_locks_renewed_as_late_as_allowed_are_all_kept_over_slow_links() {
+    use redlock_client::{LockConfig, RenewalPolicy};
+    use redlock_testkit::LinkFault;
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    let config = LockConfig::builder()
+        .nodes(links.urls(0))
+        .ttl(Duration::from_secs(4))
+        .node_timeout(Duration::from_millis(400))
+        .renewal(RenewalPolicy {
+            renew_after: Some(Duration::from_millis(3550)),
+            ..Default::default()
+        })
+        .build()
+        .expect("renew_after is within the rule");
+    let c = redlock_client::Redlock::connect(config).await.unwrap();
+    // Acquired together (grouped rounds), so they fall due together.
+    let keys: Vec<String> = (0..257).map(|i| format!("many-late:{i}")).collect();
+    let guards: Vec<_> = futures::future::join_all(keys.iter().map(|k| c.lock(k)))
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    links.set_client(
+        0,
+        LinkFault::Latency {
+            to_server: Duration::from_millis(125),
+            to_client: Duration::from_millis(125),
+        },
+    );
+    let last_validity = guards.iter().map(|g| g.valid_until()).max().unwrap();
+    tokio::time::sleep_until(last_validity + Duration::from_millis(300)).await;
+    let lapsed = guards.iter().filter(|g| !g.is_valid()).count();
+    assert_eq!(
+        lapsed, 0,
+        "{lapsed} of 257 locks lapsed before their renewal"
+    );
+    links.heal_all();
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    c.shutdown().await;
+}
+
 /// A lock whose validity ran out while its renewals failed stays lost, even when nobody
 /// awaited `lost()` and the nodes come back while they still hold the key: it used to be
 /// renewed again then, and `is_valid()` went from false back to true. It is no longer

@@ -106,6 +106,20 @@ pub(super) fn scenarios() -> Vec<Scenario> {
         },
         Scenario {
             timing: Timing {
+                // Each round waits this TTL out (the stale holder's stall).
+                ttl: Duration::from_millis(300),
+                ..Timing::default()
+            },
+            ..demo(
+                "naive_extend_by_expired_holder",
+                "G3: only the owner extends its key (the compare-and-extend script)",
+                &["foreign extend"],
+                "late_release_by_expired_holder with the stale holder's extension done as a plain PEXPIRE, as a client without token scripts would: the new holder's key lives on past its holder's claim",
+                naive_extend_by_expired_holder,
+            )
+        },
+        Scenario {
+            timing: Timing {
                 // Each round waits this TTL out (the holder's stall).
                 ttl: Duration::from_millis(300),
                 ..Timing::default()
@@ -168,5 +182,17 @@ fn paused_holder_writes(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
 }
 
 fn naive_release_by_expired_holder(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    Box::pin(super::safe::late_release(lab, true, Some(ROUNDS)))
+    Box::pin(super::safe::late_release(
+        lab,
+        super::safe::Stale::NaiveRelease,
+        Some(ROUNDS),
+    ))
+}
+
+fn naive_extend_by_expired_holder(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(super::safe::late_release(
+        lab,
+        super::safe::Stale::NaiveExtend,
+        Some(ROUNDS),
+    ))
 }

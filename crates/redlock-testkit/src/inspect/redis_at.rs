@@ -112,6 +112,15 @@ impl RedisAt {
         self.lose_key(key).await.map(drop)
     }
 
+    /// `PEXPIRE key ms` (unconditional): `true` when the key existed.
+    pub async fn pexpire(&self, key: &str, ms: i64) -> Result<bool, HarnessError> {
+        let key = key.to_owned();
+        self.one(&format!("PEXPIRE {key}"), |c| async move {
+            c.pexpire::<i64, _>(key, ms, None).await.map(|n| n > 0)
+        })
+        .await
+    }
+
     /// `EXISTS key`.
     pub async fn exists(&self, key: &str) -> Result<bool, HarnessError> {
         let key = key.to_owned();

@@ -15,12 +15,28 @@ use crate::workload::{record_acquired, release, WRITE_MARGIN};
 pub(super) fn late_release_by_expired_holder(
     lab: &Lab,
 ) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    Box::pin(late_release(lab, false, None))
+    Box::pin(late_release(lab, Stale::Library, None))
 }
 
-/// The stale holder's late release: through the library (compare-and-delete), or `naive`:
-/// a plain `DEL` on every node, as a client without token scripts would do. Runs `rounds`
+/// How the stale holder extends and releases late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::scenarios) enum Stale {
+    /// Through the library: compare-and-extend, compare-and-delete.
+    Library,
+    /// The release as a plain `DEL` on every node, as a client without token scripts does.
+    NaiveRelease,
+    /// The extension as a plain `PEXPIRE` on every node, as a client without token scripts
+    /// does.
+    NaiveExtend,
+}
+
+/// The stale holder's late extension and release, done as `stale` says. Runs `rounds`
 /// rounds, or (`None`) as many as fit in the lab's run time.
+///
+/// The stale extension asks for three TTLs: were it to reach the new holder's key, that
+/// key's expiry would move two TTLs later, far past what the checker's slack allows (an
+/// extension to one TTL, a few milliseconds after the new holder's own `SET`, moved it by
+/// those milliseconds only, and could not be told from it).
 ///
 /// Each step waits for the event it needs, never for a fixed time: client-0 stalls until its
 /// validity has ended and the observer has seen its key gone from every node; client-1 wins;
@@ -30,7 +46,7 @@ pub(super) fn late_release_by_expired_holder(
 /// record every time, and the checker reports it every time.
 pub(in crate::scenarios) async fn late_release(
     lab: &Lab,
-    naive: bool,
+    stale_by: Stale,
     rounds: Option<usize>,
 ) -> Result<Outcome, LabError> {
     let stale = lab.client(0).await?;
@@ -57,18 +73,26 @@ pub(in crate::scenarios) async fn late_release(
         let holding = seen_holding(lab, &second_token).await?;
         // Late extension and release by the expired holder.
         let started = lab.history.now();
-        let extended = first.extend(None).await;
+        let long = lab.timing.ttl * 3;
+        let extended = if stale_by == Stale::NaiveExtend {
+            let ms = i64::try_from(long.as_millis()).unwrap_or(i64::MAX);
+            for n in 0..lab.node_count() {
+                lab.nodes().redis(n).pexpire(&lab.full_key(KEY), ms).await?;
+            }
+            // It has no way to tell: it counts on it.
+            false
+        } else {
+            first.extend(Some(long)).await.is_ok()
+        };
         lab.history.record(Event::Extend {
             client: "client-0".into(),
             token: first_token.clone(),
             started,
             ended: lab.history.now(),
-            valid_until: extended
-                .is_ok()
-                .then(|| lab.history.at(first.valid_until())),
+            valid_until: extended.then(|| lab.history.at(first.valid_until())),
         });
         let released = lab.history.now();
-        if naive {
+        if stale_by == Stale::NaiveRelease {
             lab.history.record(Event::ReleaseStarted {
                 client: "client-0".into(),
                 token: first_token.clone(),

@@ -31,7 +31,7 @@ use crate::backend::Setup;
 use crate::lab::{Fencing, Timing};
 use crate::scenario::{Expect, Scenario};
 
-pub(super) use late_release::late_release;
+pub(super) use late_release::{late_release, Stale};
 
 use fenced::paused_holder_writes_fenced;
 use late_release::late_release_by_expired_holder;

@@ -153,9 +153,16 @@ pub struct NodeHold {
 /// How the checker treats an injected fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultKind {
-    /// Keys on the node may vanish here (restart without data, eviction, DEL, FLUSHALL, a
-    /// clock step forward): a token disappearing around this time is explained by the fault.
+    /// Keys on the node may vanish here (restart without data, eviction, DEL, FLUSHALL): a
+    /// token disappearing around this time is explained by the fault.
     KeyLoss,
+    /// The node's wall clock stepped forward this much (its own, or the host's): its keys
+    /// expire that much early, and no earlier, so a token gone around this time up to this
+    /// much before its `PTTL` ran out is explained, and one gone earlier still is not.
+    ClockForward(Duration),
+    /// The end of a [`ClockForward`](Self::ClockForward) that takes time (the clock shim
+    /// applied the step).
+    ClockForwardEnd,
     /// The node's wall clock stepped back: its keys live longer than their `PTTL` said, so
     /// an expiry moving later around this time is explained. Nothing vanishes: a token
     /// removed early on that node is still a violation.
@@ -176,6 +183,7 @@ impl FaultKind {
         match self {
             FaultKind::KeyLoss => FaultKind::KeyLossEnd,
             FaultKind::ClockBack => FaultKind::ClockBackEnd,
+            FaultKind::ClockForward(_) => FaultKind::ClockForwardEnd,
             other => other,
         }
     }

@@ -314,7 +314,7 @@ impl Lab {
         // Forward, keys there may expire early (key loss on that node); back, they only
         // outlive their PTTL, which excuses an expiry moving later and nothing else.
         let kind = if by_ms > 0 {
-            FaultKind::KeyLoss
+            FaultKind::ClockForward(Duration::from_millis(by_ms.unsigned_abs()))
         } else {
             FaultKind::ClockBack
         };

@@ -101,11 +101,39 @@ pub struct Leftover {
     pub pttl: i64,
 }
 
-/// Each injected key loss (node restarted empty, keys evicted, a clock step forward) as an
-/// episode on one node, for the rules that must not blame the library for keys a fault
-/// took (see [`episodes_of`]).
+/// Each injected key loss (node restarted empty, keys evicted) as an episode on one node,
+/// for the rules that must not blame the library for keys a fault took (see
+/// [`episodes_of`]).
 fn key_losses(events: &[Event]) -> Vec<Episode> {
     episodes_of(events, FaultKind::KeyLoss)
+}
+
+/// Each step forward of a node's clock (its own, or the host's) as an episode with its
+/// size: keys there expire that much early, and no more.
+fn clock_steps_forward(events: &[Event]) -> Vec<(Episode, Duration)> {
+    episodes_where(
+        events,
+        |k| matches!(k, FaultKind::ClockForward(_)),
+        FaultKind::ClockForwardEnd,
+    )
+    .into_iter()
+    .map(|(episode, kind)| match kind {
+        FaultKind::ClockForward(by) => (episode, by),
+        _ => (episode, Duration::ZERO),
+    })
+    .collect()
+}
+
+/// How far the clock of `node` stepped forward in the episodes of `steps` that reach from
+/// `from` to `to` (with [`EVENT_SLACK`] either side).
+fn stepped_forward(steps: &[(Episode, Duration)], node: usize, from: At, to: At) -> Duration {
+    steps
+        .iter()
+        .filter(|&&((n, began, ended), _)| {
+            n == node && began <= to + EVENT_SLACK && ended + EVENT_SLACK >= from
+        })
+        .map(|&(_, by)| by)
+        .sum()
 }
 
 /// A fault on one node over a span of lab time: the node, from, to (equal for a fault
@@ -118,8 +146,19 @@ type Episode = (usize, At, At);
 /// on a node used to make an episode, so that two unrelated losses far apart (two steps
 /// of the host's clock) excused every removal on that node between them.
 fn episodes_of(events: &[Event], kind: FaultKind) -> Vec<Episode> {
-    let end = kind.end();
-    let mut marks: Vec<(usize, At, bool)> = events
+    episodes_where(events, |k| k == kind, kind.end())
+        .into_iter()
+        .map(|(episode, _)| episode)
+        .collect()
+}
+
+/// [`episodes_of`] for the faults whose kind `starts` (each with its kind), ended by `end`.
+fn episodes_where(
+    events: &[Event],
+    starts: impl Fn(FaultKind) -> bool,
+    end: FaultKind,
+) -> Vec<(Episode, FaultKind)> {
+    let mut marks: Vec<(usize, At, Option<FaultKind>)> = events
         .iter()
         .filter_map(|e| match e {
             Event::Fault {
@@ -127,28 +166,28 @@ fn episodes_of(events: &[Event], kind: FaultKind) -> Vec<Episode> {
                 node: Some(n),
                 kind: k,
                 ..
-            } if *k == kind => Some((*n, *at, true)),
+            } if starts(*k) => Some((*n, *at, Some(*k))),
             Event::Fault {
                 at,
                 node: Some(n),
                 kind: k,
                 ..
-            } if *k == end && end != kind => Some((*n, *at, false)),
+            } if *k == end => Some((*n, *at, None)),
             _ => None,
         })
         .collect();
-    marks.sort_by_key(|&(n, at, start)| (n, at, !start));
+    marks.sort_by_key(|&(n, at, start)| (n, at, start.is_none()));
     let mut episodes = Vec::with_capacity(marks.len());
     let mut i = 0;
     while i < marks.len() {
         let (n, at, start) = marks[i];
-        match marks.get(i + 1) {
-            Some(&(m, to, false)) if start && m == n => {
-                episodes.push((n, at, to));
+        match (start, marks.get(i + 1)) {
+            (Some(kind), Some(&(m, to, None))) if m == n => {
+                episodes.push(((n, at, to), kind));
                 i += 2;
             }
-            _ => {
-                episodes.push((n, at, at));
+            (kind, _) => {
+                episodes.push(((n, at, at), kind.unwrap_or(end)));
                 i += 1;
             }
         }

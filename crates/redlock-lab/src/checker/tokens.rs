@@ -4,7 +4,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::{episodes_of, key_losses, Episode, Holder, Observation, Violation, EVENT_SLACK};
+use super::{
+    clock_steps_forward, episodes_of, key_losses, stepped_forward, Episode, Holder, Observation,
+    Violation, EVENT_SLACK,
+};
 use crate::history::{At, Event, FaultKind};
 
 /// Slack for comparing server-side expiry estimates (PTTL is whole milliseconds, the sampling
@@ -20,6 +23,7 @@ pub fn token_violations(
     let by_token: HashMap<&str, &Holder> = holders.iter().map(|h| (h.token.as_str(), h)).collect();
     let key_loss = key_losses(events);
     let clock_back = episodes_of(events, FaultKind::ClockBack);
+    let clock_forward = clock_steps_forward(events);
     // An extension call's window runs from its start until it returned or, if later, until
     // its holder's claim ended: a node that the call gave up on (timed out) may still apply
     // its PEXPIRE after the call returned, and only the holder's own release orders it
@@ -83,9 +87,12 @@ pub fn token_violations(
             // the other nodes: that is no removal (what the guard may claim against what a
             // quorum holds is the validity rule's). A clock that runs fast still shows: its
             // key vanishes before the PTTL it reported had run out in real time.
+            // A clock step forward between the two samples brings that expiry forward by
+            // its size, and no more.
+            let early = stepped_forward(&clock_forward, node, a.sent, b.received);
             let expired = u64::try_from(a.pttl).is_ok_and(|p| {
                 let due = Duration::from_millis(p);
-                a.sent + due <= b.received + EVENT_SLACK + due / 100
+                a.sent + due.saturating_sub(early) <= b.received + EVENT_SLACK + due / 100
             });
             // Each token seen (a plain lock's, or each hold of a reentrant lock) that is
             // gone in the next sample while its holder still claims the lock.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{key_losses, ms, Violation, EVENT_SLACK};
+use super::{clock_steps_forward, key_losses, ms, stepped_forward, Violation, EVENT_SLACK};
 use crate::history::{At, Event, NodeHold};
 
 /// The latest a node can still hold the lock, by its read: the reply's arrival plus the
@@ -32,9 +32,11 @@ fn slack(read: &NodeHold) -> Duration {
 /// Guards that reported validity beyond the expiry of more nodes than a lock can do
 /// without (more than `nodes - quorum` of them): those nodes no longer held it, so no
 /// quorum did. Nodes that did not answer, or that lost keys to an injected fault since
-/// the guard began, count as holding it.
+/// the guard began, count as holding it; a node whose clock stepped forward since then
+/// may hold it that much less.
 pub fn validity_violations(events: &[Event]) -> Vec<Violation> {
     let key_loss = key_losses(events);
+    let clock_forward = clock_steps_forward(events);
     let acquired = |token: &str| {
         events.iter().find_map(|e| match e {
             Event::Acquired {
@@ -66,7 +68,8 @@ pub fn validity_violations(events: &[Event]) -> Vec<Violation> {
             })
             .filter_map(|r| {
                 let until = held_until(r)?;
-                (until + slack(r) < *valid_until).then_some((r.node, until))
+                let early = stepped_forward(&clock_forward, r.node, since, r.received);
+                (until + slack(r) + early < *valid_until).then_some((r.node, until))
             })
             .collect();
         if short_of.len() > nodes.len().saturating_sub(*quorum) {
@@ -163,5 +166,31 @@ mod tests {
             });
         }
         assert_eq!(check(&events, &[], &[]), vec![]);
+    }
+
+    /// A node whose clock stepped forward holds the lock that much less, and no less: a
+    /// 5 ms step of the host's clock used to take every node out of judgement.
+    #[test]
+    fn a_clock_step_forward_excuses_its_size_only() {
+        let step = |by: u64| -> Vec<Event> {
+            (0..5)
+                .map(|n| Event::Fault {
+                    at: t(300),
+                    node: Some(n),
+                    kind: FaultKind::ClockForward(Duration::from_millis(by)),
+                    what: format!("host clock +{by} ms"),
+                })
+                .collect()
+        };
+        let short = [Some(1010), Some(1010), Some(490), Some(490), Some(490)];
+        let mut small = extended(short);
+        small.extend(step(5));
+        assert_eq!(
+            categories(&check(&small, &[], &[])),
+            ["validity overstated"]
+        );
+        let mut large = extended(short);
+        large.extend(step(600));
+        assert_eq!(check(&large, &[], &[]), vec![]);
     }
 }

@@ -34,7 +34,10 @@ pub fn fence_record_key(key: &str) -> String {
 /// Sets `key` to `value` on the Redis behind `client`, unless a write with a higher fencing
 /// token already happened (it then returns `Ok(false)` and changes nothing). The highest
 /// token is kept under [`fence_record_key`]. Several writes with the same token are
-/// accepted: one holder may write many times.
+/// accepted: one holder may write many times. Each hold of a reentrant lock has its own
+/// token, a nested hold's higher: once it has written, the holds before it are refused
+/// here although they still hold the lock (write from one hold, see the README's "Fencing
+/// tokens").
 ///
 /// The write is sent once, whatever `client`'s `max_command_attempts`: fred replays a
 /// command in flight when its connection drops, and a replayed earlier write of this

@@ -211,20 +211,15 @@ async fn renewals_of_many_locks_share_one_command_per_node() {
     }
 }
 
-/// A lock renewed as late as the configuration allows (`renew_after` just under the TTL
-/// minus the drift allowance minus a node timeout) stays held over slow links: that rule
-/// counts from the acquisition's `t0`, and so does the renewal's schedule now. It used to
-/// count from the round's answer, a round trip later, and the renewal, another round trip
-/// long, ended after the validity: the lock was lost with every node healthy.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renewal_as_late_as_allowed_keeps_a_lock_over_slow_links() {
-    use redlock_client::{HoldHealth, LockConfig, RenewalPolicy};
-    use redlock_testkit::LinkFault;
+/// A client through fault links whose locks are renewed as late as the configuration
+/// allows. With [`slow_rounds`], every round takes about 250 ms. TTL 4 s, drift allowance
+/// 42 ms, node timeout 400 ms: a renewal must start by 3,558 ms after `t0`; 3,550 ms leaves
+/// 408 ms for it, more than its round (margin 150 ms) but less than two rounds.
+async fn renewing_as_late_as_allowed() -> (NodeSet, redlock_testkit::Links, redlock_client::Redlock)
+{
+    use redlock_client::{LockConfig, RenewalPolicy};
     let set = NodeSet::start(3).await.unwrap();
     let links = common::linked(&set).await;
-    // Every round takes about 250 ms. TTL 4 s, drift allowance 42 ms, node timeout 400 ms:
-    // a renewal must start by 3,558 ms after `t0`; 3,550 ms leaves 408 ms for it, more
-    // than its round (margin 150 ms) but less than two rounds.
     let config = LockConfig::builder()
         .nodes(links.urls(0))
         .ttl(Duration::from_secs(4))
@@ -236,14 +231,31 @@ async fn a_renewal_as_late_as_allowed_keeps_a_lock_over_slow_links() {
         .build()
         .expect("renew_after is within the rule");
     let c = redlock_client::Redlock::connect(config).await.unwrap();
-    // Slow from here on (a connection's set-up takes several round trips).
+    (set, links, c)
+}
+
+/// 125 ms each way on every link of client 0.
+fn slow_rounds(links: &redlock_testkit::Links) {
     links.set_client(
         0,
-        LinkFault::Latency {
+        redlock_testkit::LinkFault::Latency {
             to_server: Duration::from_millis(125),
             to_client: Duration::from_millis(125),
         },
     );
+}
+
+/// A lock renewed as late as the configuration allows (`renew_after` just under the TTL
+/// minus the drift allowance minus a node timeout) stays held over slow links: that rule
+/// counts from the acquisition's `t0`, and so does the renewal's schedule now. It used to
+/// count from the round's answer, a round trip later, and the renewal, another round trip
+/// long, ended after the validity: the lock was lost with every node healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_as_late_as_allowed_keeps_a_lock_over_slow_links() {
+    use redlock_client::HoldHealth;
+    let (set, links, c) = renewing_as_late_as_allowed().await;
+    // Slow from here on (a connection's set-up takes several round trips).
+    slow_rounds(&links);
     let guard = c.lock("late-renewal").await.unwrap();
     let first_validity = guard.valid_until();
     // Watches the validity (a renewal that comes after it ran out must not count).
@@ -270,21 +282,7 @@ async fn a_renewal_as_late_as_allowed_keeps_a_lock_over_slow_links() {
 /// urgent locks first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_locks_renewed_as_late_as_allowed_are_all_kept_over_slow_links() {
-    use redlock_client::{LockConfig, RenewalPolicy};
-    use redlock_testkit::LinkFault;
-    let set = NodeSet::start(3).await.unwrap();
-    let links = common::linked(&set).await;
-    let config = LockConfig::builder()
-        .nodes(links.urls(0))
-        .ttl(Duration::from_secs(4))
-        .node_timeout(Duration::from_millis(400))
-        .renewal(RenewalPolicy {
-            renew_after: Some(Duration::from_millis(3550)),
-            ..Default::default()
-        })
-        .build()
-        .expect("renew_after is within the rule");
-    let c = redlock_client::Redlock::connect(config).await.unwrap();
+    let (_set, links, c) = renewing_as_late_as_allowed().await;
     // Acquired together (grouped rounds), so they fall due together.
     let keys: Vec<String> = (0..257).map(|i| format!("many-late:{i}")).collect();
     let guards: Vec<_> = futures::future::join_all(keys.iter().map(|k| c.lock(k)))
@@ -292,13 +290,7 @@ async fn many_locks_renewed_as_late_as_allowed_are_all_kept_over_slow_links() {
         .into_iter()
         .collect::<Result<_, _>>()
         .unwrap();
-    links.set_client(
-        0,
-        LinkFault::Latency {
-            to_server: Duration::from_millis(125),
-            to_client: Duration::from_millis(125),
-        },
-    );
+    slow_rounds(&links);
     let last_validity = guards.iter().map(|g| g.valid_until()).max().unwrap();
     tokio::time::sleep_until(last_validity + Duration::from_millis(300)).await;
     let lapsed = guards.iter().filter(|g| !g.is_valid()).count();

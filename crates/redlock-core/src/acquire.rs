@@ -322,9 +322,8 @@ impl Coordinator {
         let pauses = [quarter, quarter, 2 * quarter];
         let mut reads = 0;
         for pause in pauses {
-            if let Err(shortfall) = &token {
-                *short.lock().unwrap_or_else(|e| e.into_inner()) = Some(shortfall.clone());
-            }
+            // The last read's shortfall, none once a read gave a token.
+            *short.lock().unwrap_or_else(|e| e.into_inner()) = token.as_ref().err().cloned();
             match &token {
                 Err(shortfall) if shortfall.every_node_answered() && lock.is_valid() => {
                     tokio::time::sleep(pause).await;
@@ -352,6 +351,8 @@ impl Coordinator {
                 })
             }
         };
+        // Recording now: a deadline from here on cuts the write-back, not the reads.
+        *short.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let mut tries = 1;
         let recorded = loop {
             let recorded = self.record(token).await;

@@ -182,19 +182,22 @@ impl Coordinator {
             }
         }
         let checked = match connection::check_distinct(&connections, &connected).await {
-            Ok(()) => check_health(&connections, &connected, config.health).await,
+            Ok(later) => check_health(&connections, &connected, config.health)
+                .await
+                .map(|()| later),
             Err(e) => Err(e),
         };
-        if let Err(e) = checked {
-            join_all(connections.iter().map(Connection::quit)).await;
-            return Err(e);
-        }
-        // A node not connected now casts no vote until it is identified as it connects;
-        // every node is identified again after each reconnection.
-        for (connection, connected) in connections.iter().zip(&connected) {
-            if connected.is_err() {
-                connection.identity.set_pending();
+        let later = match checked {
+            Ok(later) => later,
+            Err(e) => {
+                join_all(connections.iter().map(Connection::quit)).await;
+                return Err(e);
             }
+        };
+        // A node not identified now casts no vote until it is; every node is identified
+        // again after each reconnection (see `connection::identity`).
+        for i in later {
+            connections[i].identity.set_pending();
         }
         let connections: Arc<[Connection]> = connections.into();
         let turns = Arc::new(tokio::sync::Mutex::new(()));

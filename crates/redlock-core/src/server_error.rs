@@ -36,10 +36,14 @@ pub enum ServerErrorKind {
     /// the script's source, which could run after a later release of the lock; the scripts
     /// are loaded again at once: transient.
     ScriptNotLoaded,
-    /// Not a reply: the node is the same Redis server (the same `run_id`) as an earlier
-    /// node of the configuration (another name, address or database of it), found when it
-    /// connected after start-up. Nothing is sent to it: one server casts one vote.
+    /// Not a reply: the node is the same Redis server (the same `run_id`) as a node that
+    /// votes (another name, address or database of it), found when it connected after
+    /// start-up or reconnected. Nothing is sent to it: one server casts one vote.
     SameServer,
+    /// Not a reply: the node connected after start-up, or reconnected, and is being
+    /// identified (is it another node's server?), for about a round trip. Nothing was sent:
+    /// transient, like [`NotReady`](Self::NotReady).
+    NotIdentified,
     /// Any other error reply, or a reply the lock does not understand.
     Unknown,
 }
@@ -142,6 +146,10 @@ impl ServerErrorKind {
                 "the node had forgotten the lock's scripts (it restarted, or they were \
                  flushed) and ran nothing; they are being loaded again: retry"
             }
+            ServerErrorKind::NotIdentified => {
+                "the node just connected and is being checked not to be another node's \
+                 server; it counts as failing for that round trip: retry"
+            }
             ServerErrorKind::SameServer => {
                 "two node URLs reach this one server (another address, name or database of \
                  it), which would cast two votes, so the later casts none: list each \
@@ -168,6 +176,7 @@ impl fmt::Display for ServerErrorKind {
             ServerErrorKind::Persistence => "cannot persist",
             ServerErrorKind::ScriptNotLoaded => "script not loaded",
             ServerErrorKind::SameServer => "same server as another node",
+            ServerErrorKind::NotIdentified => "not identified yet",
             ServerErrorKind::Unknown => "error reply",
         })
     }

@@ -183,11 +183,11 @@ pub(crate) fn watch_connection(
                     Err(RecvError::Closed) => break,
                 },
                 up = reconnects.recv() => match up {
-                    Ok(_) => {
+                    // A lagged reader missed reconnections: at least one came.
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
                         set(None);
                         on_reconnect();
                     }
-                    Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => break,
                 },
             }

@@ -1,12 +1,16 @@
 //! Which server each node is. Two nodes that reach one server (another name, address or
 //! database of it) would cast two votes for one failure domain: `Coordinator::connect`
 //! refuses such a configuration when it can tell ([`super::check_distinct`]), but it can
-//! tell only for the nodes connected then. A node that was not is identified when it first
-//! connects, before it takes part in any round, and every node again whenever its
-//! connection comes back (a name may reach another server after a failover or a change
-//! of address). Of two nodes found to be one server, the later in the configuration casts
-//! no vote: its commands are refused, unsent, with [`ServerErrorKind::SameServer`], and
-//! hand-overs it announces are not counted.
+//! tell only for the nodes it could identify then. A node it could not (down, or its
+//! `INFO` unanswered) casts no vote until it is identified, and neither does a node whose
+//! connection came back (a name may reach another server after a failover or a change of
+//! address, or the server restarted), until it is identified again: its commands are
+//! refused, unsent, with [`ServerErrorKind::NotIdentified`] (transient: releases are sent
+//! again), for the round trip that takes. A node found to be the same server as a node that
+//! votes casts none: [`ServerErrorKind::SameServer`], and hand-overs it announces are not
+//! counted. The node that votes keeps its vote, so no round can count the old voter and the
+//! new one together; a node that no longer matches a voter (its twin's name moved on) votes
+//! again.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,9 +35,9 @@ pub(crate) struct Identity {
 impl Identity {
     /// Identified (at start-up, or since): its commands go.
     const CHECKED: u8 = 0;
-    /// Not connected at start-up and not identified since: its commands are refused.
+    /// Not identified since it connected: its commands are refused.
     const PENDING: u8 = 1;
-    /// The same server as an earlier node: its commands are refused.
+    /// The same server as a node that votes: its commands are refused.
     const SAME_SERVER: u8 = 2;
 
     pub(crate) fn set_pending(&self) {
@@ -42,7 +46,11 @@ impl Identity {
 
     /// Whether the node casts votes: identified, and no other node's server.
     pub(crate) fn votes(&self) -> bool {
-        self.state.load(Ordering::Relaxed) == Self::CHECKED
+        self.state.load(Ordering::SeqCst) == Self::CHECKED
+    }
+
+    fn same_server(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == Self::SAME_SERVER
     }
 
     fn set_checked(&self) {
@@ -55,7 +63,7 @@ impl Identity {
     }
 
     /// `Err` with why the node's commands are not sent, when they are not. `down` is why
-    /// the connection is down, if it is: a node not yet identified reports that first.
+    /// the connection is down, if it is: a node not identified reports that first.
     pub(crate) fn gate(
         &self,
         down: impl FnOnce() -> Option<NodeOutcome>,
@@ -63,12 +71,11 @@ impl Identity {
         match self.state.load(Ordering::Relaxed) {
             Self::CHECKED => Ok(()),
             Self::PENDING => Err(down().unwrap_or_else(|| {
-                NodeOutcome::ConnectionError(
-                    "not identified yet (it was not connected at start-up): it counts as \
-                     failing until it is checked not to be another node's server, a moment \
-                     after it connects"
-                        .into(),
-                )
+                NodeOutcome::ServerError(ServerError::of_kind(
+                    ServerErrorKind::NotIdentified,
+                    "INFO",
+                    "the node has not been identified since it connected",
+                ))
             })),
             _ => {
                 let other = self
@@ -87,9 +94,19 @@ impl Identity {
     }
 }
 
-/// Counts a connection's reconnections (its first connection included), for its
-/// identification task.
+/// Counts a connection's connections (its first one included), for its identification
+/// task.
 pub(crate) type Reconnections = watch::Sender<u64>;
+
+/// What the reconnection callback does: a connection that comes back casts no vote until
+/// it is identified again (its first connection is identified at start-up, or was marked
+/// pending then), and its identification task is woken.
+pub(crate) fn reconnected(identity: &Identity, reconnections: &Reconnections) {
+    if *reconnections.borrow() > 0 {
+        identity.set_pending();
+    }
+    reconnections.send_modify(|n| *n = n.wrapping_add(1));
+}
 
 /// Starts the task that identifies node `i` of `connections`: at once if it is pending and
 /// connected, then after each reconnection. It ends with the connections.
@@ -106,11 +123,13 @@ pub(crate) fn watch_identity(
             return;
         }
         loop {
+            let mut tries = 0;
             // One decision at a time across the nodes: two that reach one server and
             // connect together see each other.
             while let Some(all) = connections.upgrade() {
+                tries += 1;
                 let turn = turns.lock().await;
-                let decided = identify(&all, i).await;
+                let decided = identify(&all, i, tries >= TRIES).await;
                 drop((turn, all));
                 if decided {
                     break;
@@ -124,53 +143,71 @@ pub(crate) fn watch_identity(
     });
 }
 
-/// The pause before an identification that failed is tried again.
+/// The pause before an identification that could not decide is tried again.
 const RETRY: Duration = Duration::from_millis(100);
 
-/// Identifies node `i` against every other node connected now; `false` when it must be
-/// tried again (its `INFO` failed while it is connected).
-async fn identify(all: &[Connection], i: usize) -> bool {
+/// Tries after which the other nodes that did not answer `INFO` are left out: a node that
+/// does not answer cannot vote either (its twin's identification is not held up for ever by
+/// a hung node).
+const TRIES: u32 = 3;
+
+/// Identifies node `i` against every node connected now, and lets any node that was the
+/// same server as a voter and no longer is vote again. `false` when it must be tried again:
+/// `i` is connected but did not answer `INFO`, or (unless `last`) another connected node
+/// did not.
+async fn identify(all: &[Connection], i: usize, last: bool) -> bool {
     let node = &all[i];
     if !node.client.is_connected() {
         // Down again: its next connection tries.
         return true;
     }
-    let own = match node.server_id().await {
-        Ok(own) => own,
-        Err(NodeOutcome::ServerError(e)) => {
-            // Refused (an ACL without `INFO`): it cannot be told apart, as at start-up.
-            tracing::warn!(node = %node.name, error = %e, "node not checked for being the same server as another node (INFO refused): make sure every URL names a distinct master");
-            node.identity.set_checked();
-            return true;
+    let answers = join_all(all.iter().map(|c| async move {
+        match c.client.is_connected() {
+            true => Some(c.server_id().await),
+            false => None,
         }
-        Err(_) => return !node.client.is_connected(),
-    };
-    let others = join_all(
-        all.iter()
-            .enumerate()
-            .filter(|(j, other)| *j != i && other.client.is_connected())
-            .map(|(j, other)| async move { (j, other.server_id().await.ok()) }),
-    )
+    }))
     .await;
-    let mut same_as = None;
-    for (j, id) in others {
-        if id.as_deref() != Some(own.as_str()) {
-            continue;
-        }
-        // The later of the two in the configuration casts no vote.
-        let (first, later) = if j < i { (j, i) } else { (i, j) };
-        tracing::error!(
-            first = %all[first].name,
-            later = %all[later].name,
-            "two nodes are the same Redis server (same run_id): the later one casts no vote; list each independent master once"
-        );
-        all[later].identity.set_same_as(all[first].name.to_string());
-        if later == i {
-            same_as = Some(j);
+    // Each node's server, where it said.
+    let mut ids: Vec<Option<String>> = vec![None; all.len()];
+    for (j, answer) in answers.into_iter().enumerate() {
+        match answer {
+            None => {}
+            Some(Ok(id)) => ids[j] = Some(id),
+            // It may not run INFO (an ACL user without it): it cannot be told apart from
+            // another node, as at start-up.
+            Some(Err(NodeOutcome::ServerError(e))) if e.kind == ServerErrorKind::Permission => {
+                if j == i {
+                    tracing::warn!(node = %node.name, error = %e, "node not checked for being the same server as another node (INFO refused): make sure every URL names a distinct master");
+                }
+            }
+            Some(Err(_)) if j == i || !last => return false,
+            Some(Err(_)) => {}
         }
     }
-    if same_as.is_none() {
-        node.identity.set_checked();
+    let voter_like = |x: usize| {
+        let id = ids[x].as_deref()?;
+        (0..all.len()).find(|&y| y != x && all[y].identity.votes() && ids[y].as_deref() == Some(id))
+    };
+    match voter_like(i) {
+        Some(voter) => {
+            tracing::error!(
+                node = %node.name,
+                voter = %all[voter].name,
+                "two nodes are the same Redis server (same run_id): the one that connected later casts no vote; list each independent master once"
+            );
+            node.identity.set_same_as(all[voter].name.to_string());
+        }
+        None => node.identity.set_checked(),
+    }
+    // A node that was the same server as a voter, and is no longer (that voter's name
+    // reaches another server now, or this one's does): it votes again. In order, so that
+    // of two such twins only the first does.
+    for x in (0..all.len()).filter(|&x| x != i && all[x].identity.same_server()) {
+        if ids[x].is_some() && voter_like(x).is_none() {
+            tracing::info!(node = %all[x].name, "node no longer the same server as a node that votes: it votes again");
+            all[x].identity.set_checked();
+        }
     }
     true
 }

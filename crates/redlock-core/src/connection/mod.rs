@@ -63,8 +63,8 @@ pub(crate) struct Connection {
     /// Whether the node may not know the scripts, and their loading in the background.
     scripts: Arc<ScriptCache>,
     /// Whether the node casts votes (see [`identity`]).
-    pub(crate) identity: Identity,
-    /// Its reconnections, for the task that identifies it again after each.
+    pub(crate) identity: Arc<Identity>,
+    /// Its connections, for the task that identifies it again after each.
     reconnections: Arc<Reconnections>,
 }
 
@@ -192,9 +192,10 @@ impl Connection {
             wanted: AtomicBool::new(false),
         });
         let reconnections = Arc::new(Reconnections::new(0));
+        let identity = Arc::new(Identity::default());
         let on_reconnect = {
             let (cmd, scripts) = (Arc::downgrade(&cmd), scripts.clone());
-            let counted = Arc::downgrade(&reconnections);
+            let (counted, identity) = (Arc::downgrade(&reconnections), identity.clone());
             // A restarted node has forgotten the scripts. Every connection loads them,
             // the first one too: `connect` loads them as well and waits for that, but a
             // node that was down then connects later.
@@ -204,7 +205,7 @@ impl Connection {
                     reload_scripts(&cmd, &scripts);
                 }
                 if let Some(counted) = counted.upgrade() {
-                    counted.send_modify(|n| *n = n.wrapping_add(1));
+                    identity::reconnected(&identity, &counted);
                 }
             }
         };
@@ -219,7 +220,7 @@ impl Connection {
             last_error,
             liveness,
             scripts,
-            identity: Identity::default(),
+            identity,
             reconnections,
         })
     }
@@ -272,7 +273,8 @@ impl Connection {
     /// `CONFIG GET appendfsync`, which managed services may refuse (then unknown).
     pub(crate) async fn health(&self) -> NodeHealth {
         let started = tokio::time::Instant::now();
-        let info = match self.custom("INFO", Vec::new()).await {
+        // Not gated: a node that casts no vote is still reachable, and its settings count.
+        let info = match self.send_custom("INFO", Vec::new()).await {
             Ok(reply) => reply
                 .as_str()
                 .map(|text| text.to_string())
@@ -281,7 +283,7 @@ impl Connection {
         };
         let latency = started.elapsed();
         let appendfsync = match self
-            .custom(
+            .send_custom(
                 "CONFIG",
                 vec![Value::from("GET"), Value::from("appendfsync")],
             )
@@ -696,11 +698,11 @@ fn cleanup_options() -> Options {
 pub(crate) async fn check_distinct(
     connections: &[Connection],
     connected: &[Result<(), String>],
-) -> Result<(), ConfigError> {
+) -> Result<Vec<usize>, ConfigError> {
     let ids = futures::future::join_all(connections.iter().zip(connected).map(
         |(connection, connected)| async move {
             match connected {
-                Ok(()) => connection.server_id().await.ok(),
+                Ok(()) => Some(connection.server_id().await),
                 Err(_) => None,
             }
         },
@@ -708,10 +710,21 @@ pub(crate) async fn check_distinct(
     .await;
     let mut seen: std::collections::HashMap<&str, &NodeName> = Default::default();
     let mut unchecked = Vec::new();
-    for (connection, id) in connections.iter().zip(&ids) {
-        let Some(id) = id else {
-            unchecked.push(connection.name.to_string());
-            continue;
+    // Those that may be identified later (see `identity`): down, or `INFO` unanswered. A
+    // node that refuses `INFO` (an ACL user without it) never can be.
+    let mut later = Vec::new();
+    for (i, (connection, id)) in connections.iter().zip(&ids).enumerate() {
+        let id = match id {
+            Some(Ok(id)) => id,
+            Some(Err(NodeOutcome::ServerError(e))) if e.kind == ServerErrorKind::Permission => {
+                unchecked.push(connection.name.to_string());
+                continue;
+            }
+            _ => {
+                unchecked.push(connection.name.to_string());
+                later.push(i);
+                continue;
+            }
         };
         if let Some(first) = seen.insert(id, &connection.name) {
             return Err(ConfigError::DuplicateServer {
@@ -723,10 +736,10 @@ pub(crate) async fn check_distinct(
     if !unchecked.is_empty() {
         tracing::warn!(
             nodes = %unchecked.join(", "),
-            "nodes not connected at start-up were not checked for being the same server as another node (only connected nodes can be identified): each casts no vote until it is checked as it connects; make sure every URL names a distinct master"
+            "nodes not identified at start-up were not checked for being the same server as another node: each that is down or did not answer INFO casts no vote until it is identified once it does; make sure every URL names a distinct master"
         );
     }
-    Ok(())
+    Ok(later)
 }
 
 /// The `run_id` field of an `INFO` reply.

@@ -259,7 +259,15 @@ pub(crate) fn update(settling: &watch::Sender<Settling>, f: impl FnOnce(&mut Set
 fn needs_undo(outcome: &NodeOutcome) -> bool {
     match outcome {
         NodeOutcome::HeldByOther | NodeOutcome::Closed(_) => false,
-        NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::ScriptNotLoaded => false,
+        // Nothing was sent to a node that casts no vote.
+        NodeOutcome::ServerError(e)
+            if matches!(
+                e.kind,
+                ServerErrorKind::ScriptNotLoaded | ServerErrorKind::SameServer
+            ) =>
+        {
+            false
+        }
         other => !not_ready(other),
     }
 }
@@ -267,7 +275,9 @@ fn needs_undo(outcome: &NodeOutcome) -> bool {
 /// Whether the node refused the command as not ready for it (`LOADING`, `BUSY`): it did
 /// not run, and may run if sent again a little later.
 fn not_ready(outcome: &NodeOutcome) -> bool {
-    matches!(outcome, NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::NotReady)
+    // A node being identified was sent nothing (see `connection::identity`).
+    matches!(outcome, NodeOutcome::ServerError(e)
+        if matches!(e.kind, ServerErrorKind::NotReady | ServerErrorKind::NotIdentified))
 }
 
 /// Whether a command that removes what is ours ([`Request::redo`](super::Request)) must be

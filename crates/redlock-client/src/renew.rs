@@ -223,14 +223,14 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     // Everything due within a quarter of its own interval rides along: renewing a little
     // early costs nothing, and it keeps renewals of many locks in few rounds. The most
     // urgent first (see `TICK_SLICES_IN_FLIGHT`).
-    let mut due: Vec<(usize, Arc<HoldState>, RenewalPlan)> = (0..entries.len())
+    let mut due: Vec<(Instant, usize)> = (0..entries.len())
         .filter(|&i| entries[i].due <= now + entries[i].plan.every / 4)
-        .map(|i| (i, entries[i].shared.clone(), entries[i].plan))
+        .map(|i| (entries[i].shared.valid_until(), i))
         .collect();
     if due.is_empty() {
         return;
     }
-    due.sort_by_key(|(_, shared, _)| shared.valid_until());
+    due.sort_unstable();
     let span = tracing::debug_span!(
         "redlock.renew",
         // The key of a tick that renews one lock; a larger tick's keys are in its rounds'
@@ -243,8 +243,8 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
         failed = tracing::field::Empty,
         elapsed_us = tracing::field::Empty,
     );
-    if let [(_, shared, _)] = due.as_slice() {
-        span.record("key", shared.current().key());
+    if let [(_, i)] = due.as_slice() {
+        span.record("key", entries[*i].shared.current().key());
     }
     let (mut renewed, mut refused, mut failed) = (0u32, 0u32, 0u32);
     let mut after = now;
@@ -282,13 +282,18 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     let mut slices = futures::stream::FuturesUnordered::new();
     loop {
         while let Some(next) = waiting.peek() {
-            let urgent = next.first().is_some_and(|(_, shared, _)| {
-                shared.valid_until() <= Instant::now() + urgent_within
-            });
+            // Sorted: the slice's first lock is its most urgent.
+            let urgent = next
+                .first()
+                .is_some_and(|&(valid_until, _)| valid_until <= Instant::now() + urgent_within);
             if !(slices.is_empty() || urgent && slices.len() < TICK_SLICES_IN_FLIGHT) {
                 break;
             }
-            slices.push(renew_slice(next.to_vec()));
+            let slice = next
+                .iter()
+                .map(|&(_, i)| (i, entries[i].shared.clone(), entries[i].plan))
+                .collect();
+            slices.push(renew_slice(slice));
             waiting.next();
         }
         let Some((slice, results, ttls, answered)) = slices.next().await else {

@@ -176,11 +176,12 @@ async fn identify(all: &[Connection], i: usize, last: bool) -> bool {
             Some(Ok(id)) => ids[j] = Some(id),
             // It may not run INFO (an ACL user without it): it cannot be told apart from
             // another node, as at start-up.
-            Some(Err(NodeOutcome::ServerError(e))) if e.kind == ServerErrorKind::Permission => {
-                if j == i {
-                    tracing::warn!(node = %node.name, error = %e, "node not checked for being the same server as another node (INFO refused): make sure every URL names a distinct master");
-                }
+            Some(Err(NodeOutcome::ServerError(e)))
+                if e.kind == ServerErrorKind::Permission && j == i =>
+            {
+                tracing::warn!(node = %node.name, error = %e, "node not checked for being the same server as another node (INFO refused): make sure every URL names a distinct master");
             }
+            Some(Err(NodeOutcome::ServerError(e))) if e.kind == ServerErrorKind::Permission => {}
             Some(Err(_)) if j == i || !last => return false,
             Some(Err(_)) => {}
         }

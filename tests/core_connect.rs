@@ -344,3 +344,40 @@ async fn a_node_that_connects_late_as_another_nodes_server_casts_no_vote() {
     assert_eq!(value, None);
     c.close().await;
 }
+
+/// A node that answers `INFO` with an error (here an ACL user without it, as managed
+/// services often give) cannot be identified, and votes, with a warning: also one that was
+/// down at connect and comes back later, which must not stay "not identified" for ever.
+/// (Other error replies, `INFO` renamed away, no `run_id`, go the same way: unit test in
+/// `connection::identity`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_may_not_run_info_votes_once_it_connects() {
+    use redlock_testkit::{LinkFault, Links, NodeOptions, Nodes};
+
+    let options = NodeOptions {
+        acl_users: vec!["noinfo on >secret ~* &* +@all -info".into()],
+        ..Default::default()
+    };
+    let set = NodeSet::start_with(3, options).await.unwrap();
+    let links = Links::start(1, &set.addrs()[..1]).await.unwrap();
+    links.set_client(0, LinkFault::Refuse);
+    let as_user = |url: String| url.replacen("redis://", "redis://noinfo:secret@", 1);
+    let nodes = vec![
+        as_user(links.urls(0)[0].clone()),
+        set.node(1).url_as("noinfo", "secret"),
+        set.node(2).url_as("noinfo", "secret"),
+    ];
+    let c = Coordinator::connect(config(nodes)).await.unwrap();
+    links.set_client(0, LinkFault::Pass);
+    let votes = redlock_testkit::eventually(Duration::from_secs(10), || async {
+        let won = c.acquire("unnamed", TTL).await;
+        let node0 = won.as_ref().map(|l| l.report().nodes[0].outcome.clone());
+        if let Ok(lock) = &won {
+            c.release(lock).await.unwrap();
+        }
+        matches!(node0, Ok(NodeOutcome::Acquired))
+    })
+    .await;
+    assert!(votes, "node 0 never voted once back");
+    c.close().await;
+}

@@ -161,9 +161,10 @@ impl Coordinator {
     /// `run_id` (another name, address or database of one server, which would cast two
     /// votes) fail this with [`ConfigError::DuplicateServer`]; only the nodes connected now
     /// can be checked, and the others are named in a warning. Each of those casts no vote
-    /// until it is identified as it connects; one found then to be an earlier node's server
-    /// casts none ([`ServerErrorKind::SameServer`](crate::ServerErrorKind::SameServer)).
-    /// Every node is identified again after each reconnection.
+    /// until it is identified once connected; one found then to be the same server as a
+    /// node that votes casts none
+    /// ([`ServerErrorKind::SameServer`](crate::ServerErrorKind::SameServer)). Every node is
+    /// identified again after each reconnection (see the README).
     pub async fn connect(config: Config) -> Result<Coordinator, ConfigError> {
         crate::metrics::describe_once();
         let endpoints = config.endpoints()?;

@@ -37,12 +37,13 @@ pub enum ServerErrorKind {
     /// are loaded again at once: transient.
     ScriptNotLoaded,
     /// Not a reply: the node is the same Redis server (the same `run_id`) as a node that
-    /// votes (another name, address or database of it), found when it connected after
-    /// start-up or reconnected. Nothing is sent to it: one server casts one vote.
+    /// votes (another name, address or database of it), found when it was identified after
+    /// start-up (it was down then, or reconnected since). Nothing is sent to it: one server
+    /// casts one vote.
     SameServer,
-    /// Not a reply: the node connected after start-up, or reconnected, and is being
-    /// identified (is it another node's server?), for about a round trip. Nothing was sent:
-    /// transient, like [`NotReady`](Self::NotReady).
+    /// Not a reply: the node could not be identified at start-up (down, or `INFO`
+    /// unanswered) and has not been since (is it another node's server?): it is as soon
+    /// as it is connected. Nothing was sent: transient, like [`NotReady`](Self::NotReady).
     NotIdentified,
     /// Any other error reply, or a reply the lock does not understand.
     Unknown,
@@ -147,8 +148,9 @@ impl ServerErrorKind {
                  flushed) and ran nothing; they are being loaded again: retry"
             }
             ServerErrorKind::NotIdentified => {
-                "the node just connected and is being checked not to be another node's \
-                 server; it counts as failing for that round trip: retry"
+                "the node was not identified at start-up and is checked not to be another \
+                 node's server as soon as it is connected; it counts as failing until then: \
+                 retry"
             }
             ServerErrorKind::SameServer => {
                 "two node URLs reach this one server (another address, name or database of \

@@ -1,16 +1,20 @@
 //! Which server each node is. Two nodes that reach one server (another name, address or
 //! database of it) would cast two votes for one failure domain: `Coordinator::connect`
 //! refuses such a configuration when it can tell ([`super::check_distinct`]), but it can
-//! tell only for the nodes it could identify then. A node it could not (down, or its
-//! `INFO` unanswered) casts no vote until it is identified, and neither does a node whose
-//! connection came back (a name may reach another server after a failover or a change of
-//! address, or the server restarted), until it is identified again: its commands are
-//! refused, unsent, with [`ServerErrorKind::NotIdentified`] (transient: releases are sent
-//! again), for the round trip that takes. A node found to be the same server as a node that
-//! votes casts none: [`ServerErrorKind::SameServer`], and hand-overs it announces are not
-//! counted. The node that votes keeps its vote, so no round can count the old voter and the
-//! new one together; a node that no longer matches a voter (its twin's name moved on) votes
-//! again.
+//! tell only for the nodes it identified then. A node it could not identify (down, or its
+//! `INFO` not answered in time) casts no vote until it is: its commands are refused,
+//! unsent, with [`ServerErrorKind::NotIdentified`], and it is identified as soon as it is
+//! connected. Found then to be the same server as a node that votes, it casts none:
+//! [`ServerErrorKind::SameServer`], and hand-overs it announces are not counted. The node
+//! that votes keeps its vote.
+//!
+//! After each reconnection a node is identified again, without holding its commands back
+//! meanwhile (a node that just came back must not lose the releases sent to it): a name
+//! that reaches another node's server after a failover or a change of address stops voting
+//! a round trip after it reconnected, and a node that was another's server and no longer
+//! is votes again. A node that answers `INFO` with an error (an ACL user without it, a
+//! server that renamed it away, a proxy without `run_id`) cannot be identified and votes,
+//! with a warning, as at start-up.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -33,9 +37,9 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
-    /// Identified (at start-up, or since): its commands go.
+    /// Identified (at start-up, or since), or cannot be: its commands go.
     const CHECKED: u8 = 0;
-    /// Not identified since it connected: its commands are refused.
+    /// Never identified: its commands are refused.
     const PENDING: u8 = 1;
     /// The same server as a node that votes: its commands are refused.
     const SAME_SERVER: u8 = 2;
@@ -47,6 +51,10 @@ impl Identity {
     /// Whether the node casts votes: identified, and no other node's server.
     pub(crate) fn votes(&self) -> bool {
         self.state.load(Ordering::SeqCst) == Self::CHECKED
+    }
+
+    fn pending(&self) -> bool {
+        self.state.load(Ordering::SeqCst) == Self::PENDING
     }
 
     fn same_server(&self) -> bool {
@@ -98,105 +106,128 @@ impl Identity {
 /// task.
 pub(crate) type Reconnections = watch::Sender<u64>;
 
-/// What the reconnection callback does: a connection that comes back casts no vote until
-/// it is identified again (its first connection is identified at start-up, or was marked
-/// pending then), and its identification task is woken.
-pub(crate) fn reconnected(identity: &Identity, reconnections: &Reconnections) {
-    if *reconnections.borrow() > 0 {
-        identity.set_pending();
-    }
-    reconnections.send_modify(|n| *n = n.wrapping_add(1));
+/// What identifying a node with `INFO` gave.
+enum Seen {
+    /// Its server's `run_id`.
+    Server(String),
+    /// It answered with an error (an ACL user without `INFO`, `INFO` renamed away, no
+    /// `run_id` in the reply): it cannot be identified, now or later.
+    Unidentifiable(ServerError),
+    /// No answer (down, timed out, not ready): try again.
+    Unknown,
 }
 
-/// Starts the task that identifies node `i` of `connections`: at once if it is pending and
-/// connected, then after each reconnection. It ends with the connections.
+async fn seen(node: &Connection) -> Seen {
+    match node.server_id().await {
+        Ok(id) => Seen::Server(id),
+        Err(NodeOutcome::ServerError(e)) if e.kind != ServerErrorKind::NotReady => {
+            Seen::Unidentifiable(e)
+        }
+        Err(_) => Seen::Unknown,
+    }
+}
+
+/// Whether `outcome`, an answer to `INFO` at start-up, says the node can never be
+/// identified (see [`Seen::Unidentifiable`]).
+pub(crate) fn unidentifiable(outcome: &NodeOutcome) -> bool {
+    matches!(outcome, NodeOutcome::ServerError(e) if e.kind != ServerErrorKind::NotReady)
+}
+
+/// Starts the task that identifies node `i` of `connections`: while it is pending (not
+/// identified at start-up), each time it is connected until that succeeds; then after each
+/// reconnection. It ends with the connections.
 pub(crate) fn watch_identity(
     connections: &Arc<[Connection]>,
     i: usize,
     turns: Arc<tokio::sync::Mutex<()>>,
 ) {
     let mut reconnected = connections[i].reconnections.subscribe();
-    let pending_now = !connections[i].identity.votes() && connections[i].client.is_connected();
+    let client = connections[i].client.clone();
     let connections = Arc::downgrade(connections);
     tokio::spawn(async move {
-        if !pending_now && reconnected.changed().await.is_err() {
-            return;
-        }
         loop {
-            let mut tries = 0;
+            let pending = match connections.upgrade() {
+                Some(all) => all[i].identity.pending(),
+                None => return,
+            };
+            if pending {
+                // Not by its reconnection events: fred may announce one before it counts
+                // the connection as up. Each second, whether the coordinator is gone.
+                if !client.is_connected() {
+                    let _ = tokio::time::timeout(WAIT_STEP, client.wait_for_connect()).await;
+                    continue;
+                }
+            } else if reconnected.changed().await.is_err() {
+                return;
+            }
             // One decision at a time across the nodes: two that reach one server and
             // connect together see each other.
-            while let Some(all) = connections.upgrade() {
-                tries += 1;
-                let turn = turns.lock().await;
-                let decided = identify(&all, i, tries >= TRIES).await;
-                drop((turn, all));
-                if decided {
-                    break;
-                }
-                tokio::time::sleep(RETRY).await;
-            }
-            if reconnected.changed().await.is_err() {
+            let turn = turns.lock().await;
+            let Some(all) = connections.upgrade() else {
                 return;
+            };
+            let decided = identify(&all, i).await;
+            drop((all, turn));
+            if !decided {
+                tokio::time::sleep(RETRY).await;
             }
         }
     });
 }
 
-/// The pause before an identification that could not decide is tried again.
+/// How long a pending node's task waits for its connection before it looks again.
+const WAIT_STEP: Duration = Duration::from_secs(1);
+
+/// The pause before a pending node whose `INFO` went unanswered is asked again.
 const RETRY: Duration = Duration::from_millis(100);
 
-/// Tries after which the other nodes that did not answer `INFO` are left out: a node that
-/// does not answer cannot vote either (its twin's identification is not held up for ever by
-/// a hung node).
-const TRIES: u32 = 3;
-
-/// Identifies node `i` against every node connected now, and lets any node that was the
-/// same server as a voter and no longer is vote again. `false` when it must be tried again:
-/// `i` is connected but did not answer `INFO`, or (unless `last`) another connected node
-/// did not.
-async fn identify(all: &[Connection], i: usize, last: bool) -> bool {
+/// Identifies node `i` against every other node connected now, and lets any node that was
+/// the same server as a voter and no longer is vote again. `false` when `i` is pending and
+/// did not answer (it is asked again); a node that answers no longer counts as pending.
+/// Other nodes that do not answer are left out: they do not vote while they do not answer
+/// either.
+async fn identify(all: &[Connection], i: usize) -> bool {
     let node = &all[i];
-    if !node.client.is_connected() {
-        // Down again: its next connection tries.
-        return true;
-    }
     let answers = join_all(all.iter().map(|c| async move {
         match c.client.is_connected() {
-            true => Some(c.server_id().await),
-            false => None,
+            true => seen(c).await,
+            false => Seen::Unknown,
         }
     }))
     .await;
-    // Each node's server, where it said.
-    let mut ids: Vec<Option<String>> = vec![None; all.len()];
-    for (j, answer) in answers.into_iter().enumerate() {
-        match answer {
-            None => {}
-            Some(Ok(id)) => ids[j] = Some(id),
-            // It may not run INFO (an ACL user without it): it cannot be told apart from
-            // another node, as at start-up.
-            Some(Err(NodeOutcome::ServerError(e)))
-                if e.kind == ServerErrorKind::Permission && j == i =>
-            {
-                tracing::warn!(node = %node.name, error = %e, "node not checked for being the same server as another node (INFO refused): make sure every URL names a distinct master");
+    let ids: Vec<Option<&str>> = answers
+        .iter()
+        .map(|seen| match seen {
+            Seen::Server(id) => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    match &answers[i] {
+        Seen::Server(_) => {}
+        Seen::Unidentifiable(e) => {
+            tracing::warn!(node = %node.name, error = %e, "node not checked for being the same server as another node (INFO refused, or no run_id): make sure every URL names a distinct master");
+            if node.identity.pending() {
+                node.identity.set_checked();
             }
-            Some(Err(NodeOutcome::ServerError(e))) if e.kind == ServerErrorKind::Permission => {}
-            Some(Err(_)) if j == i || !last => return false,
-            Some(Err(_)) => {}
+            return true;
         }
+        // A node that votes keeps voting (its commands would not be answered either); a
+        // pending one is asked again.
+        Seen::Unknown => return !node.identity.pending(),
     }
     let voter_like = |x: usize| {
-        let id = ids[x].as_deref()?;
-        (0..all.len()).find(|&y| y != x && all[y].identity.votes() && ids[y].as_deref() == Some(id))
+        let id = ids[x]?;
+        (0..all.len()).find(|&y| y != x && all[y].identity.votes() && ids[y] == Some(id))
     };
     match voter_like(i) {
         Some(voter) => {
-            tracing::error!(
-                node = %node.name,
-                voter = %all[voter].name,
-                "two nodes are the same Redis server (same run_id): the one that connected later casts no vote; list each independent master once"
-            );
+            if !node.identity.same_server() {
+                tracing::error!(
+                    node = %node.name,
+                    voter = %all[voter].name,
+                    "two nodes are the same Redis server (same run_id): the one identified later casts no vote; list each independent master once"
+                );
+            }
             node.identity.set_same_as(all[voter].name.to_string());
         }
         None => node.identity.set_checked(),
@@ -211,4 +242,39 @@ async fn identify(all: &[Connection], i: usize, last: bool) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::ClosedReason;
+
+    /// An error reply to `INFO` says the node can never be identified (it then votes, with a
+    /// warning); no answer, or not ready, says "ask again". Only `NOPERM` used to count:
+    /// `INFO` renamed away (`ERR unknown command`) or a reply without `run_id` left a node
+    /// down at start-up "not identified" for ever once back.
+    #[test]
+    fn only_an_error_reply_makes_a_node_unidentifiable() {
+        let reply = |message: &str| NodeOutcome::ServerError(ServerError::new("INFO", message));
+        for answered in [
+            reply("NOPERM User noinfo has no permissions to run the 'info' command"),
+            reply("ERR unknown command 'INFO', with args beginning with: 'server'"),
+            NodeOutcome::ServerError(ServerError::of_kind(
+                ServerErrorKind::Unknown,
+                "INFO",
+                "INFO server reported no run_id",
+            )),
+        ] {
+            assert!(unidentifiable(&answered), "{answered}");
+        }
+        for unanswered in [
+            reply("LOADING Redis is loading the dataset in memory"),
+            reply("BUSY Redis is busy running a script"),
+            NodeOutcome::TimedOut,
+            NodeOutcome::ConnectionError("reset".into()),
+            NodeOutcome::Closed(ClosedReason::Shutdown),
+        ] {
+            assert!(!unidentifiable(&unanswered), "{unanswered}");
+        }
+    }
 }

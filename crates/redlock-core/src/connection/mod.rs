@@ -63,7 +63,7 @@ pub(crate) struct Connection {
     /// Whether the node may not know the scripts, and their loading in the background.
     scripts: Arc<ScriptCache>,
     /// Whether the node casts votes (see [`identity`]).
-    pub(crate) identity: Arc<Identity>,
+    pub(crate) identity: Identity,
     /// Its connections, for the task that identifies it again after each.
     reconnections: Arc<Reconnections>,
 }
@@ -192,10 +192,9 @@ impl Connection {
             wanted: AtomicBool::new(false),
         });
         let reconnections = Arc::new(Reconnections::new(0));
-        let identity = Arc::new(Identity::default());
         let on_reconnect = {
             let (cmd, scripts) = (Arc::downgrade(&cmd), scripts.clone());
-            let (counted, identity) = (Arc::downgrade(&reconnections), identity.clone());
+            let counted = Arc::downgrade(&reconnections);
             // A restarted node has forgotten the scripts. Every connection loads them,
             // the first one too: `connect` loads them as well and waits for that, but a
             // node that was down then connects later.
@@ -204,8 +203,9 @@ impl Connection {
                     scripts.missing.store(true, Ordering::SeqCst);
                     reload_scripts(&cmd, &scripts);
                 }
+                // Its identification task identifies it again.
                 if let Some(counted) = counted.upgrade() {
-                    identity::reconnected(&identity, &counted);
+                    counted.send_modify(|n| *n = n.wrapping_add(1));
                 }
             }
         };
@@ -220,7 +220,7 @@ impl Connection {
             last_error,
             liveness,
             scripts,
-            identity,
+            identity: Identity::default(),
             reconnections,
         })
     }
@@ -711,12 +711,13 @@ pub(crate) async fn check_distinct(
     let mut seen: std::collections::HashMap<&str, &NodeName> = Default::default();
     let mut unchecked = Vec::new();
     // Those that may be identified later (see `identity`): down, or `INFO` unanswered. A
-    // node that refuses `INFO` (an ACL user without it) never can be.
+    // node that answers `INFO` with an error (an ACL user without it) never can be.
     let mut later = Vec::new();
     for (i, (connection, id)) in connections.iter().zip(&ids).enumerate() {
         let id = match id {
             Some(Ok(id)) => id,
-            Some(Err(NodeOutcome::ServerError(e))) if e.kind == ServerErrorKind::Permission => {
+            // It answered with an error: it cannot be identified (see `identity`).
+            Some(Err(outcome)) if identity::unidentifiable(outcome) => {
                 unchecked.push(connection.name.to_string());
                 continue;
             }
@@ -736,7 +737,7 @@ pub(crate) async fn check_distinct(
     if !unchecked.is_empty() {
         tracing::warn!(
             nodes = %unchecked.join(", "),
-            "nodes not identified at start-up were not checked for being the same server as another node: each that is down or did not answer INFO casts no vote until it is identified once it does; make sure every URL names a distinct master"
+            "nodes not identified at start-up were not checked for being the same server as another node: each that is down or did not answer INFO in time casts no vote until it is identified once it does; make sure every URL names a distinct master"
         );
     }
     Ok(later)

@@ -367,13 +367,9 @@ async fn a_password_node_works_with_the_password_and_says_what_is_wrong_without_
     client.shutdown().await;
 }
 
-/// A user whose ACL lacks `script|load` (an ACL line older than the README's, or a proxy that
-/// refuses `SCRIPT`): the scripts are never loaded, so acquisitions go as one `EVAL` with
-/// the source (an acquisition is never sent twice, see `core_faults.rs`), and every path
-/// works. Without that, every script acquisition was refused (`NOSCRIPT`) for good.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_that_may_not_load_scripts_runs_every_path() {
-    let set = NodeSet::start_with(
+/// Three nodes with the user `noload`: the README's ACL line without `script|load`.
+async fn nodes_with_a_user_that_may_not_load_scripts() -> NodeSet {
+    NodeSet::start_with(
         3,
         NodeOptions {
             acl_users: vec![format!(
@@ -384,7 +380,16 @@ async fn a_user_that_may_not_load_scripts_runs_every_path() {
         },
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// A user whose ACL lacks `script|load` (an ACL line older than the README's, or a proxy that
+/// refuses `SCRIPT`): the scripts are never loaded, so acquisitions go as one `EVAL` with
+/// the source (an acquisition is never sent twice, see `core_faults.rs`), and every path
+/// works. Without that, every script acquisition was refused (`NOSCRIPT`) for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_that_may_not_load_scripts_runs_every_path() {
+    let set = nodes_with_a_user_that_may_not_load_scripts().await;
     let client = connect(builder(set.urls_as("noload", SECRET))).await;
     every_path(&client, &set).await;
     client.shutdown().await;
@@ -400,18 +405,7 @@ async fn a_user_that_may_not_load_scripts_runs_every_path() {
 /// load at connect timed out there now and then.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_on_nodes_without_the_scripts_is_sent_with_their_source() {
-    let set = NodeSet::start_with(
-        3,
-        NodeOptions {
-            acl_users: vec![format!(
-                "noload on >{SECRET} {}",
-                LOCK_ACL.replace(" +script|load", "")
-            )],
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let set = nodes_with_a_user_that_may_not_load_scripts().await;
     let client = connect(
         builder(set.urls_as("noload", SECRET))
             .node_timeout(Duration::from_millis(10))

@@ -99,11 +99,17 @@ impl Drop for Inner {
         // A runtime that has shut down took the tasks with it: nothing to wait for or to
         // quit. The task runs on its own (its handle is not needed).
         drop(self.runtime.spawn(async move {
-            work.idle().await;
-            if liveness.close(ClosedReason::Shutdown) {
-                join_all(connections.iter().map(Connection::quit)).await;
-            }
+            shut_down(&work, &liveness, &connections).await;
         }));
+    }
+}
+
+/// What [`Coordinator::close`] and a coordinator dropped without it do: wait for the
+/// background work, then close every connection (once).
+async fn shut_down(work: &BackgroundWork, liveness: &Liveness, connections: &[Connection]) {
+    work.idle().await;
+    if liveness.close(ClosedReason::Shutdown) {
+        join_all(connections.iter().map(Connection::quit)).await;
     }
 }
 
@@ -613,10 +619,8 @@ impl Coordinator {
     /// afterwards send nothing: each node reports
     /// [`NodeOutcome::Closed`](crate::NodeOutcome::Closed).
     pub async fn close(&self) {
-        self.quiesce().await;
-        if self.inner.liveness.close(ClosedReason::Shutdown) {
-            join_all(self.inner.connections.iter().map(Connection::quit)).await;
-        }
+        let inner = &self.inner;
+        shut_down(&inner.work, &inner.liveness, &inner.connections).await;
     }
 
     /// Why this coordinator can send nothing any more, or `None` while it can: it was

@@ -111,8 +111,8 @@ enum Seen {
     /// Its server's `run_id`.
     Server(String),
     /// It answered with an error (an ACL user without `INFO`, `INFO` renamed away, no
-    /// `run_id` in the reply): it cannot be identified, now or later.
-    Unidentifiable(ServerError),
+    /// `run_id` in the reply): it cannot be identified, now or later. What it answered.
+    Unidentifiable(NodeOutcome),
     /// No answer (down, timed out, not ready): try again.
     Unknown,
 }
@@ -120,9 +120,7 @@ enum Seen {
 async fn seen(node: &Connection) -> Seen {
     match node.server_id().await {
         Ok(id) => Seen::Server(id),
-        Err(NodeOutcome::ServerError(e)) if e.kind != ServerErrorKind::NotReady => {
-            Seen::Unidentifiable(e)
-        }
+        Err(outcome) if unidentifiable(&outcome) => Seen::Unidentifiable(outcome),
         Err(_) => Seen::Unknown,
     }
 }

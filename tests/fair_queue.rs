@@ -1740,6 +1740,95 @@ async fn a_head_whose_lost_round_took_the_key_where_the_release_came_first_tries
     no_keys_left(&set).await;
 }
 
+/// A fair head that cannot win because every answer it gets comes after its node timeout
+/// (though its commands run at once) steps back once it lost three rounds that no node
+/// refused: it leaves the queues, which wakes the waiter behind it, and queues again
+/// under a new ticket. Its attempts kept its place fresh, so the waiter behind it, which
+/// could win, waited out its whole `max_wait` (the head's own wait is ten times longer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_head_whose_answers_come_late_steps_back_for_the_waiter_behind_it() {
+    use redlock_testkit::LinkFault;
+
+    head_that_cannot_win(3, |links| {
+        links.set_client(
+            0,
+            LinkFault::Latency {
+                to_server: Duration::ZERO,
+                to_client: Duration::from_millis(600),
+            },
+        )
+    })
+    .await;
+}
+
+/// [`a_fair_head_whose_answers_come_late_steps_back_for_the_waiter_behind_it`] for a head
+/// that reaches only half of four nodes: it heads their queues (the others dropped its
+/// entry after its patience), so the waiter behind it gets two votes of the three it
+/// needs, and the head gets the other two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_head_that_reaches_half_the_nodes_steps_back_for_the_waiter_behind_it() {
+    use redlock_testkit::LinkFault;
+
+    head_that_cannot_win(4, |links| {
+        links.link(0, 2).set(LinkFault::Blackhole);
+        links.link(0, 3).set(LinkFault::Blackhole);
+    })
+    .await;
+}
+
+/// `nodes` nodes; a holder of `redlock:job` that dies (its key expires after 1 s); a fair
+/// head waiting through fault-proxy links and a fair waiter behind it. Once `fault` is set
+/// on the head's links, the waiter behind must get the lock within its 6 s `max_wait`;
+/// then the head gets it too once its links heal, and no key is left.
+async fn head_that_cannot_win(nodes: usize, fault: impl FnOnce(&redlock_testkit::Links)) {
+    let set = NodeSet::start(nodes).await.unwrap();
+    let links = common::linked(&set).await;
+    let holder = common::coordinator(&set, Duration::from_millis(500)).await;
+    holder
+        .acquire("redlock:job", Duration::from_secs(1))
+        .await
+        .unwrap();
+    let config = redlock_client::LockConfig::builder()
+        .nodes(links.urls(0))
+        .ttl(Duration::from_secs(10))
+        .node_timeout(Duration::from_millis(100))
+        .backoff(Duration::from_millis(5), Duration::from_millis(100))
+        .max_wait(Duration::from_secs(60))
+        .fair(true)
+        .build()
+        .unwrap();
+    let head = Redlock::connect(config).await.unwrap();
+    common::subscribed(&set, 1).await;
+    let waiting_head = start_waiting(&set, &head).await;
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let behind = client(&set, |b| b.fair(true).max_wait(Duration::from_secs(6))).await;
+    let waiter = behind.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("job").await });
+    queued_everywhere(&set, 2).await;
+    fault(&links);
+    let won = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the lock call outlived its max_wait")
+        .unwrap()
+        .expect("the head that could not win held the waiter behind it up");
+    won.release().await.unwrap();
+    links.heal_all();
+    let held = tokio::time::timeout(Duration::from_secs(10), waiting_head)
+        .await
+        .expect("the head did not get the lock once its links healed")
+        .unwrap()
+        .unwrap();
+    held.release().await.unwrap();
+    head.shutdown().await;
+    behind.shutdown().await;
+    holder.close().await;
+    let gone = eventually(Duration::from_secs(5), || async {
+        keys_left(&set).await.is_empty()
+    })
+    .await;
+    assert!(gone, "keys left behind: {:?}", keys_left(&set).await);
+}
+
 /// A patience past a year is refused before anything is sent: the nodes could not expire
 /// the queue's keys after it (`PEXPIRE` out of range fails the script after its writes),
 /// and they would stay forever.

@@ -412,9 +412,10 @@ impl Redlock {
             Some(notifier) => notifier.waiter_id(),
             None => crate::owner::random_id().to_string(),
         });
-        let place = waiter
+        let patience = config.fair_patience_for(retry);
+        let mut place = waiter
             .as_deref()
-            .map(|waiter| FairPlace::now(waiter, config.fair_patience_for(retry)));
+            .map(|waiter| FairPlace::now(waiter, patience));
         let keys: Vec<String> = match target {
             LockShape::One(key) | LockShape::Reentrant(key, _) => vec![key.to_string()],
             LockShape::Many(keys) => keys.to_vec(),
@@ -458,6 +459,9 @@ impl Redlock {
             // next woken attempt's pause is drawn from (see below).
             let mut woken_losses = 0u32;
             let mut woken = false;
+            // A fair waiter's lost rounds in a row that no node refused (see
+            // `HEAD_LOSSES_BEFORE_STEPPING_BACK`).
+            let mut unrefused_losses = 0u32;
             // Whether a waiter that queues only to be woken still does: one whose woken
             // attempts kept losing until its pause window reached `max_delay` leaves the
             // queue and polls (see below).
@@ -686,6 +690,35 @@ impl Redlock {
                         None => fail(report, short, attempts, past_deadline),
                     });
                 }
+                // A fair head that keeps losing rounds no node refused (the key was free
+                // and its turn had come wherever it got an answer) cannot win: its answers
+                // come after the node timeout, or it reaches too few nodes. Each attempt
+                // refreshes its place, so it would hold every waiter behind it up for its
+                // whole `max_wait` (for ever without one), though they could win. It steps
+                // back: leaves the queues (which passes the key on to the next waiter) and
+                // queues again under a new ticket, behind the waiters already there.
+                if fair && short.is_none() && !take_on && not_refused(&report) {
+                    unrefused_losses = unrefused_losses.saturating_add(1);
+                } else {
+                    unrefused_losses = 0;
+                }
+                if let (Some(waiter), true) = (
+                    waiter.as_deref(),
+                    unrefused_losses >= HEAD_LOSSES_BEFORE_STEPPING_BACK,
+                ) {
+                    unrefused_losses = 0;
+                    // Its rollbacks first: they put it back at the head where they free
+                    // the key, and a leave must come after them.
+                    if !settled {
+                        settle(&report, node_timeout, deadline).await;
+                    }
+                    tracing::debug!(
+                        attempt = attempts,
+                        "a fair head lost rounds that no node refused; stepping back"
+                    );
+                    self.step_back(&keys, waiter, node_timeout).await;
+                    place = Some(FairPlace::now(waiter, patience));
+                }
                 if take_on {
                     // The lost round's rollbacks run in the background, on the connections
                     // the next round uses: sent at once, that round could reach a node
@@ -888,6 +921,26 @@ impl Redlock {
         }
     }
 
+    /// A fair waiter that steps back leaves each of its keys' queues, on every node it
+    /// reaches (where the key is free, the leave passes it on to the next waiter), waiting
+    /// at most a node timeout and a half. Where a leave did not get through, the entry keeps
+    /// its old ticket (the next attempt's `ZADD NX` does not move it) until the waiter
+    /// steps back again or its patience runs out there.
+    async fn step_back(&self, keys: &[String], waiter: &str, node_timeout: Duration) {
+        let leaves = keys
+            .iter()
+            .map(|key| self.inner.core.leave_queue(key, waiter));
+        let bound = node_timeout.saturating_add(node_timeout / 2);
+        match tokio::time::timeout(bound, futures::future::join_all(leaves)).await {
+            Ok(reports) => {
+                for e in reports.into_iter().filter_map(Result::err) {
+                    tracing::debug!(error = %e, "stepping back in a fair queue: a leave failed");
+                }
+            }
+            Err(_) => tracing::debug!("stepping back in a fair queue: the leave ran out of time"),
+        }
+    }
+
     async fn round(
         &self,
         shape: LockShape<'_>,
@@ -1022,6 +1075,23 @@ fn refused_until_changed(report: &RoundReport) -> bool {
         .count();
     refused > report.nodes.len().saturating_sub(report.quorum)
 }
+
+/// Whether no node refused a lost round: none held the keys for someone else, or said
+/// that another waiter's turn had come (which a gated round's report counts as held). A
+/// fair waiter's round lost so was the head's, wherever it got an answer.
+fn not_refused(report: &RoundReport) -> bool {
+    !report
+        .nodes
+        .iter()
+        .any(|n| n.outcome == NodeOutcome::HeldByOther)
+}
+
+/// A fair waiter's lost rounds in a row that no node refused ([`not_refused`]) before it
+/// steps back to the end of its keys' queues. A healthy head whose key is free wins its
+/// first round; one that loses three without a refusal has answers that keep coming after
+/// the node timeout, or reaches fewer nodes than a quorum, and would hold the waiters
+/// behind it up for its whole wait. Three rides out a reconnection or a slow moment.
+const HEAD_LOSSES_BEFORE_STEPPING_BACK: u32 = 3;
 
 /// A lost round's report once every node answered and every rollback finished, waiting
 /// at most a node timeout and not past the call's deadline; the report as decided if that

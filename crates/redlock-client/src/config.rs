@@ -96,7 +96,11 @@ pub struct LockConfig {
     /// A reentrant owner that holds the key already adds a hold at once. So while every
     /// wake-up subscriber is up, a waiter tries again between hand-overs only
     /// at `retry.max_delay` or half the TTL, whichever is shorter, which keeps its place,
-    /// keeps a hand-over's validity, and finds a key whose holder expired. Costs each
+    /// keeps a hand-over's validity, and finds a key whose holder expired. A head that
+    /// loses three rounds in a row that no node refused (its answers come after
+    /// `node_timeout`, or it reaches fewer nodes than a quorum) cannot win, and would hold
+    /// every waiter behind it up for its whole wait: it leaves the queues (waking the next
+    /// waiter) and queues again at the back. Costs each
     /// attempt a script instead of `SET NX`, and a won lock that did not hear from every
     /// node one more command per node in the background (leaving the queue). A lock over
     /// several keys waits in each key's queue, and takes its keys once it heads all of

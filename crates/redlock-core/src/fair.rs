@@ -13,7 +13,10 @@
 //! A crashed waiter cannot block the queue: each entry expires `patience` after its
 //! waiter's last attempt (by the node's clock), and every attempt first drops the expired
 //! entries. Client clocks that disagree change the order (a waiter whose clock runs ahead
-//! queues later), never safety.
+//! queues later), never safety. A live head that cannot win (its answers come late, or it
+//! reaches too few nodes) is the caller's to handle: `redlock-client`'s waiter leaves
+//! ([`Coordinator::leave_queue`]) and queues again under a new ticket after three lost
+//! rounds that no node refused.
 //!
 //! Hand-over: each attempt of a fair waiter also registers a hand-over (its attempt number
 //! and TTL). A release (or a leave) that frees the key while such a waiter heads the queue

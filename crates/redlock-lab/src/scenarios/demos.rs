@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use super::fair_head::{self, FAIR_HEAD_CLIENTS};
 use super::naive_fencing;
 use super::steal::{hold_then_steal, Break, ROUNDS};
 use crate::backend::Setup;
@@ -141,6 +142,22 @@ pub(super) fn scenarios() -> Vec<Scenario> {
                 TOKEN_BACKWARDS,
                 "a lab-side issuer INCRs the counter on the three of five nodes its client reaches and takes the max; clients reaching {0,1,2} three times, {2,3,4} twice, then {0,1,3}: the last token is 4, after 5",
                 naive_fencing::incr_max,
+            )
+        },
+        Scenario {
+            setup: FIVE,
+            clients: FAIR_HEAD_CLIENTS,
+            timing: Timing {
+                // A stall shows within a second; the demonstration runs 20 times in CI.
+                run_for: Duration::from_secs(2),
+                ..Timing::default()
+            },
+            ..demo(
+                "naive_fair_head_never_steps_back",
+                "fair queue: a live head that cannot win steps back (a head that keeps refreshing its place holds every waiter behind it up for its whole wait)",
+                &["scenario rule"],
+                "fair_head_answers_late with a head built on the core's fair acquisition that never steps back: while its answers come late, the two clients behind it win the key far less often than before and after",
+                fair_head::naive_fair_head_never_steps_back,
             )
         },
         Scenario {

@@ -2,6 +2,7 @@
 //! must report a violation, because each breaks an assumption of Redlock).
 
 mod demos;
+mod fair_head;
 mod issuer;
 mod lost_keys;
 mod naive_fencing;

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::super::fair_head::{fair_head_answers_late, FAIR_HEAD_CLIENTS};
 use super::clients::{many_clients_fair_minority_paused, many_clients_minority_paused, MANY};
 use super::clocks::minority_clock_jumps;
 use super::holder::{holder_process_killed, holder_process_paused_writes_fenced};
@@ -100,6 +101,14 @@ pub(super) fn scenarios() -> Vec<Scenario> {
                 "many_clients_fair_minority_paused",
                 "many_clients_minority_paused with every lock in the fair queue (fair = true): the queue's scripts, expiry and targeted wake-ups under the pause; the notes report each client's share",
                 many_clients_fair_minority_paused,
+            )
+        },
+        Scenario {
+            clients: FAIR_HEAD_CLIENTS,
+            ..safe(
+                "fair_head_answers_late",
+                "three fair clients; from a fifth to 70 % of the run client 0's answers come three node timeouts late (its commands run at once): a head that cannot win steps back after three unrefused losses, and its leaves and late rollbacks leave nothing behind; the notes report each client's wins",
+                fair_head_answers_late,
             )
         },
     ]

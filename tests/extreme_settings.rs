@@ -121,6 +121,7 @@ async fn extreme_ttls_are_typed_errors_and_send_nothing() {
         number: 1,
         ttl: Duration::MAX,
         since: tokio::time::Instant::now(),
+        suspended: redlock_core::host_suspended(),
         nodes: &[0, 1, 2],
     };
     assert!(matches!(
@@ -138,6 +139,7 @@ async fn extreme_ttls_are_typed_errors_and_send_nothing() {
         number: 1,
         ttl,
         since: before + Duration::from_secs(3600),
+        suspended: redlock_core::host_suspended(),
         nodes: &[0, 1, 2],
     };
     let lock = core.handed_over(future).expect("a quorum handed it over");

@@ -1353,6 +1353,7 @@ async fn a_rollback_of_the_waiters_round_cannot_delete_a_key_handed_over_meanwhi
             number: 1,
             ttl: Duration::from_secs(5),
             since,
+            suspended: redlock_core::host_suspended(),
             nodes: &[0, 1, 2],
         })
         .unwrap();
@@ -1395,6 +1396,7 @@ async fn a_hand_over_needs_a_quorum_and_validity_left() {
         number: 1,
         ttl: Duration::from_secs(5),
         since,
+        suspended: redlock_core::host_suspended(),
         nodes,
     };
     let now = tokio::time::Instant::now();
@@ -1496,6 +1498,7 @@ async fn a_late_release_hands_nothing_to_a_waiter_that_held_and_released_meanwhi
             number: 1,
             ttl: Duration::from_secs(30),
             since: tokio::time::Instant::now(),
+            suspended: redlock_core::host_suspended(),
             nodes: &[0, 1],
         })
         .unwrap();

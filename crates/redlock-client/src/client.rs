@@ -470,9 +470,10 @@ impl Redlock {
             // or its future dropped), once an attempt has queued the waiter, unless the
             // winning round already took the waiter out on every node.
             let mut queued = None;
-            // A fair waiter's last attempt that registered a hand-over: its number, and an
-            // instant before its round started (the hand-over's validity starts there).
-            let mut handover: Option<(u64, Instant)> = None;
+            // A fair waiter's last attempt that registered a hand-over: its number, an
+            // instant before its round started (the hand-over's validity starts there), and
+            // the host's suspend then.
+            let mut handover: Option<(u64, Instant, Duration)> = None;
             // Why the call gives up, from the last attempt's report: `past_deadline` with
             // the time waited, or every allowed attempt used.
             let fail = |report: Box<RoundReport>,
@@ -517,7 +518,8 @@ impl Redlock {
                         let number = watch.as_ref().filter(|_| hands_over).map(|watch| {
                             let number = u64::from(attempts);
                             watch.expect(handover_token(place.waiter, number).as_str().into());
-                            handover = Some((number, Instant::now()));
+                            handover =
+                                Some((number, Instant::now(), redlock_core::host_suspended()));
                             number
                         });
                         (
@@ -856,7 +858,8 @@ impl Redlock {
     }
 
     /// The lock that a quorum of nodes handed over to fair waiter `waiter` for its attempt
-    /// `handover` (number, and an instant before its round started), when they did and it
+    /// `handover` (number, an instant before its round started, and the host's suspend
+    /// then), when they did and it
     /// has at least `min_validity` left (`bounds` = TTL, minimum validity). With less
     /// ([`Handed::TooLate`]), the waiter's next round, at once, takes the key on under its
     /// own token, with a fresh TTL.
@@ -871,10 +874,12 @@ impl Redlock {
         watch: Option<&Waiter<'_>>,
         key: &str,
         waiter: Option<&str>,
-        handover: Option<(u64, Instant)>,
+        handover: Option<(u64, Instant, Duration)>,
         (ttl, min_validity): (Duration, Duration),
     ) -> Handed {
-        let (Some(watch), Some(waiter), Some((number, since))) = (watch, waiter, handover) else {
+        let (Some(watch), Some(waiter), Some((number, since, suspended))) =
+            (watch, waiter, handover)
+        else {
             return Handed::Not;
         };
         let Some(nodes) = watch.handed() else {
@@ -886,6 +891,7 @@ impl Redlock {
             number,
             ttl,
             since,
+            suspended,
             nodes: &nodes,
         };
         match self.inner.core.handed_over(handed) {

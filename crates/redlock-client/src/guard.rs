@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
-use redlock_core::{Coordinator, FencingToken, Lock, NodeOutcome, Renewed, RoundReport};
+use redlock_core::{Coordinator, Deadline, FencingToken, Lock, NodeOutcome, Renewed, RoundReport};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -29,7 +29,8 @@ pub(crate) struct HoldState {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Status {
-    pub(crate) valid_until: Instant,
+    /// The end of the validity; a host suspend since it began counts as time passed.
+    pub(crate) valid_until: Deadline,
     pub(crate) lost: Option<LostReason>,
     /// Since when renewals have failed without a refusal, and the last failure; cleared by
     /// the next successful renewal or extension.
@@ -67,7 +68,7 @@ pub enum HoldHealth {
 impl HoldState {
     pub(crate) fn new(lock: Lock, ttl: Duration) -> Arc<HoldState> {
         let status = Status {
-            valid_until: lock.valid_until(),
+            valid_until: lock.deadline(),
             lost: None,
             failing: None,
         };
@@ -92,7 +93,7 @@ impl HoldState {
     /// leaves no allocation behind per held lock. Changes nothing for a lock already lost
     /// (see [`record`](Self::record)).
     pub(crate) fn renewed(&self, renewal: &Renewed) {
-        let _ = self.record(renewal.valid_until(), |lock| lock.apply(renewal));
+        let _ = self.record(renewal.deadline(), |lock| lock.apply(renewal));
     }
 
     /// Records a successful extension. Extensions never shorten a key on the nodes, so
@@ -100,9 +101,9 @@ impl HoldState {
     /// after a longer manual extension does not take the longer validity back. `Err` with
     /// the reason for a lock already lost, which stays lost (see [`record`](Self::record)).
     pub(crate) fn extended(&self, lock: Lock) -> Result<(), LostReason> {
-        let valid_until = lock.valid_until();
+        let valid_until = lock.deadline();
         self.record(valid_until, |current| {
-            if valid_until >= current.valid_until() {
+            if !current.deadline().ends_after(valid_until) {
                 *current = lock;
             }
         })
@@ -117,16 +118,16 @@ impl HoldState {
     /// the guard's).
     fn record(
         &self,
-        valid_until: Instant,
+        valid_until: Deadline,
         update: impl FnOnce(&mut Lock),
     ) -> Result<(), LostReason> {
         let now = Instant::now();
         let mut outcome = Ok(());
         self.status.send_modify(|s| match &s.lost {
             Some(reason) => outcome = Err(reason.clone()),
-            None if s.valid_until <= now => outcome = Err(LostReason::Expired),
+            None if s.valid_until.is_past(now) => outcome = Err(LostReason::Expired),
             None => {
-                s.valid_until = s.valid_until.max(valid_until);
+                s.valid_until = s.valid_until.later(valid_until);
                 s.failing = None;
             }
         });
@@ -165,7 +166,7 @@ impl HoldState {
             if s.lost.is_none() {
                 // A lock released after its validity ran out was lost before: say so, even
                 // if nobody watched for it.
-                let expired = s.valid_until <= Instant::now();
+                let expired = s.valid_until.is_past(Instant::now());
                 ended = Some(match reason {
                     LostReason::Released if expired => LostReason::Expired,
                     ref other => other.clone(),
@@ -190,8 +191,9 @@ impl HoldState {
         }
     }
 
+    /// The end of the validity, brought forward by any host suspend since it began.
     pub(crate) fn valid_until(&self) -> Instant {
-        self.status.borrow().valid_until
+        self.status.borrow().valid_until.instant()
     }
 
     /// The start (`t0`) of the current validity, which a round's validity counts from:
@@ -204,7 +206,7 @@ impl HoldState {
 
     fn is_valid(&self) -> bool {
         let status = self.status.borrow();
-        status.lost.is_none() && status.valid_until > Instant::now()
+        status.lost.is_none() && !status.valid_until.is_past(Instant::now())
     }
 }
 
@@ -212,7 +214,9 @@ impl HoldState {
 fn health(status: &Status) -> HoldHealth {
     match (&status.lost, &status.failing) {
         (Some(reason), _) => HoldHealth::Lost(reason.clone()),
-        (None, _) if status.valid_until <= Instant::now() => HoldHealth::Lost(LostReason::Expired),
+        (None, _) if status.valid_until.is_past(Instant::now()) => {
+            HoldHealth::Lost(LostReason::Expired)
+        }
         (None, Some((since, error))) => HoldHealth::RenewalFailing {
             since: *since,
             last_error: error.clone(),
@@ -228,7 +232,7 @@ async fn suspended(shared: Arc<HoldState>) -> HoldHealth {
         let until = {
             let status = rx.borrow_and_update();
             match health(&status) {
-                HoldHealth::Healthy => status.valid_until,
+                HoldHealth::Healthy => status.valid_until.instant(),
                 HoldHealth::Lost(LostReason::Expired) if status.lost.is_none() => {
                     drop(status);
                     shared.mark_lost(LostReason::Expired);
@@ -252,7 +256,7 @@ async fn lost(shared: Arc<HoldState>) -> LostReason {
     loop {
         let (until, lost) = {
             let status = rx.borrow_and_update();
-            (status.valid_until, status.lost.clone())
+            (status.valid_until.instant(), status.lost.clone())
         };
         if let Some(reason) = lost {
             return reason;

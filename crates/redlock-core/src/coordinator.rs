@@ -6,10 +6,10 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::types::{Key, Value};
 use futures::future::{join, join_all};
-use tokio::time::Instant;
 
 use crate::config::{check_key, Config, HealthPolicy};
 use crate::connection::{self, Connection, Liveness};
+use crate::deadline::Deadline;
 use crate::drift::drift;
 use crate::error::{ConfigError, Error};
 use crate::group::{Answer, Group, Released};
@@ -644,7 +644,7 @@ impl Coordinator {
         decided: Decided,
         spec: LockSpec,
         ttl: Duration,
-        held_until: Option<Instant>,
+        held_until: Option<Deadline>,
     ) -> Result<Lock, Error> {
         if let (true, Some(valid_until)) = (decided.won, decided.valid_until) {
             return Ok(Lock {
@@ -654,7 +654,7 @@ impl Coordinator {
                 owner: spec.owner,
                 fair: spec.fair,
                 ttl,
-                valid_until: held_until.map_or(valid_until, |held| held.max(valid_until)),
+                valid_until: held_until.map_or(valid_until, |held| held.later(valid_until)),
                 report: Arc::new(decided.report),
                 fencing_token: None,
             });
@@ -664,7 +664,7 @@ impl Coordinator {
 
     /// A round's decision for one request: the instant its validity ends when it won,
     /// otherwise the error with its report.
-    fn decide(&self, decided: Decided, ttl: Duration) -> Result<Instant, Error> {
+    fn decide(&self, decided: Decided, ttl: Duration) -> Result<Deadline, Error> {
         match (decided.won, decided.valid_until) {
             (true, Some(valid_until)) => Ok(valid_until),
             _ => Err(lost(decided.report, ttl)),

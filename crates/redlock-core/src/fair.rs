@@ -50,6 +50,7 @@ use tokio::time::Instant;
 
 use crate::config::MAX_TTL;
 use crate::coordinator::Coordinator;
+use crate::deadline::{host_suspended, Deadline};
 use crate::drift::lease;
 use crate::error::{ConfigError, Error, FairPlaceProblem};
 use crate::lock::Lock;
@@ -187,6 +188,9 @@ pub struct Handover<'a> {
     /// An instant before that attempt's round sent its first command (its `t0`, or
     /// earlier).
     pub since: Instant,
+    /// [`host_suspended`](crate::host_suspended) at `since` (or earlier): a host suspend
+    /// after it shortens the validity (see [`Deadline`]).
+    pub suspended: Duration,
     /// The nodes (by index, in configuration order) that said they handed the key over
     /// under this number.
     pub nodes: &'a [usize],
@@ -366,9 +370,14 @@ impl Coordinator {
         }
         // No later than now: the validity may not start after the keys' TTLs did.
         let since = handover.since.min(Instant::now());
+        // No later than now either.
+        let suspended = handover.suspended.min(host_suspended());
         let elapsed = since.elapsed();
-        let granted =
-            lease(ttl, config.drift_factor, since, elapsed).filter(|_| accepted >= quorum);
+        // A host suspend since `since` counts as time passed.
+        let granted = lease(ttl, config.drift_factor, since, elapsed)
+            .map(|(_, until)| Deadline::new(until, suspended))
+            .and_then(|deadline| Some((deadline.remaining_at(since + elapsed)?, deadline)))
+            .filter(|_| accepted >= quorum);
         let report = Box::new(RoundReport {
             kind: RoundKind::Acquire,
             key: Arc::from(handover.key),

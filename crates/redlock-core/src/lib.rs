@@ -67,6 +67,7 @@ mod acquire;
 mod config;
 mod connection;
 mod coordinator;
+mod deadline;
 mod drift;
 mod error;
 mod fair;
@@ -91,6 +92,9 @@ pub use config::{
     DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
 };
 pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
+#[cfg(feature = "test-util")]
+pub use deadline::simulate_host_suspend;
+pub use deadline::{host_suspended, Deadline};
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
 pub use error::{ConfigError, Error, FairPlaceProblem};
 pub use fair::{handover_token, FairPlace, Handover};

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::deadline::Deadline;
 use crate::fence::FencingToken;
 use crate::report::RoundReport;
 use crate::token::Token;
@@ -26,7 +27,7 @@ pub struct Lock {
     /// Won through a fair queue ([`FairPlace`](crate::FairPlace)).
     pub(crate) fair: bool,
     pub(crate) ttl: Duration,
-    pub(crate) valid_until: Instant,
+    pub(crate) valid_until: Deadline,
     /// Shared: a held lock is copied for every renewal tick and every `lock()` call.
     pub(crate) report: Arc<RoundReport>,
     /// For a fenced acquisition: its token, handed out only after a quorum recorded it.
@@ -81,8 +82,14 @@ impl Lock {
     }
 
     /// The end of the validity: `t0 + ttl - drift`, with `t0` read before the round's first
-    /// command was sent.
+    /// command was sent, brought forward by any host suspend since `t0` (see [`Deadline`]).
     pub fn valid_until(&self) -> Instant {
+        self.valid_until.instant()
+    }
+
+    /// The end of the validity with what it takes to count host suspend: for timers, its
+    /// [`Deadline::monotonic`] instant.
+    pub fn deadline(&self) -> Deadline {
         self.valid_until
     }
 
@@ -113,20 +120,20 @@ impl Lock {
 
     /// Takes on `ttl` and `valid_until` when they belong to this lock (`keys` and `token`)
     /// and end later.
-    fn take_on(&mut self, keys: &[Arc<str>], token: &Token, ttl: Duration, valid_until: Instant) {
-        if *token == self.token && *keys == *self.keys && valid_until > self.valid_until {
+    fn take_on(&mut self, keys: &[Arc<str>], token: &Token, ttl: Duration, valid_until: Deadline) {
+        if *token == self.token && *keys == *self.keys && valid_until.ends_after(self.valid_until) {
             self.valid_until = valid_until;
             self.ttl = ttl;
         }
     }
 
     /// What a won extension of this lock that ends at `valid_until` amounts to.
-    pub(crate) fn renewed(&self, ttl: Duration, valid_until: Instant) -> Renewed {
+    pub(crate) fn renewed(&self, ttl: Duration, valid_until: Deadline) -> Renewed {
         Renewed {
             keys: self.keys.clone(),
             token: self.token.clone(),
             ttl,
-            valid_until: valid_until.max(self.valid_until),
+            valid_until: valid_until.later(self.valid_until),
         }
     }
 
@@ -135,11 +142,10 @@ impl Lock {
         self.remaining_at(Instant::now())
     }
 
-    /// The validity left at `now`, or `None` once it has run out.
+    /// The validity left at `now`, or `None` once it has run out (host suspend since the
+    /// validity began counts as time passed, see [`Deadline`]).
     pub fn remaining_at(&self, now: Instant) -> Option<Duration> {
-        self.valid_until
-            .checked_duration_since(now)
-            .filter(|d| !d.is_zero())
+        self.valid_until.remaining_at(now)
     }
 
     /// Whether the validity has not yet run out.
@@ -169,13 +175,18 @@ pub struct Renewed {
     keys: Arc<[Arc<str>]>,
     token: Token,
     ttl: Duration,
-    valid_until: Instant,
+    valid_until: Deadline,
 }
 
 impl Renewed {
     /// The end of the lock's validity now: the later of its previous deadline and the
-    /// extension's `t0 + ttl - drift`.
+    /// extension's `t0 + ttl - drift` (brought forward by host suspend, see [`Deadline`]).
     pub fn valid_until(&self) -> Instant {
+        self.valid_until.instant()
+    }
+
+    /// [`valid_until`](Self::valid_until) with what it takes to count host suspend.
+    pub fn deadline(&self) -> Deadline {
         self.valid_until
     }
 

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::connection::Connection;
+use crate::deadline::{host_suspended, Deadline};
 use crate::drift::lease;
 use crate::metrics;
 use crate::quorum::{quorum, Decision, Votes};
@@ -42,8 +43,8 @@ pub(crate) struct Decided {
     pub(crate) report: RoundReport,
     /// Reached its quorum (and, with a TTL, had validity left).
     pub(crate) won: bool,
-    /// For a won request with a TTL: `t0 + ttl - drift`.
-    pub(crate) valid_until: Option<Instant>,
+    /// For a won request with a TTL: `t0 + ttl - drift` (and the host's suspend at `t0`).
+    pub(crate) valid_until: Option<Deadline>,
     /// What each node returned beyond yes or no, by node, as far as known at the decision.
     pub(crate) values: Vec<Option<Value>>,
 }
@@ -101,6 +102,8 @@ async fn run_inner(
 
     // t0 is read before the first command can leave (guarantee G2).
     let t0 = Instant::now();
+    // What the host had been suspended by then: later suspend shortens the validity.
+    let suspended = host_suspended();
     let mut flight = InFlight {
         connections: connections.clone(),
         round: round.clone(),
@@ -195,7 +198,7 @@ async fn run_inner(
             Decided {
                 report,
                 won,
-                valid_until: lease.map(|(_, until)| until),
+                valid_until: lease.map(|(_, until)| Deadline::new(until, suspended)),
                 values,
             }
         })

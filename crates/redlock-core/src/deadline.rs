@@ -1,0 +1,195 @@
+//! The end of a lock's validity, on a clock that counts host suspend.
+//!
+//! Validity is measured on tokio's [`Instant`] (the monotonic clock), which stands still
+//! while the host is suspended (a laptop's sleep, a virtual machine paused and resumed on
+//! some hypervisors), while the Redis servers' clocks, on other hosts, run on: their keys
+//! expire during the suspend. A holder that resumed would see its lock as valid for the
+//! rest of its validity although the nodes may have expired it and given it to someone
+//! else. So each [`Deadline`] also keeps how long the host had been suspended when its
+//! round started ([`host_suspended`]), and whatever suspend came since counts as time
+//! passed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long the host has been suspended since it booted, as far as the system tells: on
+/// Linux and Android, `CLOCK_BOOTTIME` (which counts suspend) less `CLOCK_MONOTONIC`
+/// (which does not, and which [`Instant`] reads), to the whole millisecond; zero on other
+/// systems. Only its growth between two readings means anything.
+pub fn host_suspended() -> Duration {
+    let simulated = Duration::from_nanos(SIMULATED.load(Ordering::Relaxed));
+    system_suspended().saturating_add(simulated)
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn system_suspended() -> Duration {
+    use rustix::time::{clock_gettime, ClockId};
+    let nanos = |t: rustix::time::Timespec| {
+        u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+    };
+    let monotonic = nanos(clock_gettime(ClockId::Monotonic));
+    let boot = nanos(clock_gettime(ClockId::Boottime));
+    // Whole milliseconds: the two readings are a few nanoseconds apart, and that noise
+    // must not shorten a validity that no suspend touched.
+    Duration::from_millis(boot.saturating_sub(monotonic) / 1_000_000)
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn system_suspended() -> Duration {
+    Duration::ZERO
+}
+
+/// Suspend time added by [`simulate_host_suspend`], in nanoseconds.
+static SIMULATED: AtomicU64 = AtomicU64::new(0);
+
+/// Tests only (feature `test-util`): makes [`host_suspended`] report `by` more, as if the
+/// host had just been suspended that long (the monotonic clock does not move). Every
+/// deadline of the process counts it.
+#[cfg(feature = "test-util")]
+pub fn simulate_host_suspend(by: Duration) {
+    let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+    let _ = SIMULATED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |total| {
+        Some(total.saturating_add(by))
+    });
+}
+
+/// The end of a validity: an instant on the monotonic clock, and how long the host had
+/// been suspended when the validity began (see the module). Suspend after that counts as
+/// time passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    at: Instant,
+    suspended: Duration,
+}
+
+impl Deadline {
+    /// A validity that began now and ends at `at` by the monotonic clock.
+    pub fn starting_now(at: Instant) -> Deadline {
+        Deadline::new(at, host_suspended())
+    }
+
+    /// A validity that ends at `at` by the monotonic clock and began when
+    /// [`host_suspended`] read `suspended`.
+    pub fn new(at: Instant, suspended: Duration) -> Deadline {
+        Deadline { at, suspended }
+    }
+
+    /// The end on the monotonic clock, as if the host had not been suspended since the
+    /// validity began: for timers, which run on that clock too.
+    pub fn monotonic(self) -> Instant {
+        self.at
+    }
+
+    /// [`host_suspended`] when the validity began.
+    pub fn suspended_at_start(self) -> Duration {
+        self.suspended
+    }
+
+    /// The end, brought forward by any suspend since the validity began: the instant on
+    /// tokio's clock at which the validity runs out.
+    pub fn instant(self) -> Instant {
+        self.instant_with(host_suspended())
+    }
+
+    /// [`instant`](Self::instant) when [`host_suspended`] reads `suspended_now`.
+    fn instant_with(self, suspended_now: Duration) -> Instant {
+        let since = suspended_now.saturating_sub(self.suspended);
+        self.at.checked_sub(since).unwrap_or(self.at)
+    }
+
+    /// The validity left at `now`, or `None` once it has run out (suspend counted).
+    pub fn remaining_at(self, now: Instant) -> Option<Duration> {
+        self.remaining_with(now, host_suspended())
+    }
+
+    /// [`remaining_at`](Self::remaining_at) when [`host_suspended`] reads `suspended_now`.
+    fn remaining_with(self, now: Instant, suspended_now: Duration) -> Option<Duration> {
+        let since = suspended_now.saturating_sub(self.suspended);
+        self.at
+            .checked_duration_since(now)
+            .and_then(|left| left.checked_sub(since))
+            .filter(|left| !left.is_zero())
+    }
+
+    /// The validity left now, or `None` once it has run out.
+    pub fn remaining(self) -> Option<Duration> {
+        self.remaining_at(Instant::now())
+    }
+
+    /// Whether the validity has run out by `now`.
+    pub fn is_past(self, now: Instant) -> bool {
+        self.remaining_at(now).is_none()
+    }
+
+    /// Whether this deadline ends later than `other`, suspend counted for both.
+    pub fn ends_after(self, other: Deadline) -> bool {
+        // On the clock that counts suspend: monotonic end plus the suspend before it.
+        self.at + self.suspended > other.at + other.suspended
+    }
+
+    /// The later of two deadlines.
+    pub fn later(self, other: Deadline) -> Deadline {
+        if other.ends_after(self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suspend_since_the_start_counts_as_time_passed() {
+        let now = Instant::now();
+        let s = Duration::from_secs(100);
+        let deadline = Deadline::new(now + Duration::from_secs(10), s);
+        // No suspend since: the whole validity.
+        assert_eq!(
+            deadline.remaining_with(now, s),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(deadline.instant_with(s), now + Duration::from_secs(10));
+        // Suspended 4 s since: 6 s left, and the end 4 s earlier.
+        let later = s + Duration::from_secs(4);
+        assert_eq!(
+            deadline.remaining_with(now, later),
+            Some(Duration::from_secs(6))
+        );
+        assert_eq!(deadline.instant_with(later), now + Duration::from_secs(6));
+        // Suspended past the end: nothing left.
+        assert_eq!(
+            deadline.remaining_with(now, s + Duration::from_secs(10)),
+            None
+        );
+        assert_eq!(
+            deadline.remaining_with(now, s + Duration::from_secs(60)),
+            None
+        );
+        // A reading below the start's (it cannot go down; saturates) counts nothing.
+        assert_eq!(
+            deadline.remaining_with(now, Duration::ZERO),
+            Some(Duration::from_secs(10))
+        );
+        // The live clock, on a deadline that began now.
+        let fresh = Deadline::starting_now(now + Duration::from_secs(10));
+        assert!(fresh.remaining_at(now).is_some());
+    }
+
+    #[test]
+    fn the_later_deadline_counts_suspend() {
+        let now = Instant::now();
+        let s = Duration::from_secs(100);
+        // Ends at +10 s after 100 s of suspend, against +12 s after 97 s: the first ends
+        // at 110 s on the clock that counts suspend, the second at 109 s.
+        let a = Deadline::new(now + Duration::from_secs(10), s);
+        let b = Deadline::new(now + Duration::from_secs(12), s - Duration::from_secs(3));
+        assert!(a.ends_after(b));
+        assert_eq!(a.later(b), a);
+        assert_eq!(b.later(a), a);
+    }
+}

@@ -1,0 +1,70 @@
+//! A host suspend (a laptop's sleep, a virtual machine paused and resumed) stops the
+//! monotonic clock that validity is measured on, while the nodes' clocks run on and their
+//! keys expire. A holder that resumes must not see its lock as valid for the rest of its
+//! validity: the suspend counts as time passed. Simulated with
+//! `redlock_core::simulate_host_suspend` (feature `test-util`), which moves every validity
+//! of the process: this file is its own test binary, with one test.
+
+mod common;
+
+use std::time::Duration;
+
+use common::client;
+use redlock_client::{HoldHealth, LostReason};
+use redlock_core::simulate_host_suspend;
+use redlock_testkit::NodeSet;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_suspend_counts_as_time_passed_for_every_validity() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.ttl(Duration::from_secs(20)).no_renewal()).await;
+    let guard = c.lock("job").await.unwrap();
+    let handle = guard.handle();
+    let left = guard.remaining().expect("valid");
+    assert!(left > Duration::from_secs(15), "{left:?}");
+
+    // Suspended 8 s: 8 s less left, everywhere the validity shows.
+    simulate_host_suspend(Duration::from_secs(8));
+    let left = guard.remaining().expect("still valid");
+    assert!(
+        left <= Duration::from_secs(12),
+        "the suspend did not count: {left:?}"
+    );
+    assert!(guard.is_valid() && handle.is_valid());
+    let core = guard.lock();
+    assert!(core.remaining().expect("still valid") <= Duration::from_secs(12));
+    assert!(core.valid_until() <= tokio::time::Instant::now() + Duration::from_secs(12));
+    assert_eq!(guard.health(), HoldHealth::Healthy);
+
+    // Suspended past the validity: the lock is gone for its holder too.
+    simulate_host_suspend(Duration::from_secs(15));
+    assert!(!guard.is_valid(), "valid after a suspend past its validity");
+    assert!(!handle.is_valid());
+    assert_eq!(guard.remaining(), None);
+    assert_eq!(handle.remaining(), None);
+    assert!(!core.is_valid() && core.remaining().is_none());
+    assert!(guard.valid_until() <= tokio::time::Instant::now());
+    assert_eq!(guard.health(), HoldHealth::Lost(LostReason::Expired));
+    let lost = tokio::time::timeout(Duration::from_secs(1), guard.lost()).await;
+    assert_eq!(lost.ok(), Some(LostReason::Expired));
+
+    // A lock taken after the suspend keeps its whole validity.
+    let _ = guard.release().await;
+    let again = c.lock("job").await.unwrap();
+    let left = again.remaining().expect("valid");
+    assert!(left > Duration::from_secs(15), "{left:?}");
+    again.release().await.unwrap();
+
+    // An extension after the resume, while the key is still the holder's on the nodes (the
+    // suspend was shorter than the keys' TTL there), gives the lock a validity that counts
+    // from the extension: a suspend before a validity began does not shorten it.
+    let guard = c.lock("ext").await.unwrap();
+    simulate_host_suspend(Duration::from_secs(12));
+    let left = guard.remaining().expect("still valid");
+    assert!(left <= Duration::from_secs(8), "{left:?}");
+    guard.extend(None).await.unwrap();
+    let left = guard.remaining().expect("extended");
+    assert!(left > Duration::from_secs(15), "{left:?}");
+    guard.release().await.unwrap();
+    c.shutdown().await;
+}

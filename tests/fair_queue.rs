@@ -1832,6 +1832,166 @@ async fn head_that_cannot_win(nodes: usize, fault: impl FnOnce(&redlock_testkit:
     assert!(gone, "keys left behind: {:?}", keys_left(&set).await);
 }
 
+/// A head that steps back forgets the hand-over it registered: the release that handed it
+/// the key while it was stepping back (here right after its third unrefused round reached
+/// the nodes) is undone by its leave, which deletes the key handed to it and passes it on
+/// to the waiter behind; the hand-over's messages, which come 250 ms late, must not make
+/// it a holder too. It used to take them as a quorum's hand-over and hold the lock beside
+/// the waiter that the leave had passed it on to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_that_steps_back_does_not_take_a_hand_over_its_leave_undid() {
+    use redlock_testkit::LinkFault;
+
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    let holder = announcing_coordinator(&set).await;
+    let held = holder
+        .acquire("redlock:job", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let config = redlock_client::LockConfig::builder()
+        .nodes(links.urls(0))
+        .ttl(Duration::from_secs(10))
+        .node_timeout(Duration::from_millis(100))
+        .backoff(Duration::from_millis(5), Duration::from_secs(1))
+        .max_wait(Duration::from_secs(60))
+        .fair(true)
+        .build()
+        .unwrap();
+    let head = Redlock::connect(config).await.unwrap();
+    common::subscribed(&set, 1).await;
+    // Identified at connect; from now on every answer and message comes 250 ms late: after
+    // the step-back's leave, and before the head's next attempt, a second later.
+    links.set_client(
+        0,
+        LinkFault::Latency {
+            to_server: Duration::ZERO,
+            to_client: Duration::from_millis(250),
+        },
+    );
+    let waiting_head = start_waiting(&set, &head).await;
+    let node = raw(&set.node(0).url()).await;
+    let head_id: Vec<String> = node
+        .custom::<Value, _>(
+            CustomCommand::new_static("ZRANGE", None, false),
+            vec![QUEUE, "0", "0"],
+        )
+        .await
+        .unwrap()
+        .convert()
+        .unwrap();
+    let head_id = head_id[0].clone();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let behind = client(&set, |b| b.fair(true).max_wait(Duration::from_secs(10))).await;
+    let waiter = behind.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("job").await });
+    queued_everywhere(&set, 2).await;
+    // Its third attempt (the third round that no node refused) has reached node 0: the
+    // release now comes before its step-back's leave.
+    let third = eventually(Duration::from_secs(10), || async {
+        let registered: Option<String> = node
+            .hget("redlock:fair-handover:redlock:job", &head_id)
+            .await
+            .unwrap();
+        registered.is_some_and(|r| r.starts_with("3 "))
+    })
+    .await;
+    assert!(third, "the head's third attempt never reached node 0");
+    holder.release(&held).await.unwrap();
+    let won = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the lock call outlived its max_wait")
+        .unwrap()
+        .expect("the waiter behind got the lock");
+    // The late messages of the undone hand-over reach the head meanwhile.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        !waiting_head.is_finished(),
+        "the head holds the lock too: {:?}",
+        waiting_head
+            .await
+            .unwrap()
+            .map(|g| g.lock().token().clone())
+    );
+    won.release().await.unwrap();
+    node.quit().await.unwrap();
+    links.heal_all();
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting_head)
+        .await
+        .expect("the head did not get the lock once its links healed")
+        .unwrap()
+        .unwrap();
+    got.release().await.unwrap();
+    head.shutdown().await;
+    behind.shutdown().await;
+    holder.close().await;
+    let gone = eventually(Duration::from_secs(5), || async {
+        keys_left(&set).await.is_empty()
+    })
+    .await;
+    assert!(gone, "keys left behind: {:?}", keys_left(&set).await);
+}
+
+/// A waiter that queues again under a newer ticket (a fair head that stepped back, whose
+/// leave did not get through to a node) moves behind the waiters queued meanwhile on that
+/// node too. Its entry used to keep the old ticket there (`ZADD NX`), so it stayed the
+/// head of that node's queue, refused everyone else there, and, refused elsewhere itself,
+/// never lost enough unrefused rounds to step back again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_ticket_moves_a_waiter_behind_those_queued_meanwhile() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_millis(500)).await;
+    let key = ["redlock:job"];
+    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
+    let attempt = |waiter, ticket| Acquisition {
+        fair: Some(FairPlace {
+            waiter,
+            ticket,
+            patience: Duration::from_secs(5),
+            handover: None,
+        }),
+        ..Acquisition::new(&key, Duration::from_secs(5))
+    };
+    let head = |set: &NodeSet| {
+        let urls = set.urls();
+        async move {
+            let mut heads = Vec::new();
+            for url in urls {
+                let r = raw(&url).await;
+                let first: Vec<String> = r
+                    .custom::<Value, _>(
+                        CustomCommand::new_static("ZRANGE", None, false),
+                        vec![QUEUE, "0", "0"],
+                    )
+                    .await
+                    .unwrap()
+                    .convert()
+                    .unwrap();
+                r.quit().await.unwrap();
+                heads.push(first.concat());
+            }
+            heads
+        }
+    };
+    assert!(core.acquire_with(attempt("a:1", 10)).await.is_err());
+    assert!(core.acquire_with(attempt("b:1", 20)).await.is_err());
+    assert_eq!(head(&set).await, vec!["a:1"; 3]);
+    // The same ticket again keeps the place; a newer one moves "a:1" behind "b:1".
+    assert!(core.acquire_with(attempt("a:1", 10)).await.is_err());
+    assert_eq!(head(&set).await, vec!["a:1"; 3]);
+    assert!(core.acquire_with(attempt("a:1", 30)).await.is_err());
+    assert_eq!(head(&set).await, vec!["b:1"; 3]);
+    // An older ticket never moves a waiter forward.
+    assert!(core.acquire_with(attempt("a:1", 10)).await.is_err());
+    assert_eq!(head(&set).await, vec!["b:1"; 3]);
+    core.release(&held).await.unwrap();
+    for waiter in ["a:1", "b:1"] {
+        core.leave_queue(key[0], waiter).await.unwrap();
+    }
+    core.close().await;
+    no_keys_left(&set).await;
+}
+
 /// A patience past a year is refused before anything is sent: the nodes could not expire
 /// the queue's keys after it (`PEXPIRE` out of range fails the script after its writes),
 /// and they would stay forever.

@@ -603,7 +603,7 @@ impl Redlock {
                 // that came after the round's command reached a node. (Never also a won
                 // round: a hand-over and a round's `SET` need a quorum each of one key.)
                 // One with too little validity left is taken on by a round at once (below).
-                let handed = || {
+                let handed = |handover| {
                     self.handed_over(
                         watch.as_ref(),
                         &keys[0],
@@ -616,7 +616,7 @@ impl Redlock {
                 // Whether the lost round's late answers and rollbacks are all in (below).
                 let mut settled = false;
                 if short_lock.is_none() {
-                    match handed() {
+                    match handed(handover) {
                         Handed::Held(lock) => {
                             if let Some(exit) = queued.take() {
                                 exit.after_win(&lock);
@@ -699,14 +699,27 @@ impl Redlock {
                 // whole `max_wait` (for ever without one), though they could win. It steps
                 // back: leaves the queues (which passes the key on to the next waiter) and
                 // queues again under a new ticket, behind the waiters already there.
-                if fair && short.is_none() && !take_on && not_refused(&report) {
+                // (A fenced round that won and got no token is no such loss: its report
+                // is the token's write-back.)
+                let unrefused = fair
+                    && short.is_none()
+                    && not_fenced.is_none()
+                    && !take_on
+                    && report.kind == redlock_core::RoundKind::Acquire
+                    && not_refused(&report);
+                if unrefused {
                     unrefused_losses = unrefused_losses.saturating_add(1);
                 } else {
                     unrefused_losses = 0;
                 }
+                // Not within a few node timeouts of the deadline: the call's own leave
+                // comes then anyway, and the step-back must not hold its return up.
+                let room = deadline.is_none_or(|d| {
+                    d.saturating_duration_since(Instant::now()) > node_timeout.saturating_mul(3)
+                });
                 if let (Some(waiter), true) = (
                     waiter.as_deref(),
-                    unrefused_losses >= HEAD_LOSSES_BEFORE_STEPPING_BACK,
+                    room && unrefused_losses >= HEAD_LOSSES_BEFORE_STEPPING_BACK,
                 ) {
                     unrefused_losses = 0;
                     // Its rollbacks first: they put it back at the head where they free
@@ -714,6 +727,20 @@ impl Redlock {
                     if !settled {
                         settle(&report, node_timeout, deadline).await;
                     }
+                    // A release may have handed the key over meanwhile: then it holds it.
+                    if let Handed::Held(lock) = handed(handover) {
+                        if let Some(exit) = queued.take() {
+                            exit.after_win(&lock);
+                        }
+                        return Ok(self.guard(lock, ttl, renew, attempts));
+                    }
+                    // From here on no hand-over of its earlier attempts counts: the leave
+                    // deletes a key handed to it and passes it on to the next waiter, who
+                    // may then hold it. A late message for one only wakes the waiter.
+                    if let Some(watch) = &watch {
+                        watch.forget_handover();
+                    }
+                    handover = None;
                     tracing::debug!(
                         attempt = attempts,
                         "a fair head lost rounds that no node refused; stepping back"
@@ -759,8 +786,15 @@ impl Redlock {
                 // within half a TTL all the same: a hand-over's validity counts from the
                 // attempt that registered it, so with a TTL not much longer than
                 // `max_delay`, a waiter whose turn came late in its pause would be handed a
-                // key with little or no validity left, and need a round to take it on.
-                if fair && !woken && watch.as_ref().is_some_and(|w| w.all_subscribed()) {
+                // key with little or no validity left, and need a round to take it on. A
+                // round that no node refused was a head's that found the key free: it keeps
+                // the backoff too, so that a head that cannot win steps back within a few
+                // short delays, not `max_delay`s (the waiters behind it wait that long).
+                if fair
+                    && !woken
+                    && unrefused_losses == 0
+                    && watch.as_ref().is_some_and(|w| w.all_subscribed())
+                {
                     delay = delay.max(retry.max_delay).min(ttl / 2);
                 }
                 if let Some(d) = deadline {
@@ -787,7 +821,7 @@ impl Redlock {
                         };
                         // Handed the key by the release that woke it: held without a round.
                         if woken && fair {
-                            let mut held = handed();
+                            let mut held = handed(handover);
                             if matches!(held, Handed::Not) && watch.handed_partly() {
                                 // Woken by the first nodes that handed it the key: the
                                 // others normally follow within a round trip, but one that
@@ -806,7 +840,7 @@ impl Redlock {
                                     _ = watch.released() => {}
                                     _ = tokio::time::sleep(grace) => {}
                                 }
-                                held = handed();
+                                held = handed(handover);
                             }
                             if let Handed::Held(lock) = held {
                                 if let Some(exit) = queued.take() {

@@ -100,7 +100,8 @@ pub struct LockConfig {
     /// loses three rounds in a row that no node refused (its answers come after
     /// `node_timeout`, or it reaches fewer nodes than a quorum) cannot win, and would hold
     /// every waiter behind it up for its whole wait: it leaves the queues (waking the next
-    /// waiter) and queues again at the back. Costs each
+    /// waiter) and queues again at the back (between such rounds it keeps its backoff's
+    /// short delays). Costs each
     /// attempt a script instead of `SET NX`, and a won lock that did not hear from every
     /// node one more command per node in the background (leaving the queue). A lock over
     /// several keys waits in each key's queue, and takes its keys once it heads all of

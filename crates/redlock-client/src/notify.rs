@@ -434,6 +434,14 @@ impl Waiter<'_> {
         state.nodes.clear();
     }
 
+    /// Expects no hand-over any more (a fair waiter that steps back: its leave deletes a
+    /// key handed to it): a message for an earlier attempt only wakes the waiter.
+    pub(crate) fn forget_handover(&self) {
+        let mut state = self.slot.handover.lock().expect("hand-over lock");
+        state.expected = None;
+        state.nodes.clear();
+    }
+
     /// The nodes that handed the key over under the expected token, once they make a
     /// quorum.
     pub(crate) fn handed(&self) -> Option<Vec<usize>> {

@@ -467,8 +467,10 @@ return {1, {ttl, "o"}}"#,
 ///
 /// Drops the entries whose waiters stopped refreshing them. When no key has a queue (nobody
 /// waits) and the keys are free, takes them at once without queuing. Otherwise enqueues
-/// the waiter in every key's queue with its ticket (`ZADD NX`: the ticket of its first
-/// attempt keeps its place), refreshes its expiry, and registers its hand-over when given
+/// the waiter in every key's queue with its ticket (a ticket only moves later: every
+/// attempt of one wait gives the same one, and one given after stepping back moves the
+/// waiter behind those queued meanwhile, also where its leave did not get through),
+/// refreshes its expiry, and registers its hand-over when given
 /// (a release that finds the waiter at the head then hands it the key, see [`ANNOUNCE`]).
 /// Gated, only a waiter that heads every one of its keys' queues (lowest ticket, then
 /// waiter id: the same order on every node and in every queue, so the oldest waiter heads
@@ -592,7 +594,13 @@ do
   local head = true
   for i = 1, n do
     local waiters, expiry, handovers = queue(i)
-    redis.call("ZADD", waiters, "NX", ARGV[4], ARGV[3])
+    -- A ticket only ever moves later: every attempt of one wait gives the same one, and a
+    -- waiter that stepped back (see `redlock-client`) gives a newer one, which must also
+    -- take effect where its leave did not get through.
+    local ticket = redis.call("ZSCORE", waiters, ARGV[3])
+    if not ticket or tonumber(ticket) < tonumber(ARGV[4]) then
+      redis.call("ZADD", waiters, ARGV[4], ARGV[3])
+    end
     redis.call("ZADD", expiry, now + patience, ARGV[3])
     if ARGV[7] ~= "" then redis.call("HSET", handovers, ARGV[3], ARGV[7] .. " " .. ARGV[2]) end
     if redis.call("ZRANGE", waiters, 0, 0)[1] ~= ARGV[3] then head = false end

@@ -147,11 +147,6 @@ pub(super) fn scenarios() -> Vec<Scenario> {
         Scenario {
             setup: FIVE,
             clients: FAIR_HEAD_CLIENTS,
-            timing: Timing {
-                // A stall shows within a second; the demonstration runs 20 times in CI.
-                run_for: Duration::from_secs(2),
-                ..Timing::default()
-            },
             ..demo(
                 "naive_fair_head_never_steps_back",
                 "fair queue: a live head that cannot win steps back (a head that keeps refreshing its place holds every waiter behind it up for its whole wait)",

@@ -67,4 +67,33 @@ async fn a_host_suspend_counts_as_time_passed_for_every_validity() {
     assert!(left > Duration::from_secs(15), "{left:?}");
     guard.release().await.unwrap();
     c.shutdown().await;
+
+    // A suspend during a round counts too: a round that it outlasted is not won (the core
+    // used to return a lock already past its validity), and its keys are rolled back.
+    let links = common::linked(&set).await;
+    let core = common::coordinator_at(links.urls(0), Duration::from_secs(2)).await;
+    links.set_client(
+        0,
+        redlock_testkit::LinkFault::Latency {
+            to_server: Duration::ZERO,
+            to_client: Duration::from_millis(300),
+        },
+    );
+    let round = core.acquire("redlock:round", Duration::from_secs(3));
+    let suspend = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        simulate_host_suspend(Duration::from_secs(5));
+    };
+    let (won, ()) = tokio::join!(round, suspend);
+    match won {
+        Err(redlock_core::Error::ValidityExhausted { .. }) => {}
+        other => panic!("a round outlasted by a suspend: {other:?}"),
+    }
+    links.heal_all();
+    let gone = common::eventually(Duration::from_secs(5), || async {
+        set.nodes_holding("redlock:round").await.is_empty()
+    })
+    .await;
+    assert!(gone, "the round's keys were not rolled back");
+    core.close().await;
 }

@@ -518,8 +518,9 @@ impl Redlock {
                         let number = watch.as_ref().filter(|_| hands_over).map(|watch| {
                             let number = u64::from(attempts);
                             watch.expect(handover_token(place.waiter, number).as_str().into());
-                            handover =
-                                Some((number, Instant::now(), redlock_core::host_suspended()));
+                            // The suspend first: one between the readings then counts.
+                            let suspended = redlock_core::host_suspended();
+                            handover = Some((number, Instant::now(), suspended));
                             number
                         });
                         (

@@ -306,7 +306,8 @@ impl LockHandle {
         })
     }
 
-    /// The end of the current validity (moved forward by every renewal).
+    /// The end of the current validity (moved forward by every renewal, and back by a
+    /// host suspend since it began).
     pub fn valid_until(&self) -> Instant {
         self.shared.valid_until()
     }

@@ -1,13 +1,14 @@
 //! The end of a lock's validity, on a clock that counts host suspend.
 //!
 //! Validity is measured on tokio's [`Instant`] (the monotonic clock), which stands still
-//! while the host is suspended (a laptop's sleep, a virtual machine paused and resumed on
-//! some hypervisors), while the Redis servers' clocks, on other hosts, run on: their keys
+//! while the host's kernel is suspended (a laptop's sleep, a suspended or hibernated
+//! machine or guest), while the Redis servers' clocks, on other hosts, run on: their keys
 //! expire during the suspend. A holder that resumed would see its lock as valid for the
 //! rest of its validity although the nodes may have expired it and given it to someone
 //! else. So each [`Deadline`] also keeps how long the host had been suspended when its
 //! round started ([`host_suspended`]), and whatever suspend came since counts as time
-//! passed.
+//! passed. A virtual machine paused by its hypervisor, without its kernel's knowing, is
+//! not seen: that is a process pause like any other (fence the resource for those).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -77,7 +78,8 @@ impl Deadline {
     }
 
     /// The end on the monotonic clock, as if the host had not been suspended since the
-    /// validity began: for timers, which run on that clock too.
+    /// validity began. For a timer, use [`instant`](Self::instant): this one fires late by
+    /// any suspend already seen.
     pub fn monotonic(self) -> Instant {
         self.at
     }
@@ -96,7 +98,8 @@ impl Deadline {
     /// [`instant`](Self::instant) when [`host_suspended`] reads `suspended_now`.
     fn instant_with(self, suspended_now: Duration) -> Instant {
         let since = suspended_now.saturating_sub(self.suspended);
-        self.at.checked_sub(since).unwrap_or(self.at)
+        // An end before the clock's earliest instant is long past: now will do.
+        self.at.checked_sub(since).unwrap_or_else(Instant::now)
     }
 
     /// The validity left at `now`, or `None` once it has run out (suspend counted).

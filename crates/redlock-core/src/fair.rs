@@ -188,8 +188,10 @@ pub struct Handover<'a> {
     /// An instant before that attempt's round sent its first command (its `t0`, or
     /// earlier).
     pub since: Instant,
-    /// [`host_suspended`](crate::host_suspended) at `since` (or earlier): a host suspend
-    /// after it shortens the validity (see [`Deadline`]).
+    /// [`host_suspended`](crate::host_suspended) read at `since` (or just before it): a
+    /// host suspend after it shortens the validity (see [`Deadline`]). Not a default such
+    /// as zero: every suspend since the host booted would count, and a laptop's hand-overs
+    /// would all come too late.
     pub suspended: Duration,
     /// The nodes (by index, in configuration order) that said they handed the key over
     /// under this number.

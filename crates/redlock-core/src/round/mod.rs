@@ -100,10 +100,11 @@ async fn run_inner(
     }));
     let ttl = round.requests.first().and_then(|request| request.ttl);
 
+    // What the host had been suspended by t0 (read first: a suspend between the two
+    // readings then counts): later suspend shortens the validity.
+    let suspended = host_suspended();
     // t0 is read before the first command can leave (guarantee G2).
     let t0 = Instant::now();
-    // What the host had been suspended by then: later suspend shortens the validity.
-    let suspended = host_suspended();
     let mut flight = InFlight {
         connections: connections.clone(),
         round: round.clone(),
@@ -158,10 +159,15 @@ async fn run_inner(
         let votes = &tally.votes[j];
         let reached = votes.decision() == Some(Decision::Won);
         // Validity only means something for a request that reached its quorum.
+        // A host suspend during the round counts as time passed, as it will for the lock.
         let lease = request
             .ttl
             .filter(|_| reached)
-            .and_then(|ttl| lease(ttl, round.drift_factor, t0, elapsed));
+            .and_then(|ttl| lease(ttl, round.drift_factor, t0, elapsed))
+            .and_then(|(_, until)| {
+                let deadline = Deadline::new(until, suspended);
+                Some((deadline.remaining_at(t0 + elapsed)?, deadline))
+            });
         let won = reached && (request.ttl.is_none() || lease.is_some());
         roll_back.push(!won && request.undo.is_some());
         results.push((votes.accepted(), won, lease));
@@ -198,7 +204,7 @@ async fn run_inner(
             Decided {
                 report,
                 won,
-                valid_until: lease.map(|(_, until)| Deadline::new(until, suspended)),
+                valid_until: lease.map(|(_, deadline)| deadline),
                 values,
             }
         })

@@ -159,3 +159,58 @@ fn records_and_passes(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
         Ok(Outcome::default())
     })
 }
+
+/// Judges a rule of its own (and finds it broken), then fails.
+fn judged_then_fails(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(async move {
+        record_acquisitions(lab);
+        let outcome = Outcome {
+            notes: vec!["judged before the error".into()],
+            violations: vec![redlock_lab::checker::Violation::Rule(
+                "false success: a lock won while a majority was down".into(),
+            )],
+        };
+        Err(LabError::Schedule("a node did not come back".into()).with_outcome(outcome))
+    })
+}
+
+/// A driver's own rule violations found before an error are reported with it: they used to
+/// be dropped with the error (a false success found in `majority_down` before a restart
+/// failed left only the restart's error), and a soak, which goes past an errored run,
+/// never counted them.
+#[tokio::test]
+async fn a_drivers_violations_found_before_an_error_are_reported_with_it() {
+    let (result, _) = redlock_lab::run(
+        BackendKind::Local,
+        &scenario("judged_then_fails", judged_then_fails),
+        None,
+    )
+    .await;
+    let error = result.error.as_deref().unwrap_or_default();
+    assert!(error.contains("did not come back"), "{result:?}");
+    assert!(
+        result
+            .violations
+            .iter()
+            .any(|v| v.to_string().contains("false success")),
+        "{:?}",
+        result.violations
+    );
+    assert!(result.notes.iter().any(|n| n.contains("judged")));
+    let results = soak(
+        BackendKind::Local,
+        &[scenario("judged_then_fails", judged_then_fails)],
+        PER_RUN,
+        &RunOptions::default(),
+    )
+    .await;
+    assert!(
+        results[0]
+            .total
+            .violations
+            .iter()
+            .any(|v| v.to_string().contains("false success")),
+        "{:?}",
+        results[0]
+    );
+}

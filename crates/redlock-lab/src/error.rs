@@ -24,4 +24,24 @@ pub enum LabError {
     /// Anything else, with what to do about it.
     #[error("{0}")]
     Setup(String),
+    /// A driver that had judged its own rules when something else failed: the run reports
+    /// `error`, and the outcome's violations and notes with it (a false success found
+    /// before a restart failed is not lost to the restart's error).
+    #[error("{error}")]
+    Judged {
+        /// What failed.
+        error: Box<LabError>,
+        /// What the driver had found by then.
+        outcome: Box<crate::scenario::Outcome>,
+    },
+}
+
+impl LabError {
+    /// `self`, with the outcome a driver had judged by the time it happened.
+    pub fn with_outcome(self, outcome: crate::scenario::Outcome) -> LabError {
+        LabError::Judged {
+            error: Box::new(self),
+            outcome: Box::new(outcome),
+        }
+    }
 }

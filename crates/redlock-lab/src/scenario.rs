@@ -250,6 +250,11 @@ pub async fn run_with(
             result.notes = outcome.notes;
             result.violations = outcome.violations;
         }
+        Ok(Err(LabError::Judged { error, outcome })) => {
+            result.error = Some(error.to_string());
+            result.notes = outcome.notes;
+            result.violations = outcome.violations;
+        }
         Ok(Err(e)) => result.error = Some(e.to_string()),
         Err(_) => result.error = Some(format!("did not finish within {SCENARIO_LIMIT:?}")),
     }

@@ -49,7 +49,11 @@ pub(super) fn holder_process_killed(lab: &Lab) -> BoxFuture<'_, Result<Outcome, 
             }
         }
         shutdown(&clients).await;
-        done.map(|()| outcome)
+        // The rounds judged before an error still count.
+        match done {
+            Ok(()) => Ok(outcome),
+            Err(e) => Err(e.with_outcome(outcome)),
+        }
     })
 }
 
@@ -154,7 +158,10 @@ pub(super) fn holder_process_paused_writes_fenced(
         }
         other.shutdown().await;
         raw::close(&redis, lab.timing.node_timeout).await;
-        done?;
+        // The rounds judged before an error still count.
+        if let Err(e) = done {
+            return Err(e.with_outcome(outcome));
+        }
         outcome.notes.push(format!(
             "the fenced resource rejected the resumed holder's write in {rejected} of {round} \
              rounds; value {}",

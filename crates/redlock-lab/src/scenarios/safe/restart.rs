@@ -90,15 +90,7 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
         .await;
         shutdown(&clients).await;
         let (down_from, back_from, back) = faults?;
-        let (first, then) = (first?, then?);
-        let mut outcome = Outcome {
-            notes: vec![format!(
-                "{} won, {} gave up",
-                first.acquired + then.acquired,
-                first.failed + then.failed
-            )],
-            violations: Vec::new(),
-        };
+        let mut outcome = Outcome::default();
         let events = lab.history.events();
         for event in &events {
             if let Event::Acquired {
@@ -116,6 +108,16 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
                 }
             }
         }
+        // A false success found before a client's error still counts.
+        let (first, then) = match (first, then) {
+            (Ok(first), Ok(then)) => (first, then),
+            (Err(e), _) | (_, Err(e)) => return Err(e.with_outcome(outcome)),
+        };
+        outcome.notes.push(format!(
+            "{} won, {} gave up",
+            first.acquired + then.acquired,
+            first.failed + then.failed
+        ));
         let recovered = events.iter().find_map(|e| match e {
             Event::Acquired { acquired, .. } if *acquired >= back => Some(*acquired - back),
             _ => None,

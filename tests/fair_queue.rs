@@ -1791,17 +1791,7 @@ async fn head_that_cannot_win(nodes: usize, fault: impl FnOnce(&redlock_testkit:
         .acquire("redlock:job", Duration::from_secs(1))
         .await
         .unwrap();
-    let config = redlock_client::LockConfig::builder()
-        .nodes(links.urls(0))
-        .ttl(Duration::from_secs(10))
-        .node_timeout(Duration::from_millis(100))
-        .backoff(Duration::from_millis(5), Duration::from_millis(100))
-        .max_wait(Duration::from_secs(60))
-        .fair(true)
-        .build()
-        .unwrap();
-    let head = Redlock::connect(config).await.unwrap();
-    common::subscribed(&set, 1).await;
+    let head = linked_fair_head(&set, &links, Duration::from_millis(100)).await;
     let waiting_head = start_waiting(&set, &head).await;
     tokio::time::sleep(Duration::from_millis(2)).await;
     let behind = client(&set, |b| b.fair(true).max_wait(Duration::from_secs(6))).await;
@@ -1815,6 +1805,39 @@ async fn head_that_cannot_win(nodes: usize, fault: impl FnOnce(&redlock_testkit:
         .unwrap()
         .expect("the head that could not win held the waiter behind it up");
     won.release().await.unwrap();
+    the_head_gets_it_once_healed(&set, &links, waiting_head, [head, behind], holder).await;
+}
+
+/// A fair client through client 0's fault-proxy links to `set`: a 10 s TTL, a 100 ms node
+/// timeout, a backoff of 5 ms to `max_delay`, a 60 s `max_wait`; subscribed.
+async fn linked_fair_head(
+    set: &NodeSet,
+    links: &redlock_testkit::Links,
+    max_delay: Duration,
+) -> Redlock {
+    let config = redlock_client::LockConfig::builder()
+        .nodes(links.urls(0))
+        .ttl(Duration::from_secs(10))
+        .node_timeout(Duration::from_millis(100))
+        .backoff(Duration::from_millis(5), max_delay)
+        .max_wait(Duration::from_secs(60))
+        .fair(true)
+        .build()
+        .unwrap();
+    let head = Redlock::connect(config).await.unwrap();
+    common::subscribed(set, 1).await;
+    head
+}
+
+/// Heals every link: the head's wait must then end with the lock, which it releases. Then
+/// the clients and the holder shut down, and no key may be left.
+async fn the_head_gets_it_once_healed(
+    set: &NodeSet,
+    links: &redlock_testkit::Links,
+    waiting_head: tokio::task::JoinHandle<Result<redlock_client::LockGuard, Error>>,
+    clients: [Redlock; 2],
+    holder: redlock_core::Coordinator,
+) {
     links.heal_all();
     let held = tokio::time::timeout(Duration::from_secs(10), waiting_head)
         .await
@@ -1822,14 +1845,15 @@ async fn head_that_cannot_win(nodes: usize, fault: impl FnOnce(&redlock_testkit:
         .unwrap()
         .unwrap();
     held.release().await.unwrap();
-    head.shutdown().await;
-    behind.shutdown().await;
+    for c in clients {
+        c.shutdown().await;
+    }
     holder.close().await;
     let gone = eventually(Duration::from_secs(5), || async {
-        keys_left(&set).await.is_empty()
+        keys_left(set).await.is_empty()
     })
     .await;
-    assert!(gone, "keys left behind: {:?}", keys_left(&set).await);
+    assert!(gone, "keys left behind: {:?}", keys_left(set).await);
 }
 
 /// A head that steps back forgets the hand-over it registered: the release that handed it
@@ -1849,17 +1873,7 @@ async fn a_head_that_steps_back_does_not_take_a_hand_over_its_leave_undid() {
         .acquire("redlock:job", Duration::from_secs(30))
         .await
         .unwrap();
-    let config = redlock_client::LockConfig::builder()
-        .nodes(links.urls(0))
-        .ttl(Duration::from_secs(10))
-        .node_timeout(Duration::from_millis(100))
-        .backoff(Duration::from_millis(5), Duration::from_secs(1))
-        .max_wait(Duration::from_secs(60))
-        .fair(true)
-        .build()
-        .unwrap();
-    let head = Redlock::connect(config).await.unwrap();
-    common::subscribed(&set, 1).await;
+    let head = linked_fair_head(&set, &links, Duration::from_secs(1)).await;
     // Identified at connect; from now on every answer and message comes 250 ms late: after
     // the step-back's leave, and before the head's next attempt, a second later.
     links.set_client(
@@ -1915,21 +1929,7 @@ async fn a_head_that_steps_back_does_not_take_a_hand_over_its_leave_undid() {
     );
     won.release().await.unwrap();
     node.quit().await.unwrap();
-    links.heal_all();
-    let got = tokio::time::timeout(Duration::from_secs(10), waiting_head)
-        .await
-        .expect("the head did not get the lock once its links healed")
-        .unwrap()
-        .unwrap();
-    got.release().await.unwrap();
-    head.shutdown().await;
-    behind.shutdown().await;
-    holder.close().await;
-    let gone = eventually(Duration::from_secs(5), || async {
-        keys_left(&set).await.is_empty()
-    })
-    .await;
-    assert!(gone, "keys left behind: {:?}", keys_left(&set).await);
+    the_head_gets_it_once_healed(&set, &links, waiting_head, [head, behind], holder).await;
 }
 
 /// A waiter that queues again under a newer ticket (a fair head that stepped back, whose
@@ -1988,6 +1988,39 @@ async fn a_newer_ticket_moves_a_waiter_behind_those_queued_meanwhile() {
     for waiter in ["a:1", "b:1"] {
         core.leave_queue(key[0], waiter).await.unwrap();
     }
+    core.close().await;
+    no_keys_left(&set).await;
+}
+
+/// A fair head that steps back after its attempt 3 leaves with `leave_queue_up_to(.., 3)`:
+/// its leave is sent again to a node that did not answer (its answers come late), and may
+/// land after its attempt 4, when a release has handed it the key for that attempt
+/// ("a:1~4"), which it then holds. That leave must leave the key alone: it used to delete
+/// it and pass it on to the next waiter, so that two held it (the lab's
+/// `fair_head_answers_late` on the docker backend). A leave for good deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_leave_of_a_head_that_stepped_back_keeps_a_later_hand_over() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = announcing_coordinator(&set).await;
+    let key = ["redlock:job"];
+    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
+    // Attempt 4 of waiter "a:1", refused: it registers hand-over 4.
+    assert!(core
+        .acquire_with(fair_attempt(&key, "a:1", 4, Token::random()))
+        .await
+        .is_err());
+    core.release(&held).await.unwrap();
+    assert_eq!(job_values(&set).await, vec![Some("a:1~4".to_string()); 3]);
+    // The late leave of the step-back after attempt 3.
+    core.leave_queue_up_to(key[0], "a:1", 3).await.unwrap();
+    assert_eq!(
+        job_values(&set).await,
+        vec![Some("a:1~4".to_string()); 3],
+        "a late leave deleted a later attempt's hand-over"
+    );
+    // Up to attempt 4, or for good: deleted.
+    core.leave_queue_up_to(key[0], "a:1", 4).await.unwrap();
+    assert_eq!(job_values(&set).await, vec![None; 3]);
     core.close().await;
     no_keys_left(&set).await;
 }

@@ -15,8 +15,8 @@ use fred::types::CustomCommand;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redlock_client::{Error, LostReason};
 use redlock_core::metrics::{
-    ACQUISITIONS, HANDOVERS, LATE_REPLIES, LOCKS_HELD, LOCKS_LOST, LOCK_WAIT, NODE_LATENCY,
-    NODE_REPLIES, RENEWALS, ROLLBACKS, ROUND_DURATION,
+    ACQUISITIONS, FAIR_STEPS_BACK, HANDOVERS, LATE_REPLIES, LOCKS_HELD, LOCKS_LOST, LOCK_WAIT,
+    NODE_LATENCY, NODE_REPLIES, RENEWALS, ROLLBACKS, ROUND_DURATION,
 };
 use redlock_core::{Config, Coordinator};
 use redlock_testkit::NodeSet;
@@ -160,10 +160,11 @@ async fn every_documented_metric_counts_what_happened() {
     b.coordinator().quiesce().await;
     let text = render(&prometheus);
 
-    // The hand-over counter is rendered once something was counted: checked below.
+    // The hand-over and step-back counters are rendered once something was counted:
+    // checked below.
     for name in redlock_core::metrics::ALL
         .into_iter()
-        .filter(|&n| n != HANDOVERS)
+        .filter(|&n| n != HANDOVERS && n != FAIR_STEPS_BACK)
     {
         assert!(
             text.contains(&format!("# HELP {name} ")),
@@ -246,6 +247,50 @@ async fn every_documented_metric_counts_what_happened() {
 
     node_labels_never_show_a_password(&prometheus).await;
     a_fair_hand_over_is_counted(&prometheus).await;
+    a_fair_step_back_is_counted(&prometheus).await;
+}
+
+/// A fair head whose answers all come after its node timeout (its commands run at once)
+/// steps back after three rounds that no node refused, and each step back is counted.
+async fn a_fair_step_back_is_counted(prometheus: &PrometheusHandle) {
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    assert_eq!(sample(&render(prometheus), FAIR_STEPS_BACK, &[]), None);
+    let config = redlock_client::LockConfig::builder()
+        .nodes(links.urls(0))
+        .ttl(TTL)
+        .no_renewal()
+        .node_timeout(Duration::from_millis(100))
+        .backoff(Duration::from_millis(5), Duration::from_millis(50))
+        .max_wait(Duration::from_secs(10))
+        .fair(true)
+        .build()
+        .unwrap();
+    let head = redlock_client::Redlock::connect(config).await.unwrap();
+    common::subscribed(&set, 1).await;
+    links.set_client(
+        0,
+        redlock_testkit::LinkFault::Latency {
+            to_server: Duration::ZERO,
+            to_client: Duration::from_millis(400),
+        },
+    );
+    let waiter = head.clone();
+    let waiting = tokio::spawn(async move { waiter.lock("steps").await });
+    let counted = common::eventually(Duration::from_secs(5), || async {
+        sample(&render(prometheus), FAIR_STEPS_BACK, &[]).is_some_and(|n| n >= 1.0)
+    })
+    .await;
+    let text = render(prometheus);
+    assert!(counted, "no step back counted: {text}");
+    assert!(
+        text.contains(&format!("# HELP {FAIR_STEPS_BACK} ")),
+        "described"
+    );
+    waiting.abort();
+    let _ = waiting.await;
+    links.heal_all();
+    head.shutdown().await;
 }
 
 /// A release that hands the key to a fair waiter of another client is counted once, as

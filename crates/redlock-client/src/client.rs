@@ -742,11 +742,13 @@ impl Redlock {
                         watch.forget_handover();
                     }
                     handover = None;
+                    metrics::stepped_back();
                     tracing::debug!(
                         attempt = attempts,
                         "a fair head lost rounds that no node refused; stepping back"
                     );
-                    self.step_back(&keys, waiter, node_timeout).await;
+                    self.step_back(&keys, waiter, u64::from(attempts), node_timeout)
+                        .await;
                     place = Some(FairPlace::now(waiter, patience));
                 }
                 if take_on {
@@ -962,15 +964,17 @@ impl Redlock {
         }
     }
 
-    /// A fair waiter that steps back leaves each of its keys' queues, on every node it
-    /// reaches (where the key is free, the leave passes it on to the next waiter), waiting
+    /// A fair waiter that steps back after its attempt `last` leaves each of its keys'
+    /// queues, on every node it reaches (where the key is free, the leave passes it on to
+    /// the next waiter; a key handed over for a later attempt stays: the leave is sent
+    /// again where a node did not answer, and may land after that attempt), waiting
     /// at most a node timeout and a half. Where a leave did not get through, the entry keeps
     /// its old ticket (the next attempt's `ZADD NX` does not move it) until the waiter
     /// steps back again or its patience runs out there.
-    async fn step_back(&self, keys: &[String], waiter: &str, node_timeout: Duration) {
+    async fn step_back(&self, keys: &[String], waiter: &str, last: u64, node_timeout: Duration) {
         let leaves = keys
             .iter()
-            .map(|key| self.inner.core.leave_queue(key, waiter));
+            .map(|key| self.inner.core.leave_queue_up_to(key, waiter, last));
         let bound = node_timeout.saturating_add(node_timeout / 2);
         match tokio::time::timeout(bound, futures::future::join_all(leaves)).await {
             Ok(reports) => {

@@ -8,7 +8,8 @@
 
 use metrics::{Key, Label, Level, Metadata};
 use redlock_core::metrics::{
-    ACQUISITIONS, HANDOVERS, LOCKS_HELD, LOCKS_LOST, LOCK_WAIT, RENEWALS, SUBSCRIBERS_DOWN,
+    ACQUISITIONS, FAIR_STEPS_BACK, HANDOVERS, LOCKS_HELD, LOCKS_LOST, LOCK_WAIT, RENEWALS,
+    SUBSCRIBERS_DOWN,
 };
 use tokio::time::Instant;
 
@@ -128,6 +129,11 @@ static HANDOVER_LABELS: [[Label; 1]; 2] = [
 /// little validity left) taken on by the waiter's next round.
 pub(crate) fn handover(held: bool) {
     count(HANDOVERS, &HANDOVER_LABELS[usize::from(!held)]);
+}
+
+/// A fair head that could not win stepped back in its keys' queues.
+pub(crate) fn stepped_back() {
+    count(FAIR_STEPS_BACK, &[]);
 }
 
 /// The `reason` label of a lost lock.

@@ -211,6 +211,22 @@ impl Coordinator {
         self.leave_queue_keeping(key, waiter, None).await
     }
 
+    /// [`leave_queue`](Self::leave_queue) by a waiter that goes on waiting (a fair head that
+    /// steps back to queue again): only a key handed over for one of its attempts numbered
+    /// up to `last` ([`FairPlace::handover`]) is deleted. The leave is sent again to a node
+    /// that did not answer, so it may land after the waiter's next attempt; a hand-over
+    /// made for that attempt (which the waiter may hold by then) stays.
+    pub async fn leave_queue_up_to(
+        &self,
+        key: &str,
+        waiter: &str,
+        last: u64,
+    ) -> Result<RoundReport, Error> {
+        let command = self.leave_command(key, waiter, None, Some(last));
+        let round = self.untimed_round(RoundKind::Leave, command, key.into());
+        self.run_to_quorum(round).await
+    }
+
     /// [`leave_queue`](Self::leave_queue) by a waiter that won `keep`: a key handed over to
     /// it is deleted only where it is not `keep`'s.
     async fn leave_queue_keeping(
@@ -219,15 +235,21 @@ impl Coordinator {
         waiter: &str,
         keep: Option<&Token>,
     ) -> Result<RoundReport, Error> {
-        let command = self.leave_command(key, waiter, keep);
+        let command = self.leave_command(key, waiter, keep, None);
         let round = self.untimed_round(RoundKind::Leave, command, key.into());
         self.run_to_quorum(round).await
     }
 
     /// The `FAIR_LEAVE` script call that takes `waiter` out of `key`'s queue (keeping a key
-    /// handed over to it under `keep`).
-    fn leave_command(&self, key: &str, waiter: &str, keep: Option<&Token>) -> Command {
-        let (keys, args) = self.leave_args(key, waiter, keep);
+    /// handed over to it under `keep`, and any handed over for an attempt after `up_to`).
+    fn leave_command(
+        &self,
+        key: &str,
+        waiter: &str,
+        keep: Option<&Token>,
+        up_to: Option<u64>,
+    ) -> Command {
+        let (keys, args) = self.leave_args(key, waiter, keep, up_to);
         Command::Script {
             script: &FAIR_LEAVE,
             keys,
@@ -237,13 +259,20 @@ impl Coordinator {
 
     /// The keys and arguments of the `FAIR_LEAVE` script call (see
     /// [`leave_command`](Self::leave_command)).
-    fn leave_args(&self, key: &str, waiter: &str, keep: Option<&Token>) -> (Vec<Key>, Vec<Value>) {
+    fn leave_args(
+        &self,
+        key: &str,
+        waiter: &str,
+        keep: Option<&Token>,
+        up_to: Option<u64>,
+    ) -> (Vec<Key>, Vec<Value>) {
         let [queue, expiry, handovers] = queue_keys(&self.inner.config.fair_prefix, key);
         let channel = channel_arg(self.inner.release_channel.as_ref());
         let keep = keep.map_or(Value::from(""), |t| Value::String(t.as_fred().clone()));
+        let up_to = up_to.map_or(Value::from(""), |n| Value::from(n.to_string()));
         (
             vec![queue, expiry, Key::from(key), handovers],
-            vec![Value::from(waiter), channel, keep],
+            vec![Value::from(waiter), channel, keep, up_to],
         )
     }
 
@@ -317,7 +346,7 @@ impl Coordinator {
             }
             let calls: Vec<_> = keys
                 .iter()
-                .map(|key| this.leave_args(key, &waiter, Some(&token)))
+                .map(|key| this.leave_args(key, &waiter, Some(&token), None))
                 .collect();
             let leaves = calls.iter().flat_map(|(keys, args)| {
                 missed.iter().map(move |connection| async move {

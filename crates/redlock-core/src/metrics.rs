@@ -75,9 +75,14 @@ pub const SUBSCRIBERS_DOWN: &str = "redlock_subscribers_down";
 /// `taken_on` (too little validity was left: the waiter's next round took the key on).
 pub const HANDOVERS: &str = "redlock_handovers_total";
 
+/// Counter: fair waiters of `redlock-client` that stepped back: heads that lost three rounds
+/// in a row that no node refused (their answers came after the node timeout, or fewer nodes
+/// than a quorum answered) left the queues and queued again behind the other waiters.
+pub const FAIR_STEPS_BACK: &str = "redlock_fair_steps_back_total";
+
 /// Every name above, in the order of the table: for dashboards and tests that check each
 /// one is exported.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 13] = [
     ACQUISITIONS,
     LOCK_WAIT,
     ROUND_DURATION,
@@ -90,6 +95,7 @@ pub const ALL: [&str; 12] = [
     LOCKS_HELD,
     SUBSCRIBERS_DOWN,
     HANDOVERS,
+    FAIR_STEPS_BACK,
 ];
 
 /// Describes every metric to the installed recorder (unit and help text). Called once per
@@ -130,6 +136,10 @@ pub fn describe() {
     describe_counter!(
         HANDOVERS,
         "Keys handed over to a fair waiter by a quorum of releases, by outcome."
+    );
+    describe_counter!(
+        FAIR_STEPS_BACK,
+        "Fair queue heads that could not win and queued again behind the other waiters."
     );
     describe_gauge!(
         LOCKS_HELD,

@@ -620,11 +620,15 @@ return result"#
 /// Takes a waiter out of a key's queue: `KEYS[1]` = the queue, `KEYS[2]` = its expiry,
 /// `KEYS[3]` = the lock's key, `KEYS[4]` = the queue's hand-overs, `ARGV[1]` = the waiter,
 /// `ARGV[2]` = the release channel or "", `ARGV[3]` = the token of the lock the waiter won
-/// (or ""). Drops the entries that expired first, as an acquisition does: a leave after
-/// which only expired entries are left deletes the queue's keys instead of leaving them to
-/// their expiry. A key handed over to the waiter (`"<waiter>~<number>"`) that is not that
-/// lock's is deleted: a waiter that won by its own round, or gave up, leaves no hand-over
-/// behind.
+/// (or ""), `ARGV[4]` = the highest hand-over number to delete, or "" for any. Drops the
+/// entries that expired first, as an acquisition does: a leave after which only expired
+/// entries are left deletes the queue's keys instead of leaving them to their expiry. A key
+/// handed over to the waiter (`"<waiter>~<number>"`) that is not that lock's is deleted
+/// (when its number is at most `ARGV[4]`): a waiter that won by its own round, or gave up,
+/// leaves no hand-over behind. A waiter that steps back and goes on waiting gives its last
+/// attempt's number: its leave, sent again when a node did not answer, may land after the
+/// waiter's next attempt, and must not delete a hand-over made for that one (which the
+/// waiter may already hold).
 /// When the key is then free and the queue has a live waiter left, it is passed on to that
 /// waiter as a release would (`pass_on`, see [`ANNOUNCE`], with the leaving waiter's id as
 /// the message's token), whether or not the leaving waiter was still queued: a head that
@@ -642,8 +646,11 @@ drop_expired(KEYS[1], KEYS[2], KEYS[4], now)
 local removed = dequeue(KEYS[1], KEYS[2], KEYS[4], ARGV[1])
 local value = redis.pcall("GET", KEYS[3])
 if type(value) == "string" and value ~= ARGV[3] and string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. "~" then
-  redis.call("DEL", KEYS[3])
-  removed = 1
+  local number = tonumber(string.sub(value, #ARGV[1] + 2))
+  if ARGV[4] == "" or (number and number <= tonumber(ARGV[4])) then
+    redis.call("DEL", KEYS[3])
+    removed = 1
+  end
 end
 if ARGV[2] ~= "" and redis.call("EXISTS", KEYS[3]) == 0 then
   pass_on(ARGV[2], ARGV[1], KEYS[3], KEYS[1], KEYS[2], KEYS[4])

@@ -91,8 +91,10 @@ pub struct FairPlace<'a> {
     /// short, because a waiter that crashed holds up the queue that long. At most
     /// [`MAX_TTL`](crate::MAX_TTL) (a year): the nodes keep the queue's keys that long.
     pub patience: Duration,
-    /// For a fair (gated) attempt: its hand-over number, unique among the attempts of this
-    /// wait (the attempt's count, say). A release that finds the waiter at the head of the
+    /// For a fair (gated) attempt: its hand-over number, increasing from attempt to attempt
+    /// of this wait (the attempt's count, say) and below 2^53 (the nodes' scripts compare
+    /// numbers as doubles): [`Coordinator::leave_queue_up_to`] keeps the hand-overs of the
+    /// attempts after the number it is given. A release that finds the waiter at the head of the
     /// queue then hands it the key under the token `"<waiter>~<number>"`, with this
     /// attempt's TTL; see [`Coordinator::handed_over`]. `None` (the default): releases only
     /// announce themselves to the waiter, which runs a round of its own. Only a plain lock

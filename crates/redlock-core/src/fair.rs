@@ -210,7 +210,7 @@ impl Coordinator {
     /// A key handed over to the waiter and not taken on (see [`FairPlace::handover`]) is
     /// deleted, and passed on to the next waiter.
     pub async fn leave_queue(&self, key: &str, waiter: &str) -> Result<RoundReport, Error> {
-        self.leave_queue_keeping(key, waiter, None).await
+        self.leave(key, waiter, None).await
     }
 
     /// [`leave_queue`](Self::leave_queue) by a waiter that goes on waiting (a fair head that
@@ -224,39 +224,25 @@ impl Coordinator {
         waiter: &str,
         last: u64,
     ) -> Result<RoundReport, Error> {
-        let command = self.leave_command(key, waiter, None, Some(last));
-        let round = self.untimed_round(RoundKind::Leave, command, key.into());
-        self.run_to_quorum(round).await
+        self.leave(key, waiter, Some(last)).await
     }
 
-    /// [`leave_queue`](Self::leave_queue) by a waiter that won `keep`: a key handed over to
-    /// it is deleted only where it is not `keep`'s.
-    async fn leave_queue_keeping(
+    /// The `FAIR_LEAVE` round that takes `waiter` out of `key`'s queue, deleting a key handed
+    /// over to it for an attempt up to `up_to` (any, with `None`).
+    async fn leave(
         &self,
         key: &str,
         waiter: &str,
-        keep: Option<&Token>,
-    ) -> Result<RoundReport, Error> {
-        let command = self.leave_command(key, waiter, keep, None);
-        let round = self.untimed_round(RoundKind::Leave, command, key.into());
-        self.run_to_quorum(round).await
-    }
-
-    /// The `FAIR_LEAVE` script call that takes `waiter` out of `key`'s queue (keeping a key
-    /// handed over to it under `keep`, and any handed over for an attempt after `up_to`).
-    fn leave_command(
-        &self,
-        key: &str,
-        waiter: &str,
-        keep: Option<&Token>,
         up_to: Option<u64>,
-    ) -> Command {
-        let (keys, args) = self.leave_args(key, waiter, keep, up_to);
-        Command::Script {
+    ) -> Result<RoundReport, Error> {
+        let (keys, args) = self.leave_args(key, waiter, None, up_to);
+        let command = Command::Script {
             script: &FAIR_LEAVE,
             keys,
             args,
-        }
+        };
+        let round = self.untimed_round(RoundKind::Leave, command, key.into());
+        self.run_to_quorum(round).await
     }
 
     /// The keys and arguments of the `FAIR_LEAVE` script call (see

@@ -66,27 +66,10 @@ pub struct Deadline {
 }
 
 impl Deadline {
-    /// A validity that began now and ends at `at` by the monotonic clock.
-    pub fn starting_now(at: Instant) -> Deadline {
-        Deadline::new(at, host_suspended())
-    }
-
     /// A validity that ends at `at` by the monotonic clock and began when
     /// [`host_suspended`] read `suspended`.
     pub fn new(at: Instant, suspended: Duration) -> Deadline {
         Deadline { at, suspended }
-    }
-
-    /// The end on the monotonic clock, as if the host had not been suspended since the
-    /// validity began. For a timer, use [`instant`](Self::instant): this one fires late by
-    /// any suspend already seen.
-    pub fn monotonic(self) -> Instant {
-        self.at
-    }
-
-    /// [`host_suspended`] when the validity began.
-    pub fn suspended_at_start(self) -> Duration {
-        self.suspended
     }
 
     /// The end, brought forward by any suspend since the validity began: the instant on
@@ -179,7 +162,7 @@ mod tests {
             Some(Duration::from_secs(10))
         );
         // The live clock, on a deadline that began now.
-        let fresh = Deadline::starting_now(now + Duration::from_secs(10));
+        let fresh = Deadline::new(now + Duration::from_secs(10), host_suspended());
         assert!(fresh.remaining_at(now).is_some());
     }
 

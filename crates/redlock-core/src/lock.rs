@@ -87,8 +87,8 @@ impl Lock {
         self.valid_until.instant()
     }
 
-    /// The end of the validity with what it takes to count host suspend: for timers, its
-    /// [`Deadline::monotonic`] instant.
+    /// The end of the validity with what it takes to count host suspend (see
+    /// [`Deadline`]): what [`valid_until`](Self::valid_until) reads.
     pub fn deadline(&self) -> Deadline {
         self.valid_until
     }

@@ -335,3 +335,56 @@ async fn an_unpolled_leader_holds_back_no_acquisition_or_release() {
         assert!(set.nodes_holding(key).await.is_empty(), "{key} left");
     }
 }
+
+/// A grouped round lost on every lock, with one node holding its replies, rolls the locks
+/// back on that node together, not one after another: each rollback there waits out its
+/// tries (three node timeouts and pauses), so 63 in a row kept `quiesce` (documented to wait
+/// eight node timeouts and a little) busy for about 20 s, and a slow node's keys stayed
+/// that much longer. The warning for a rollback that did not get through names its key:
+/// a grouped round's span says only how many locks it carries.
+#[tokio::test]
+async fn a_lost_group_rolls_back_on_a_silent_node_at_once_and_names_each_key() {
+    use redlock_testkit::LinkFault;
+    use tracing_subscriber::filter::LevelFilter;
+
+    let (logs, _capture) = common::logs::capture(LevelFilter::WARN);
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    let node_timeout = Duration::from_millis(100);
+    let core = common::coordinator_at(links.urls(0), node_timeout).await;
+    let keys: Vec<String> = (0..64).map(|i| format!("group:silent:{i}")).collect();
+    // Node 1 holds every key for someone else; node 2 answers nothing: every lock is lost,
+    // and its key set on node 0 and perhaps on node 2.
+    for key in &keys {
+        set.node(1).set(key, "someone-else", None).await.unwrap();
+    }
+    links.link(0, 2).set(LinkFault::HoldReplies);
+    let results = join_all(keys.iter().map(|key| core.acquire(key, TTL))).await;
+    for (key, result) in keys.iter().zip(&results) {
+        assert!(
+            matches!(result, Err(Error::NoQuorum { .. })),
+            "{key}: {result:?}"
+        );
+    }
+    let quiet = tokio::time::timeout(Duration::from_secs(5), core.quiesce()).await;
+    assert!(
+        quiet.is_ok(),
+        "the rollbacks on the silent node ran one after another"
+    );
+    links.heal_all();
+    for key in &keys {
+        assert!(
+            !set.node(0).exists(key).await.unwrap(),
+            "{key} left on node 0"
+        );
+    }
+    let text = logs.text();
+    for key in &keys {
+        let named = format!("key={key} ");
+        assert!(
+            text.lines()
+                .any(|l| l.contains("rollback on an unresponsive node") && l.contains(&named)),
+            "no warning names {key}:\n{text}"
+        );
+    }
+}

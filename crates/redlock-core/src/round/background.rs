@@ -19,7 +19,7 @@ use fred::bytes_utils::Str;
 use fred::types::{Key, Value};
 
 use super::command::{Answer, Command};
-use super::plan::Round;
+use super::plan::{Request, Round, Undo};
 use crate::connection::Connection;
 use crate::report::{CleanupOutcome, NodeOutcome, Settling};
 use crate::scripts::Script;
@@ -383,54 +383,76 @@ impl Background {
 
     /// Rolls node `i` back for every request that is not kept and whose answer may have
     /// set its key there, sends a release (or leave) again where the node did not answer
-    /// it, then closes the node in the settling.
+    /// it, then closes the node in the settling. A grouped round's rollbacks on the node go
+    /// out together: one after another, those on a silent node would each wait out their
+    /// tries, and the last key would stay there for the batch's length times that.
     async fn finish(&self, i: usize, answers: &[Answer]) {
         let connection = &self.connections[i];
-        let mut cleanups = Vec::new();
+        let requests = self.round.requests.iter().zip(answers);
         // The command is sent again once for the node, whatever the number of requests
         // (a grouped release carries many): one answer stands for them all.
-        let mut redone = None;
-        for (j, (request, answer)) in self.round.requests.iter().zip(answers).enumerate() {
-            if request.redo && needs_redo(&answer.outcome) {
-                let cleanup = match &redone {
-                    Some(cleanup) => CleanupOutcome::clone(cleanup),
-                    None => self.redo(connection, &answer.outcome).await,
-                };
-                redone = Some(cleanup.clone());
-                cleanups.push((j, cleanup));
-                continue;
-            }
+        let redo: Vec<usize> = requests
+            .clone()
+            .enumerate()
+            .filter(|(_, (request, answer))| request.redo && needs_redo(&answer.outcome))
+            .map(|(j, _)| j)
+            .collect();
+        let undos = requests.enumerate().filter_map(|(j, (request, answer))| {
             let (Some(undo), true) = (&request.undo, self.roll_back[j]) else {
-                continue;
+                return None;
             };
-            let cleanup = if needs_undo(&answer.outcome) {
-                // Past the TTL our key is gone by itself, wherever it was set.
-                let deadline = self.t0 + request.ttl.unwrap_or_default();
-                let args = match undo.waiter_arg {
-                    Some(i) if self.abandoned => {
-                        let mut args = undo.args.clone();
-                        if let Some(waiter) = args.get_mut(i) {
-                            *waiter = Value::String(Str::from_static(""));
-                        }
-                        Cow::Owned(args)
-                    }
-                    _ => Cow::Borrowed(&undo.args),
-                };
-                let cleanup =
-                    try_on(connection, undo.script, &undo.keys, &args, Some(deadline)).await;
-                connection.metrics.rolled_back(&cleanup);
-                if answer.outcome.is_answer() || matches!(cleanup, CleanupOutcome::Removed) {
-                    tracing::debug!(node = %connection.name, outcome = %answer.outcome, %cleanup, "rolled back");
-                } else {
-                    tracing::warn!(node = %connection.name, outcome = %answer.outcome, %cleanup, "rollback on an unresponsive node");
-                }
-                cleanup
-            } else {
-                CleanupOutcome::NotPresent
-            };
-            cleanups.push((j, cleanup));
+            if request.redo && needs_redo(&answer.outcome) {
+                return None;
+            }
+            Some(async move { (j, self.undo(connection, request, undo, answer).await) })
+        });
+        let redone = async {
+            match redo.first() {
+                Some(&j) => Some(self.redo(connection, &answers[j].outcome).await),
+                None => None,
+            }
+        };
+        let (redone, mut cleanups) = futures::join!(redone, futures::future::join_all(undos));
+        if let Some(redone) = redone {
+            cleanups.extend(redo.into_iter().map(|j| (j, redone.clone())));
         }
         self.close(i, cleanups);
+    }
+
+    /// Rolls `request` back on node `connection`, which answered `answer`: a
+    /// compare-and-delete where the answer may have set its key, nothing where it was
+    /// refused.
+    async fn undo(
+        &self,
+        connection: &Connection,
+        request: &Request,
+        undo: &Undo,
+        answer: &Answer,
+    ) -> CleanupOutcome {
+        if !needs_undo(&answer.outcome) {
+            return CleanupOutcome::NotPresent;
+        }
+        // Past the TTL our key is gone by itself, wherever it was set.
+        let deadline = self.t0 + request.ttl.unwrap_or_default();
+        let args = match undo.waiter_arg {
+            Some(i) if self.abandoned => {
+                let mut args = undo.args.clone();
+                if let Some(waiter) = args.get_mut(i) {
+                    *waiter = Value::String(Str::from_static(""));
+                }
+                Cow::Owned(args)
+            }
+            _ => Cow::Borrowed(&undo.args),
+        };
+        let cleanup = try_on(connection, undo.script, &undo.keys, &args, Some(deadline)).await;
+        connection.metrics.rolled_back(&cleanup);
+        let key = &request.name;
+        if answer.outcome.is_answer() || matches!(cleanup, CleanupOutcome::Removed) {
+            tracing::debug!(node = %connection.name, %key, outcome = %answer.outcome, %cleanup, "rolled back");
+        } else {
+            tracing::warn!(node = %connection.name, %key, outcome = %answer.outcome, %cleanup, "rollback on an unresponsive node");
+        }
+        cleanup
     }
 
     /// Records node `i`'s cleanups in the settling and closes the node there.

@@ -87,6 +87,12 @@ async fn deleting_the_key_on_a_majority_fires_the_lost_signal_from_renewal() {
     assert_eq!(reason, LostReason::Refused);
     assert!(!guard.is_valid());
     assert!(guard.remaining().is_none());
+    // The lock the guard hands out says so too: code given `guard.lock()` must not go on
+    // writing while a majority says the key is no longer ours (it used to keep its 30 s).
+    let now = tokio::time::Instant::now();
+    assert!(!guard.lock().is_valid(), "{:?}", guard.lock().remaining());
+    assert!(guard.valid_until() <= now);
+    assert!(guard.handle().valid_until() <= now);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -172,11 +172,16 @@ impl HoldState {
                     ref other => other.clone(),
                 });
                 s.lost = Some(reason);
+                // Lost is not valid, whoever reads the end of the validity.
+                s.valid_until = s.valid_until.cut_now();
             }
         });
         let Some(reason) = ended else {
             return;
         };
+        // The lock the guard hands out says so too: code given `lock()` must stop using
+        // the resource when a majority said the key is no longer ours.
+        self.lock.lock().expect("lock state").expire();
         metrics::lock_ended();
         if reason != LostReason::Released {
             metrics::lock_lost(&reason);
@@ -307,7 +312,8 @@ impl LockHandle {
     }
 
     /// The end of the current validity (moved forward by every renewal, and back by a
-    /// host suspend since it began).
+    /// host suspend since it began); once the lock is lost, no later than the moment it
+    /// was (a refused renewal ends it then, not at its old deadline).
     pub fn valid_until(&self) -> Instant {
         self.shared.valid_until()
     }
@@ -430,7 +436,7 @@ impl LockGuard {
         self.handle().remaining()
     }
 
-    /// The end of the current validity.
+    /// The end of the current validity (see [`LockHandle::valid_until`]).
     pub fn valid_until(&self) -> Instant {
         self.shared.valid_until()
     }

@@ -123,6 +123,16 @@ impl Deadline {
             self
         }
     }
+
+    /// This deadline, or now if it ends later: a validity that ends at once.
+    pub fn cut_now(self) -> Deadline {
+        let now = Deadline::new(Instant::now(), host_suspended());
+        if self.ends_after(now) {
+            now
+        } else {
+            self
+        }
+    }
 }
 
 #[cfg(test)]

@@ -127,6 +127,14 @@ impl Lock {
         }
     }
 
+    /// Ends the validity now (when it ends later): for a holder that learned the lock is no
+    /// longer its own (a majority refused its extension), so that whoever reads this lock
+    /// afterwards ([`is_valid`](Self::is_valid), [`remaining`](Self::remaining)) stops
+    /// using the resource. Copies taken before keep their validity.
+    pub fn expire(&mut self) {
+        self.valid_until = self.valid_until.cut_now();
+    }
+
     /// What a won extension of this lock that ends at `valid_until` amounts to.
     pub(crate) fn renewed(&self, ttl: Duration, valid_until: Deadline) -> Renewed {
         Renewed {

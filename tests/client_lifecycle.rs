@@ -125,6 +125,43 @@ async fn guards_keep_renewing_after_the_client_is_dropped_and_then_close_its_con
     );
 }
 
+/// A copy of the client's coordinator (`Redlock::coordinator`) outlives the client: the
+/// client's drop used to close the coordinator that every copy shares, so the copy's
+/// rounds failed as closed and a lock taken through it could no longer be released
+/// (its key stayed for its TTL). The connections close once the copy is gone too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_copy_of_the_coordinator_outlives_the_client_and_then_closes() {
+    let set = NodeSet::start(3).await.unwrap();
+    let baseline = set.node(0).redis().connected_clients().await.unwrap();
+    let c = client(&set, |b| b).await;
+    let core = c.coordinator().clone();
+    let before = core
+        .acquire("redlock:kept", Duration::from_secs(30))
+        .await
+        .unwrap();
+    drop(c);
+    // Long enough for the client's drop to have closed the coordinator, had it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(core.closed(), None);
+    core.release(&before)
+        .await
+        .expect("a lock taken before the drop is released");
+    assert!(set.nodes_holding("redlock:kept").await.is_empty());
+    let after = core
+        .acquire("redlock:kept", Duration::from_secs(30))
+        .await
+        .unwrap();
+    core.release(&after).await.unwrap();
+    drop((core, before, after));
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            set.node(0).redis().connected_clients().await.unwrap() <= baseline
+        })
+        .await,
+        "the connections stayed open after the last copy was gone"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_key_release_wakes_the_waiters_of_every_key() {
     let set = NodeSet::start(3).await.unwrap();

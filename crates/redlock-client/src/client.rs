@@ -78,22 +78,17 @@ struct Inner {
 }
 
 impl Drop for Inner {
-    /// The last client handle and the last guard are gone (guards hold the client), so
-    /// nothing will use the connections again: close them once background work (rollbacks,
-    /// background releases) is done, instead of leaving fred's connection tasks running
-    /// (fred closes nothing on drop). The close runs in the runtime the client was
-    /// connected in, wherever the drop happens (on a plain thread, or in another runtime
-    /// that is shutting down and would drop the task unrun); if that one has shut down,
-    /// its connections are gone with it.
+    /// The last client handle and the last guard are gone (guards hold the client): close
+    /// the wake-up subscriptions, in the runtime the client was connected in, wherever the
+    /// drop happens (on a plain thread, or in another runtime that is shutting down and
+    /// would drop the task unrun); if that one has shut down, they are gone with it. The
+    /// coordinator closes its own connections, once background work is done, when its
+    /// last copy is gone: a copy the caller kept ([`Redlock::coordinator`]) goes on
+    /// working.
     fn drop(&mut self) {
-        let core = self.core.clone();
-        let notifier = self.notifier.take();
-        self.runtime.spawn(async move {
-            core.close().await;
-            if let Some(notifier) = notifier {
-                notifier.close().await;
-            }
-        });
+        if let Some(notifier) = self.notifier.take() {
+            self.runtime.spawn(async move { notifier.close().await });
+        }
     }
 }
 
@@ -138,7 +133,9 @@ impl Redlock {
         &self.inner.config
     }
 
-    /// The core coordinator, for single rounds without policy.
+    /// The core coordinator, for single rounds without policy. A copy of it (`clone`)
+    /// shares this client's connections and keeps working after the client is dropped;
+    /// [`shutdown`](Self::shutdown) closes them for every copy.
     pub fn coordinator(&self) -> &Coordinator {
         &self.inner.core
     }
@@ -348,13 +345,13 @@ impl Redlock {
     }
 
     /// Waits for background work (rollbacks, background releases of dropped guards) and
-    /// closes every connection. Guards still held are not released, and their renewal stops
+    /// closes every connection (for every copy of [`coordinator`](Self::coordinator) too). Guards still held are not released, and their renewal stops
     /// at its next tick: their health turns
     /// [`RenewalFailing`](crate::HoldHealth::RenewalFailing), saying why, and they expire
     /// with their validity. Later acquisitions fail at once with [`Error::Closed`], and
     /// releases and extensions with every node reporting `NodeOutcome::Closed`.
     ///
-    /// Bounded whatever the nodes do: about `5 × node_timeout + 30 ms` for the background
+    /// Bounded whatever the nodes do: about `8 × node_timeout + 30 ms` for the background
     /// work (see [`Coordinator::quiesce`]), then one node timeout for the `QUIT`s and at
     /// most one more for the wake-up subscribers'.
     pub async fn shutdown(&self) {

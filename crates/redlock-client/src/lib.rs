@@ -51,8 +51,8 @@
 //! between calls (renewal, wake-up on release, background releases of dropped guards run
 //! as tasks), so a wrapper owning a current-thread runtime would stop renewing the moment
 //! `lock` returned. Own a multi-threaded runtime instead (one worker thread is enough) and
-//! `block_on` each call; drop guards inside [`enter`](tokio::runtime::Runtime::enter) (or
-//! `release` them) so that they are released at once rather than expiring with their TTL:
+//! `block_on` each call; `release` guards to know the outcome (a guard dropped anywhere,
+//! even on a plain thread, is released in the background in the client's runtime):
 //!
 //! ```no_run
 //! use redlock_client::{LockConfig, Redlock};

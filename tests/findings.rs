@@ -283,6 +283,49 @@ async fn a_fenced_lock_returns_by_its_deadline_plus_one_node_timeout() {
     }
 }
 
+/// A fenced attempt that won and got no token before the deadline (its validity ran out
+/// during the write-back), whose backoff pause the deadline then cut, fails as that round
+/// did (`NotFenced`), not as "gave up waiting" (which sends the user after a holder): only
+/// the give-up before the pause used to say so.
+#[tokio::test]
+async fn a_fenced_call_whose_pause_the_deadline_cut_says_it_got_no_token() {
+    let set = NodeSet::start(3).await.unwrap();
+    let links = linked(&set).await;
+    let client = Redlock::connect(
+        config(links.urls(0))
+            .ttl(600 * MS)
+            .node_timeout(500 * MS)
+            .no_renewal()
+            .notify(false)
+            .fencing(true)
+            .max_wait(Duration::from_secs(1))
+            .backoff(Duration::from_secs(5), Duration::from_secs(5))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    // A round trip of 300 ms: the round wins with about 290 ms of validity, which the
+    // token's write-back (another round trip) outlasts.
+    links.set_client(
+        0,
+        LinkFault::Latency {
+            to_server: 150 * MS,
+            to_client: 150 * MS,
+        },
+    );
+    let result = client.lock("fenced-pause").await;
+    assert!(
+        matches!(
+            &result,
+            Err(Error::Round(redlock_core::Error::NotFenced { .. }))
+        ),
+        "{result:?}"
+    );
+    links.heal_all();
+    client.shutdown().await;
+}
+
 // ---------------------------------------------------------------------------------------
 // Finding 3: a wake-up subscriber that is down is visible, and lock() falls back.
 

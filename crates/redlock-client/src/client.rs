@@ -472,11 +472,17 @@ impl Redlock {
             // the host's suspend then.
             let mut handover: Option<(u64, Instant, Duration)> = None;
             // Why the call gives up, from the last attempt's report: `past_deadline` with
-            // the time waited, or every allowed attempt used.
-            let fail = |report: Box<RoundReport>,
+            // the time waited, or every allowed attempt used. A fenced attempt that won and
+            // got no token says so (a "gave up waiting" would send the user after a
+            // holder).
+            let fail = |not_fenced: Option<redlock_core::Error>,
+                        report: Box<RoundReport>,
                         short: Option<Duration>,
                         attempts: u32,
                         past_deadline: bool| {
+                if let Some(e) = not_fenced {
+                    return Error::Round(e);
+                }
                 match short {
                     Some(validity) => Error::BelowMinValidity {
                         key: name.clone(),
@@ -685,10 +691,7 @@ impl Redlock {
                     }
                 }
                 if exhausted || past_deadline {
-                    return Err(match not_fenced {
-                        Some(e) => Error::Round(e),
-                        None => fail(report, short, attempts, past_deadline),
-                    });
+                    return Err(fail(not_fenced, report, short, attempts, past_deadline));
                 }
                 // A fair head that keeps losing rounds no node refused (the key was free
                 // and its turn had come wherever it got an answer) cannot win: its answers
@@ -756,6 +759,11 @@ impl Redlock {
                     // before its backoff's delay. So it waits for them first.
                     if !settled {
                         settle(&report, node_timeout, deadline).await;
+                    }
+                    // No attempt starts at or past the deadline (the wait may have ended
+                    // there).
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Err(fail(not_fenced, report, short, attempts, true));
                     }
                     continue;
                 }
@@ -877,9 +885,10 @@ impl Redlock {
                     None => tokio::time::sleep(delay).await,
                 }
                 // No attempt starts at or past the deadline: a sleep cut short to it ends
-                // the call here, with the last attempt's report.
+                // the call here, with the last attempt's report (or, for a fenced attempt
+                // that won and got no token, with that: not "gave up waiting").
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(fail(report, short, attempts, true));
+                    return Err(fail(not_fenced, report, short, attempts, true));
                 }
             }
         }

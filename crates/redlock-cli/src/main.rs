@@ -109,3 +109,21 @@ async fn connect(config: LockConfig) -> Result<Redlock, CliError> {
         .await
         .map_err(|e| CliError::from_lock("connecting", e))
 }
+
+#[cfg(test)]
+mod tests {
+    /// Built as the README says (`cargo install --path crates/redlock-cli`, no features
+    /// named), the command reaches TLS and unix-socket nodes: it used to be built without
+    /// either (only a workspace build, whose test package turns them on, had them), and
+    /// refused every `rediss://` node of a service's configuration file.
+    #[test]
+    fn the_command_is_built_with_tls_and_unix_sockets_by_default() {
+        let built = [
+            ("tls", cfg!(feature = "tls")),
+            ("unix-sockets", cfg!(feature = "unix-sockets")),
+        ];
+        for (feature, on) in built {
+            assert!(on, "built without `{feature}`");
+        }
+    }
+}

@@ -24,7 +24,8 @@ pub enum CliError {
     ParseConfig {
         /// The file.
         path: PathBuf,
-        /// The parser's message (it quotes the offending line, never a whole URL list).
+        /// The parser's message and where it points (line, column), with URL passwords and
+        /// private keys masked: never the offending line itself.
         reason: String,
     },
     /// A value from flags, environment or file cannot work.

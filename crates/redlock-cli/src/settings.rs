@@ -162,9 +162,53 @@ fn read_file(path: &Path) -> Result<LockConfig, CliError> {
 fn parse(path: &Path, text: &str) -> Result<LockConfig, CliError> {
     toml::from_str(text).map_err(|e| CliError::ParseConfig {
         path: path.to_path_buf(),
-        // toml's message quotes the offending line; a line of `nodes` may hold a password.
-        reason: redact_passwords(&e.to_string()),
+        reason: describe(&e, text),
     })
+}
+
+/// toml's message and where it points (line and column), without the offending line that
+/// toml's own display quotes: a line may hold a password (`nodes`) or a whole private key
+/// (`client_key_pem`, misspelt or misplaced). The message itself may quote a value (an
+/// "invalid type: string ..."), so URL passwords and private keys are masked in it too.
+fn describe(error: &toml::de::Error, text: &str) -> String {
+    let message = redact_private_keys(&redact_passwords(error.message().trim()));
+    let Some(before) = error.span().and_then(|span| text.get(..span.start)) else {
+        return message;
+    };
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column}: {message}")
+}
+
+/// Every PEM private key in `text` (`-----BEGIN ... PRIVATE KEY-----` up to its `END` line,
+/// or to the end of the text) becomes `<private key, not shown>`.
+fn redact_private_keys(text: &str) -> String {
+    const BEGIN: &str = "-----BEGIN ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(BEGIN) {
+        let label_end = rest[start + BEGIN.len()..]
+            .find("-----")
+            .map(|at| start + BEGIN.len() + at);
+        let private = label_end.is_some_and(|end| rest[start..end].contains("PRIVATE KEY"));
+        if !private {
+            out.push_str(&rest[..start + BEGIN.len()]);
+            rest = &rest[start + BEGIN.len()..];
+            continue;
+        }
+        out.push_str(&rest[..start]);
+        out.push_str("<private key, not shown>");
+        // After the END marker's closing dashes, or nothing left.
+        rest = rest[start..]
+            .find("-----END ")
+            .and_then(|end| {
+                let after = start + end + "-----END ".len();
+                rest[after..].find("-----").map(|dashes| after + dashes + 5)
+            })
+            .map_or("", |after| &rest[after..]);
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `scheme://user:password@host` becomes `scheme://user:***@host` anywhere in `text`.
@@ -389,6 +433,50 @@ mod tests {
             let redacted = redact_passwords(&format!("x = {before}redis://u:pw@h:1"));
             assert_eq!(redacted, format!("x = {before}redis://u:***@h:1"));
         }
+    }
+
+    /// A private key pasted into the file (`client_key_pem`) never shows in the error of a
+    /// file around it that is not valid: misspelt, misplaced, repeated, or given where
+    /// another type is expected. toml's own message quotes the offending line whole.
+    #[test]
+    fn a_bad_file_never_shows_a_private_key_it_holds() {
+        let key = "-----BEGIN PRIVATE KEY-----\\nS3CRET\\n-----END PRIVATE KEY-----\\n";
+        let files = [
+            format!("client_key_pem = \"{key}\"\n"),
+            format!("[tls]\nclient_key_pm = \"{key}\"\n"),
+            format!("[tls]\nclient_key_pem = \"{key}\"\nclient_key_pem = \"{key}\"\n"),
+            format!("tls = \"{key}\"\n"),
+            format!("ttl = \"{key}\"\n"),
+            format!(
+                "[tls]\nclient_key_pem = \"\"\"\n{}\"\"\"\nx = 1\n",
+                key.replace("\\n", "\n")
+            ),
+            format!(
+                "[tls]\nclient_key_pem = 5\nca_pem = \"{}\"\n",
+                key.replace("PRIVATE KEY-----\\nS3CRET", "EC PRIVATE KEY-----\\nS3CRET")
+            ),
+        ];
+        for file in files {
+            let shown = parse(Path::new("redlock.toml"), &file)
+                .expect_err(&file)
+                .to_string();
+            assert!(!shown.contains("S3CRET"), "{shown}");
+            assert!(shown.contains("line "), "{shown}");
+        }
+        assert_eq!(
+            redact_private_keys(
+                "a -----BEGIN RSA PRIVATE KEY-----\nS3CRET\n-----END RSA PRIVATE KEY----- b"
+            ),
+            "a <private key, not shown> b"
+        );
+        assert_eq!(
+            redact_private_keys("-----BEGIN CERTIFICATE-----x-----END CERTIFICATE-----"),
+            "-----BEGIN CERTIFICATE-----x-----END CERTIFICATE-----"
+        );
+        assert_eq!(
+            redact_private_keys("\"-----BEGIN PRIVATE KEY-----\nS3CRET"),
+            "\"<private key, not shown>"
+        );
     }
 
     /// A config file that toml cannot parse, with a curly quote before a URL, is a

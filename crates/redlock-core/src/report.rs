@@ -23,10 +23,12 @@ impl NodeName {
         let shown = match url::Url::parse(url) {
             // An `@` past the host: a password with a `/`, `?` or `#` in it, not
             // percent-encoded, ended the host early, so part of it reads as the path.
-            Ok(parsed) if after_host_has_at(&parsed) => masked_user_info(url),
+            Ok(parsed) if after_host_has_at(&parsed) => masked_query(masked_user_info(url)),
             // Unusable input is rejected elsewhere; never echo what may hold a password.
-            Ok(parsed) if parsed.cannot_be_a_base() && url.contains('@') => masked_user_info(url),
-            Ok(parsed) if parsed.cannot_be_a_base() => url.to_string(),
+            Ok(parsed) if parsed.cannot_be_a_base() && url.contains('@') => {
+                masked_query(masked_user_info(url))
+            }
+            Ok(parsed) if parsed.cannot_be_a_base() => masked_query(url.to_string()),
             Ok(mut parsed) => {
                 if parsed.password().is_some() {
                     let _ = parsed.set_password(Some("***"));
@@ -38,8 +40,8 @@ impl NodeName {
                 }
                 parsed.to_string()
             }
-            Err(_) if url.contains('@') => masked_user_info(url),
-            Err(_) => url.to_string(),
+            Err(_) if url.contains('@') => masked_query(masked_user_info(url)),
+            Err(_) => masked_query(url.to_string()),
         };
         NodeName(shown.into())
     }
@@ -59,6 +61,15 @@ impl NodeName {
 fn after_host_has_at(url: &url::Url) -> bool {
     let has_at = |part: Option<&str>| part.is_some_and(|part| part.contains('@'));
     has_at(Some(url.path())) || has_at(url.query()) || has_at(url.fragment())
+}
+
+/// `shown` with everything after its first `?` replaced by `***`: the query of a URL that
+/// did not parse may still hold a password (`?password=...`, `?sentinelPassword=...`).
+fn masked_query(shown: String) -> String {
+    match shown.find('?') {
+        Some(at) => format!("{}?***", &shown[..at]),
+        None => shown,
+    }
 }
 
 /// `url` with what lies between its scheme's `://` (or its start) and its last `@`
@@ -517,6 +528,16 @@ mod tests {
             "redis://***@"
         );
         assert_eq!(NodeName::redacted("a@b://c").as_str(), "<unparsable URL>");
+        // Unparsable with a query: the query goes too (it used to be echoed as given).
+        assert_eq!(
+            NodeName::redacted("redis://h:65536/0?password=s3cret").as_str(),
+            "redis://h:65536/0?***"
+        );
+        assert_eq!(
+            NodeName::redacted("redis://u:p@h:65536?sentinelPassword=s3cret").as_str(),
+            "redis://***@h:65536?***"
+        );
+        assert_eq!(NodeName::redacted("h?password=x").as_str(), "h?***");
         // A password whose `/`, `?` or `#` was not percent-encoded parses with part of it
         // in the path, query or fragment: none of it shows.
         for url in [

@@ -49,13 +49,18 @@ pub enum CliError {
     /// The lock stayed busy for the whole wait (or every round won too little validity).
     #[error("{0}; `redlock run --wait` sets how long to wait, `redlock inspect KEY` shows how long the holder still has")]
     NotAcquired(LockError),
-    /// The lock was lost while the command ran.
-    #[error("lock \"{key}\" was lost while the command ran: {reason}; the command was stopped. Find out what removed the key (a node restarted without persistence, an operator, an expired TTL while the nodes were unreachable) before running it again")]
+    /// The lock was lost while the command ran, or was about to run out with no renewal
+    /// extending it.
+    #[error("{}", lock_lost(key, reason, renewal.as_deref()))]
     LockLost {
         /// The full key.
         key: String,
         /// Why.
         reason: LostReason,
+        /// Why renewal did not extend the lock, when it was stopped before its validity
+        /// ended (the guard's last renewal error: nodes that did not answer, or
+        /// `renewal.max_hold` reached).
+        renewal: Option<String>,
     },
     /// The command does not exist.
     #[error("command `{program}` not found: check its spelling and PATH, or give its full path")]
@@ -105,7 +110,11 @@ impl CliError {
             return CliError::InvalidConfig(invalid);
         }
         if let LockError::LockLost { key, reason } = error {
-            return CliError::LockLost { key, reason };
+            return CliError::LockLost {
+                key,
+                reason,
+                renewal: None,
+            };
         }
         // A round that fewer than a quorum of nodes answered says nothing about the lock:
         // the nodes, not the lock, are the problem. Checked before "not acquired", because
@@ -142,4 +151,22 @@ pub fn too_few_answers(report: &RoundReport) -> bool {
         })
         .count();
     failed > report.nodes.len() - report.quorum
+}
+
+/// The message of [`CliError::LockLost`]: what removed the key, or why renewal stopped.
+fn lock_lost(key: &str, reason: &LostReason, renewal: Option<&str>) -> String {
+    match renewal {
+        Some(why) => format!(
+            "lock \"{key}\" was about to run out and renewal did not extend it ({why}); the \
+             command was stopped before the lock's validity ended. If renewal reached \
+             `renewal.max_hold`, raise it or end the command sooner; otherwise `redlock nodes` \
+             shows which nodes do not answer"
+        ),
+        None => format!(
+            "lock \"{key}\" was lost while the command ran: {reason}; the command was \
+             stopped. Find out what removed the key (a node restarted without persistence, \
+             an operator, an expired TTL while the nodes were unreachable) before running it \
+             again"
+        ),
+    }
 }

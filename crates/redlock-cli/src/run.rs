@@ -4,7 +4,7 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use redlock_client::{LockGuard, LostReason, Redlock};
+use redlock_client::{HoldHealth, LockGuard, LostReason, Redlock};
 use tokio::time::Instant;
 
 use crate::child::{exit_of, Child, Signals};
@@ -56,19 +56,24 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
             status = child.wait() => break status.map_or_else(Outcome::WaitFailed, Outcome::Ended),
             _ = tokio::time::sleep_until(stop_at) => {
                 if guard.valid_until() <= valid_until {
-                    break Outcome::Lost(LostReason::Expired);
+                    // Why renewal did not extend it: the guard's last renewal error.
+                    let renewal = match guard.health() {
+                        HoldHealth::RenewalFailing { last_error, .. } => last_error,
+                        _ => "no renewal got through in time".to_string(),
+                    };
+                    break Outcome::Lost(LostReason::Expired, Some(renewal));
                 }
             }
-            reason = &mut lost => break Outcome::Lost(reason),
+            reason = &mut lost => break Outcome::Lost(reason, None),
             signal = signals.recv() => child.forward(signal),
         }
     };
-    let reason = match outcome {
+    let (reason, renewal) = match outcome {
         Outcome::Ended(status) => {
             release(guard, console).await;
             return Ok(exit_of(status));
         }
-        Outcome::Lost(reason) => reason,
+        Outcome::Lost(reason, renewal) => (reason, renewal),
         Outcome::WaitFailed(e) => {
             // The command's state is unknown: it is stopped as for a lost lock (before the
             // lock goes), and the error is what is reported.
@@ -89,15 +94,20 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
     // the nodes where it still is, without touching another holder's key
     // (compare-and-delete).
     release(guard, console).await;
-    Err(CliError::LockLost { key, reason })
+    Err(CliError::LockLost {
+        key,
+        reason,
+        renewal,
+    })
 }
 
 /// How the command's run ended, as far as `redlock` is concerned.
 enum Outcome {
     /// The command ended by itself.
     Ended(ExitStatus),
-    /// The lock was lost, or is about to be with no renewal in sight.
-    Lost(LostReason),
+    /// The lock was lost, or is about to be with no renewal in sight (then with why
+    /// renewal did not extend it).
+    Lost(LostReason, Option<String>),
     /// Waiting for the command failed (its state is unknown).
     WaitFailed(std::io::Error),
 }

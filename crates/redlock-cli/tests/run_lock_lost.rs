@@ -125,6 +125,44 @@ async fn a_command_whose_lock_cannot_be_renewed_is_gone_before_the_lock_expires(
     assert_exit(&out, 76);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("the command was stopped"), "{stderr}");
+    // Why: the last renewal's report, which names the nodes that did not answer.
+    assert!(stderr.contains("renewal did not extend it"), "{stderr}");
+    assert!(stderr.contains(&links.urls(0)[0]), "{stderr}");
+}
+
+/// A lock whose renewal stopped at `renewal.max_hold` stops its command before its validity
+/// ends, and the error says so: it used to say the key was removed ("find out what removed
+/// the key"), though nothing had removed it and every node was healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_stopped_at_max_hold_is_told_why() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("redlock.toml");
+    let nodes: Vec<String> = set.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    std::fs::write(
+        &file,
+        format!(
+            "nodes = [{}]\n[renewal]\nmax_hold = \"3s\"\n",
+            nodes.join(", ")
+        ),
+    )
+    .unwrap();
+    let out = output(bare().arg("-c").arg(&file).args([
+        "run",
+        "--ttl",
+        "3s",
+        "--grace",
+        "300ms",
+        "held-long",
+        "--",
+        "sleep",
+        "30",
+    ]))
+    .await;
+    assert_exit(&out, 76);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("max_hold"), "{stderr}");
+    assert!(!stderr.contains("removed the key"), "{stderr}");
 }
 
 /// A `--grace` that does not fit between two renewals would stop every command while its

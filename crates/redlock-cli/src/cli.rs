@@ -89,7 +89,8 @@ pub struct Common {
         value_name = "FRACTION"
     )]
     pub drift_factor: Option<f64>,
-    /// Print nothing but errors (no progress while waiting, no summaries).
+    /// Print nothing on stderr but errors (no progress while waiting, no warnings); what a
+    /// command prints on stdout (`inspect`, `nodes`) still comes.
     #[arg(long, short, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
     /// Log what the library does to stderr: -v info, -vv debug, -vvv trace.

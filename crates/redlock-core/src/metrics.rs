@@ -35,7 +35,10 @@ use crate::report::{CleanupOutcome, NodeName, NodeOutcome, RoundKind};
 /// Counter: acquisitions by `redlock-client` (`lock`, `try_lock`, `lock_with`, `lock_many`,
 /// `lock_reentrant`, `with_lock`), each counted once when it ends. Label `outcome`:
 /// `acquired`, `not_acquired` (every allowed attempt lost), `deadline_passed`,
-/// `unreachable` (no node answered), `invalid_config`, `cancelled` (the future was dropped).
+/// `unreachable` (no node answered), `below_min_validity`, `invalid_config`, `lock_lost`
+/// (no acquisition ends so; listed so that every error has a label), `round_error` (a round failed in a way
+/// no retry mends), `cancelled` (the future was dropped), `closed` (the client was shut
+/// down, or its runtime stopped).
 pub const ACQUISITIONS: &str = "redlock_acquisitions_total";
 /// Histogram, seconds: how long an acquisition took, all its attempts and waits included.
 /// Label `outcome`, as for [`ACQUISITIONS`].

@@ -388,3 +388,60 @@ async fn a_lost_group_rolls_back_on_a_silent_node_at_once_and_names_each_key() {
         );
     }
 }
+
+/// Each lock of a grouped round goes to its caller as soon as its own quorum is in: a
+/// contended key in the batch whose decision needs a silent node's answer (one node yes,
+/// one no, the third silent) used to hold every other lock of its batch up until the node
+/// timeout, and take that much of their validity (or all of it, for a TTL not much longer
+/// than the node timeout). Here the contended call is the batch's first, so without early
+/// answers it was answered first.
+#[tokio::test]
+async fn a_grouped_lock_is_answered_at_its_own_quorum_not_at_its_batchs_slowest() {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    use redlock_testkit::LinkFault;
+
+    let set = NodeSet::start(3).await.unwrap();
+    let links = common::linked(&set).await;
+    let node_timeout = Duration::from_millis(500);
+    let core = common::coordinator_at(links.urls(0), node_timeout).await;
+    set.node(1)
+        .set("group:hot", "someone-else", None)
+        .await
+        .unwrap();
+    links.link(0, 2).set(LinkFault::HoldReplies);
+    // The first call leads alone; the rest, started while it is in flight, go out together.
+    let keys: Vec<String> = std::iter::once("group:lead".to_string())
+        .chain(std::iter::once("group:hot".to_string()))
+        .chain((0..20).map(|i| format!("group:cold:{i}")))
+        .collect();
+    let mut calls: FuturesUnordered<_> = keys
+        .iter()
+        .map(|key| {
+            let core = core.clone();
+            async move { (key.clone(), core.acquire(key, TTL).await) }
+        })
+        .collect();
+    let mut order = Vec::new();
+    let mut locks = Vec::new();
+    while let Some((key, result)) = calls.next().await {
+        match result {
+            Ok(lock) => locks.push(lock),
+            Err(e) => assert_eq!(key, "group:hot", "{e}"),
+        }
+        order.push(key);
+    }
+    assert_eq!(locks.len(), 21, "{order:?}");
+    assert_eq!(
+        order.last().map(String::as_str),
+        Some("group:hot"),
+        "{order:?}"
+    );
+    links.heal_all();
+    for lock in &locks {
+        core.release(lock).await.unwrap();
+    }
+    core.quiesce().await;
+    for node in set.iter() {
+        assert!(node.keys("group:cold:*").await.unwrap().is_empty());
+    }
+}

@@ -5,7 +5,8 @@
 //! wait, and go out together as soon as it is decided: one script call per node
 //! ([`ACQUIRE_BATCH`]) for up to [`GROUP_MAX`] locks instead of one `SET NX PX` per lock
 //! (a larger burst in several such rounds, in flight together), each lock still decided on its
-//! own quorum, with its own validity and rollback, by the round engine. A lone acquisition
+//! own quorum, with its own validity and rollback, by the round engine, and answered as soon
+//! as it is won (one lock that needs a slow node's answer holds up no other). A lone acquisition
 //! (nothing in flight) is sent at once as `SET NX PX`, exactly as before, so an uncontended
 //! caller pays nothing; under load the commands, and the system calls that the client's
 //! CPU goes to, fall to a fraction per lock.
@@ -426,14 +427,31 @@ impl Coordinator {
                 }
             }
         };
-        let decided = round::run(&self.inner.connections, round, &self.inner.work).await;
-        for (waiting, decided) in batch.into_iter().zip(decided) {
-            let result = self.lock_from(decided, waiting.spec, waiting.ttl, None);
-            // A caller gone meanwhile drops the answer, which releases a won lock.
-            let _ = waiting.answer.send(Answer {
-                result: Some(result),
-                coordinator: self.clone(),
-            });
+        // Each lock goes to its caller as soon as it is decided won (its quorum in), the
+        // others when the round is decided: one contended key that needs a slow node's
+        // answer does not hold up the rest of its batch.
+        let mut waiting: Vec<Option<Waiting<Answer>>> = batch.into_iter().map(Some).collect();
+        let mut answer = |j: usize, decided: round::Decided| {
+            if let Some(waiting) = waiting.get_mut(j).and_then(Option::take) {
+                let result = self.lock_from(decided, waiting.spec, waiting.ttl, None);
+                // A caller gone meanwhile drops the answer, which releases a won lock.
+                let _ = waiting.answer.send(Answer {
+                    result: Some(result),
+                    coordinator: self.clone(),
+                });
+            }
+        };
+        let rest = round::run_early(
+            &self.inner.connections,
+            round,
+            &self.inner.work,
+            Some(&mut answer),
+        )
+        .await;
+        for (j, decided) in rest.into_iter().enumerate() {
+            if let Some(decided) = decided {
+                answer(j, decided);
+            }
         }
     }
 

@@ -21,7 +21,7 @@ use fred::types::{Key, Value};
 use super::command::{Answer, Command};
 use super::plan::{Request, Round, Undo};
 use crate::connection::Connection;
-use crate::report::{CleanupOutcome, NodeOutcome, Settling};
+use crate::report::{CleanupOutcome, NodeOutcome, NodeReport, Settling};
 use crate::scripts::Script;
 use crate::server_error::ServerErrorKind;
 
@@ -164,6 +164,26 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
+    /// Request `j`'s node reports as answered so far (the others pending): the report of a
+    /// request decided before the round's end.
+    pub(crate) fn reports(&self, j: usize) -> Vec<NodeReport> {
+        self.connections
+            .iter()
+            .zip(&self.answered)
+            .map(|(connection, answer)| {
+                let mut report = NodeReport::pending(connection.name.clone());
+                if let Some((answer, latency)) = answer
+                    .as_ref()
+                    .and_then(|(answers, latency)| answers.get(j).map(|answer| (answer, latency)))
+                {
+                    report.outcome = answer.outcome.clone();
+                    report.latency = Some(*latency);
+                }
+                report
+            })
+            .collect()
+    }
+
     /// Records the answers so far in the settling, then hands what is left to a background
     /// task: the commands still in flight, and the rollback of every request in
     /// `roll_back` on every node that may hold its key. `abandoned`: the round's future was

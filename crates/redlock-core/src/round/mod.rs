@@ -18,6 +18,7 @@ mod plan;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use fred::types::Value;
 use tokio::sync::watch;
@@ -55,6 +56,31 @@ pub(crate) async fn run(
     round: Round,
     work: &BackgroundWork,
 ) -> Vec<Decided> {
+    // Without an early hand-over every request is in the result.
+    run_early(connections, round, work, None)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// A request won before the round's end, handed to its caller at once (see
+/// [`run_early`]): its index in the round, and its result.
+pub(crate) type WonEarly<'a> = &'a mut (dyn FnMut(usize, Decided) + Send);
+
+/// [`run`] for a round whose requests have callers of their own (a grouped acquisition):
+/// with `won`, each request that wins is handed to it as soon as its quorum is in, with the
+/// validity left then, instead of when the round's last request is decided (one contended
+/// key whose decision needs a slow node's answer held every lock of its batch up that
+/// long, and took its validity). The result holds the rest (`None` for those handed over).
+/// A request handed over is not rolled back; the others are decided, and rolled back, as
+/// in [`run`].
+pub(crate) async fn run_early(
+    connections: &Arc<[Connection]>,
+    round: Round,
+    work: &BackgroundWork,
+    won: Option<WonEarly<'_>>,
+) -> Vec<Option<Decided>> {
     let span = tracing::debug_span!(
         "redlock.round",
         kind = %round.kind,
@@ -66,7 +92,7 @@ pub(crate) async fn run(
         won = tracing::field::Empty,
         elapsed_us = tracing::field::Empty,
     );
-    run_inner(connections, Arc::new(round), work)
+    run_inner(connections, Arc::new(round), work, won)
         .instrument(span)
         .await
 }
@@ -87,7 +113,8 @@ async fn run_inner(
     connections: &Arc<[Connection]>,
     round: Arc<Round>,
     work: &BackgroundWork,
-) -> Vec<Decided> {
+    mut won_early: Option<WonEarly<'_>>,
+) -> Vec<Option<Decided>> {
     let n = connections.len();
     let r = round.requests.len();
     let pending: Vec<NodeReport> = connections
@@ -116,6 +143,8 @@ async fn run_inner(
         handed_off: false,
     };
     let mut tally = RoundVotes::new(n, r);
+    // The requests handed to `won_early` (see `run_early`).
+    let mut handed = vec![false; if won_early.is_some() { r } else { 0 }];
     for i in 0..n {
         let mut call: Call = Box::pin(
             {
@@ -141,23 +170,9 @@ async fn run_inner(
             Poll::Pending => flight.calls.push(call),
         }
     }
-    while !tally.done(round.waits_for_all()) {
-        match flight.calls.next().await {
-            Some((i, answers, latency)) => {
-                tally.record(&round, i, &answers);
-                flight.answered[i] = Some((answers, latency));
-            }
-            // Every node has answered, so every request is decided.
-            None => break,
-        }
-    }
-    let elapsed = t0.elapsed();
-
-    let mut results = Vec::with_capacity(r);
-    let mut roll_back = Vec::with_capacity(r);
-    for (j, request) in round.requests.iter().enumerate() {
-        let votes = &tally.votes[j];
-        let reached = votes.decision() == Some(Decision::Won);
+    let outcome = |j: usize, elapsed: Duration, tally: &RoundVotes| {
+        let request = &round.requests[j];
+        let reached = tally.votes[j].decision() == Some(Decision::Won);
         // Validity only means something for a request that reached its quorum.
         // A host suspend during the round counts as time passed, as it will for the lock.
         let lease = request
@@ -169,44 +184,90 @@ async fn run_inner(
                 Some((deadline.remaining_at(t0 + elapsed)?, deadline))
             });
         let won = reached && (request.ttl.is_none() || lease.is_some());
-        roll_back.push(!won && request.undo.is_some());
-        results.push((votes.accepted(), won, lease));
+        (tally.votes[j].accepted(), won, lease)
+    };
+    let decided = |j: usize,
+                   (accepted, won, lease): Outcome,
+                   elapsed: Duration,
+                   nodes: Vec<NodeReport>,
+                   values: Vec<Option<Value>>| Decided {
+        report: RoundReport {
+            kind: round.kind,
+            key: round.requests[j].name.clone(),
+            quorum: quorum(n),
+            accepted,
+            nodes,
+            elapsed,
+            validity: lease.map(|(validity, _)| validity),
+            settling: Some(SettlingView {
+                rx: settling.subscribe(),
+                index: j,
+            }),
+        },
+        won,
+        valid_until: lease.map(|(_, deadline)| deadline),
+        values,
+    };
+    while !tally.done(round.waits_for_all()) {
+        match flight.calls.next().await {
+            Some((i, answers, latency)) => {
+                tally.record(&round, i, &answers);
+                flight.answered[i] = Some((answers, latency));
+                if let Some(won_early) = won_early.as_mut() {
+                    // Each request won by now, with validity left now, goes to its caller.
+                    let elapsed = t0.elapsed();
+                    for (j, handed) in handed.iter_mut().enumerate() {
+                        if *handed || tally.votes[j].decision() != Some(Decision::Won) {
+                            continue;
+                        }
+                        let outcome = outcome(j, elapsed, &tally);
+                        if !outcome.1 {
+                            continue;
+                        }
+                        *handed = true;
+                        let nodes = flight.reports(j);
+                        let values = tally.values[j].clone();
+                        won_early(j, decided(j, outcome, elapsed, nodes, values));
+                    }
+                }
+            }
+            // Every node has answered, so every request is decided.
+            None => break,
+        }
+    }
+    let elapsed = t0.elapsed();
+
+    let mut results = Vec::with_capacity(r);
+    let mut roll_back = Vec::with_capacity(r);
+    for (j, request) in round.requests.iter().enumerate() {
+        let result = outcome(j, elapsed, &tally);
+        let early = handed.get(j).copied().unwrap_or(false);
+        roll_back.push(!early && !result.1 && request.undo.is_some());
+        results.push((result, early));
     }
     flight.hand_off(roll_back, false);
     // A batch counts as won only if every lock in it was: one lost renewal is worth seeing.
-    let all_won = results.iter().all(|(_, won, _)| *won);
+    let all_won = results.iter().all(|((_, won, _), early)| *won || *early);
     metrics::round_decided(round.kind, all_won, elapsed);
 
     let span = tracing::Span::current();
+    let values = std::mem::take(&mut tally.values);
     let decided = results
         .into_iter()
-        .zip(tally.values)
+        .zip(values)
         .enumerate()
-        .map(|(j, ((accepted, won, lease), values))| {
-            let report = RoundReport {
-                kind: round.kind,
-                key: round.requests[j].name.clone(),
-                quorum: quorum(n),
-                accepted,
-                nodes: settling.borrow().requests[j].clone(),
-                elapsed,
-                validity: lease.map(|(validity, _)| validity),
-                settling: Some(SettlingView {
-                    rx: settling.subscribe(),
-                    index: j,
-                }),
-            };
+        .map(|(j, ((outcome, early), values))| {
+            if early {
+                return None;
+            }
+            let nodes = settling.borrow().requests[j].clone();
+            let decided = decided(j, outcome, elapsed, nodes, values);
             if r == 1 {
-                span.record("accepted", accepted);
-                span.record("won", won);
-                tracing::debug!(report = %report, "round decided");
+                span.record("accepted", decided.report.accepted);
+                span.record("won", decided.won);
+                tracing::debug!(report = %decided.report, "round decided");
             }
-            Decided {
-                report,
-                won,
-                valid_until: lease.map(|(_, deadline)| deadline),
-                values,
-            }
+            Some(decided)
         })
         .collect();
     if r > 1 {
@@ -215,6 +276,10 @@ async fn run_inner(
     span.record("elapsed_us", elapsed.as_micros() as u64);
     decided
 }
+
+/// How a request ended: the nodes that accepted it, whether it was won, and its validity
+/// (left at the decision) and deadline.
+type Outcome = (usize, bool, Option<(Duration, Deadline)>);
 
 /// The votes of every request of a round, and what the nodes returned with them.
 struct RoundVotes {

@@ -176,6 +176,46 @@ async fn tls_with_the_ca_in_the_config_runs_every_path() {
     client.shutdown().await;
 }
 
+/// A TLS node addressed by its IPv6 address (`rediss://[::1]:port`) is checked against that
+/// address: the URL's host keeps its brackets, which were passed on as the name to check,
+/// and the handshake failed as "not a valid DNS name" (blaming the certificate), though
+/// the node's certificate names `::1`. The nodes listen on 127.0.0.1: a forwarder on
+/// `[::1]` stands in front of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_node_at_an_ipv6_address_is_checked_against_that_address() {
+    let set = NodeSet::start_with(3, tls_nodes(false, &["::1"]))
+        .await
+        .unwrap();
+    let pki = set.pki().expect("a TLS set has its PKI");
+    let mut urls = Vec::new();
+    for node in set.iter() {
+        let listener = tokio::net::TcpListener::bind("[::1]:0")
+            .await
+            .expect("IPv6 loopback");
+        let port = listener.local_addr().unwrap().port();
+        let target = format!("127.0.0.1:{}", node.tls_port().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        urls.push(format!("rediss://[::1]:{port}"));
+    }
+    let ca = TlsConfig {
+        ca_pem: Some(pki.ca_pem().to_string()),
+        ..Default::default()
+    };
+    let client = connect(builder(urls).tls(ca)).await;
+    let guard = client.lock("ipv6").await.expect("locked over TLS at ::1");
+    guard.release().await.unwrap();
+    client.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_name_is_checked_unless_told_otherwise() {
     // Certificates issued for a name the URLs do not use.

@@ -238,9 +238,21 @@ impl Config {
             let server_name = self.tls.as_ref().and_then(|t| t.server_name.clone());
             for endpoint in endpoints.iter_mut().filter(|e| e.fred.uses_tls()) {
                 endpoint.fred.tls = Some(connector.clone().into());
-                if let (Some(name), fred::types::config::ServerConfig::Centralized { server }) =
-                    (&server_name, &mut endpoint.fred.server)
-                {
+                let fred::types::config::ServerConfig::Centralized { server } =
+                    &mut endpoint.fred.server
+                else {
+                    continue;
+                };
+                // The name the certificate is checked against: the configured one, else
+                // the URL's host. An IPv6 address stands in brackets in a URL
+                // (`rediss://[::1]:6380`), and fred passes the host on as written, which
+                // rustls refuses as a name: the address itself is checked instead.
+                let ipv6 = server
+                    .host
+                    .strip_prefix('[')
+                    .and_then(|host| host.strip_suffix(']'))
+                    .map(str::to_string);
+                if let Some(name) = server_name.clone().or(ipv6) {
                     server.tls_server_name = Some(name.as_str().into());
                 }
             }

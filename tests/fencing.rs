@@ -21,11 +21,19 @@ fn fenced() -> LockOptions {
     }
 }
 
-/// Each node's counter (`None`: the node has none).
+/// Each node's counter (`None`: the node has none, or only the placeholder that a fenced
+/// acquisition leaves on a node without a counter).
 async fn counters(set: &NodeSet) -> Vec<Option<u64>> {
     let mut all = Vec::new();
     for node in set.iter() {
-        all.push(node.get(COUNTER).await.unwrap().map(|c| c.parse().unwrap()));
+        let counter = node.get(COUNTER).await.unwrap();
+        if let Some(value) = &counter {
+            assert!(
+                value.parse::<u64>().is_ok() || value.starts_with("unseeded:"),
+                "{value}"
+            );
+        }
+        all.push(counter.and_then(|c| c.parse().ok()));
     }
     all
 }
@@ -462,6 +470,72 @@ async fn a_token_recorded_by_another_acquisition_meanwhile_is_not_handed_out_twi
     );
 }
 
+/// A node that loses its data between a fenced acquisition's read of the counters and its
+/// write-back is not seeded by that write-back, nor counted as a node that recorded the
+/// token. Here the acquisition read 1 everywhere; meanwhile tokens 2 and 3 were recorded on
+/// nodes 0 and 1 (node 2 missed them), and node 1 lost its data. Its write-back of 2 used
+/// to seed node 1 with 2 and raise node 2 to 2: a quorum, and token 2 handed out a second
+/// time (and later a 3 again, from nodes 1 and 2). Now node 1 is left alone, node 0 is
+/// ahead, and the acquisition goes above 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_lost_its_counter_after_the_read_does_not_record_the_stale_token() {
+    let set = NodeSet::start(3).await.unwrap();
+    let links = linked(&set).await;
+    let slow = coordinator_at(links.urls(0), Duration::from_secs(5)).await;
+    let other = coordinator_at(set.urls(), Duration::from_secs(5)).await;
+    let fenced = |key: &'static [&'static str; 1]| Acquisition {
+        fenced: true,
+        ..Acquisition::new(key, Duration::from_secs(10))
+    };
+    let first = other.acquire_with(fenced(&["seed"])).await.unwrap();
+    assert_eq!(first.fencing_token().map(FencingToken::get), Some(1));
+    other.release(&first).await.unwrap();
+    other.quiesce().await;
+    assert_eq!(counters(&set).await, vec![Some(1); 3]);
+
+    // The slow acquisition's script runs everywhere (it reads 1 on every node); its
+    // answers are held back.
+    links.set_client(0, LinkFault::HoldReplies);
+    let acquiring = tokio::spawn({
+        let slow = slow.clone();
+        async move { slow.acquire_with(fenced(&["stale"])).await }
+    });
+    let applied = common::eventually(Duration::from_secs(10), || async {
+        set.nodes_holding("stale").await.len() == set.len()
+    })
+    .await;
+    assert!(applied, "the held-back acquisition never reached the nodes");
+    // Tokens 2 and 3 recorded on nodes 0 and 1 (and handed out); node 2 missed them.
+    for node in [0, 1] {
+        set.node(node).set(COUNTER, "3", None).await.unwrap();
+    }
+    // Node 1 restarts without persistence.
+    set.node(1).flushall().await.unwrap();
+    links.heal_all();
+    let stale = acquiring
+        .await
+        .unwrap()
+        .expect("the held-back acquisition wins on nodes 0 and 2");
+    let token = stale.fencing_token().unwrap().get();
+    assert!(token > 3, "token {token} after 3 was handed out");
+    assert_eq!(counters(&set).await, vec![Some(token), None, Some(token)]);
+    // A later acquisition whose decision counts node 1's answer (without a counter, its
+    // placeholder) seeds it; every token still goes up.
+    let mut last = token;
+    for _ in 0..20 {
+        let next = other.acquire_with(fenced(&["next"])).await.unwrap();
+        let token = next.fencing_token().unwrap().get();
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        other.release(&next).await.unwrap();
+        other.quiesce().await;
+        if counters(&set).await.iter().all(Option::is_some) {
+            return;
+        }
+    }
+    panic!("node 1 was never seeded again: {:?}", counters(&set).await);
+}
+
 /// A brand-new node set's first fenced acquisition while another one's first write-back is
 /// on its way: it reads one node seeded and two not, which is also how a quorum that lost
 /// its counters looks, and it used to give up (`NotFenced`). It now reads again a few
@@ -492,7 +566,7 @@ async fn a_new_node_sets_fenced_acquisition_during_the_first_write_back_gets_a_t
     });
     // `a`'s write-back of token 1 has reached node 0, not yet nodes 1 and 2.
     let seeded = common::eventually(Duration::from_secs(5), || async {
-        set.node(0).get(COUNTER).await.unwrap().is_some()
+        counters(&set).await[0].is_some()
     })
     .await;
     assert!(seeded, "the first write-back never reached node 0");

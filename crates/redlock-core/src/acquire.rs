@@ -239,6 +239,8 @@ impl Coordinator {
             return self.lock_from(decided, spec, ttl, None);
         }
         let counters = counters_in(&decided.values);
+        let mut placeholders = Vec::new();
+        placeholders_in(&decided.values, &mut placeholders);
         let lock = self.lock_from(decided, spec, ttl, None)?;
         // From here until the lock is handed out or released again, a dropped future must
         // not leave the won keys behind until their TTL.
@@ -248,7 +250,7 @@ impl Coordinator {
         };
         // The last time the counters fell short, kept for a deadline that cuts the reads.
         let short = std::sync::Mutex::new(None);
-        let fencing = self.fence(&counters, &lock, &short);
+        let fencing = self.fence(&counters, placeholders, &lock, &short);
         let fenced = match what.deadline {
             None => fencing.await,
             Some(deadline) => match tokio::time::timeout_at(deadline, fencing).await {
@@ -298,20 +300,30 @@ impl Coordinator {
     /// the lock is still valid. `Err` ([`Error::NotFenced`] or
     /// [`Error::FencingCountersLost`]): why the lock gets no token, with the last report.
     /// `short` keeps the last shortfall seen, for a caller's deadline that cuts this short.
+    ///
+    /// `placeholders`: those of the nodes the round read without a counter; each later read
+    /// adds its own (a write-back may seed a node that still keeps a placeholder read with
+    /// or before the counters its token comes from, see [`FENCE_RECORD`]).
     async fn fence(
         &self,
         counters: &[Option<i64>],
+        mut placeholders: Vec<Value>,
         lock: &Lock,
         short: &std::sync::Mutex<Option<fence::Shortfall>>,
     ) -> Result<FencingToken, Error> {
         let mut token = fence::next_token(counters, self.quorum());
+        let mut read_again = async || {
+            let values = self.read_counters().await.1;
+            placeholders_in(&values, &mut placeholders);
+            fence::next_token(&counters_in(&values), self.quorum())
+        };
         if token.is_err() && counters.iter().any(Option::is_none) {
             // Too few of the nodes that answered before the decision have a counter (a
             // new node set, or a node that lost its data was among the first to answer):
             // the nodes that had not answered yet may make up the quorum. Ask them all
             // (rare: a new node set's first tokens, or nodes that lost their data). A
             // counter read later is never lower, so this read is as good as the round's.
-            token = fence::next_token(&self.read_counters().await.1, self.quorum());
+            token = read_again().await;
         }
         // Every node answered, and too few have a counter beside some that have one: a
         // quorum lost its counters, which only an operator can mend, or a new node set's
@@ -327,7 +339,7 @@ impl Coordinator {
             match &token {
                 Err(shortfall) if shortfall.every_node_answered() && lock.is_valid() => {
                     tokio::time::sleep(pause).await;
-                    token = fence::next_token(&self.read_counters().await.1, self.quorum());
+                    token = read_again().await;
                     reads += 1;
                 }
                 _ => break,
@@ -355,7 +367,7 @@ impl Coordinator {
         *short.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let mut tries = 1;
         let recorded = loop {
-            let recorded = self.record(token).await;
+            let recorded = self.record(token, Seed::Placeholders(&placeholders)).await;
             if recorded.won {
                 break recorded;
             }
@@ -374,10 +386,18 @@ impl Coordinator {
                     tries += 1;
                 }
                 _ => {
+                    // Nodes without a counter that this acquisition may not seed: they lost
+                    // their data after it read them (or it never read them).
+                    let unseeded = counters_in(&recorded.values)
+                        .iter()
+                        .filter(|c| **c == Some(-1))
+                        .count();
                     let reason = format!(
                         "fewer than a quorum of nodes recorded the token ({tries} write-back(s)); \
-                         other fenced acquisitions raised the counters meanwhile, or nodes did \
-                         not answer: retry"
+                         other fenced acquisitions raised the counters meanwhile, nodes did \
+                         not answer, or {unseeded} node(s) have no counter that this \
+                         acquisition read (they lost their data since; the next acquisition \
+                         that reads them seeds them): retry"
                     );
                     return Err(Error::NotFenced {
                         report: Box::new(recorded.report),
@@ -396,9 +416,10 @@ impl Coordinator {
         Ok(token)
     }
 
-    /// Every node's fencing counter (`Some(-1)`: none; `None`: no answer), waiting for every
-    /// node up to the node timeout, with the read's report.
-    async fn read_counters(&self) -> (RoundReport, Vec<Option<i64>>) {
+    /// What every node answered of its fencing counter (see [`counters_in`] and
+    /// [`placeholders_in`]), waiting for every node up to the node timeout, with the read's
+    /// report.
+    async fn read_counters(&self) -> (RoundReport, Vec<Option<Value>>) {
         let fence_key = &self.inner.config.fence_key;
         let command = Command::Script {
             script: &FENCE_READ,
@@ -407,8 +428,7 @@ impl Coordinator {
         };
         let round = self.untimed_round(RoundKind::Inspect, command, fence_key.as_str().into());
         let read = self.run_one(round).await;
-        let counters = counters_in(&read.values);
-        (read.report, counters)
+        (read.report, read.values)
     }
 
     /// Every node's fencing counter (one key per node set: the configured `fence_key`),
@@ -416,8 +436,8 @@ impl Coordinator {
     /// would get from them. What an operator reads when fenced acquisitions fail with
     /// [`Error::FencingCountersLost`] (the `redlock fence` command shows it).
     pub async fn fencing_counters(&self) -> FencingCounters {
-        let (report, counters) = self.read_counters().await;
-        FencingCounters::of(&report.nodes, &counters, self.quorum())
+        let (report, values) = self.read_counters().await;
+        FencingCounters::of(&report.nodes, &counters_in(&values), self.quorum())
     }
 
     /// Raises every node's fencing counter to at least `at_least`, and to at least the
@@ -437,27 +457,33 @@ impl Coordinator {
         // Never below a counter some node has: a quorum of the raised nodes alone would
         // otherwise hand out tokens below it.
         // (A counter out of range is not: see `fence::usable`.)
-        let highest = self
-            .read_counters()
-            .await
-            .1
+        let highest = counters_in(&self.read_counters().await.1)
             .into_iter()
             .filter_map(fence::usable)
             .max();
         let target = highest.map_or(at_least, |h| at_least.max(u64::try_from(h).unwrap_or(0)));
-        let written = self.record(FencingToken::new(target)).await;
+        let written = self.record(FencingToken::new(target), Seed::Any).await;
         written.report.settled().await;
         Ok(self.fencing_counters().await)
     }
 
-    /// Writes `token` back to every node's fencing counter, raise-only; won at a quorum.
-    async fn record(&self, token: FencingToken) -> crate::round::Decided {
+    /// Writes `token` back to every node's fencing counter, raise-only, seeding the nodes
+    /// without one that `seed` allows (see [`FENCE_RECORD`]); won at a quorum.
+    async fn record(&self, token: FencingToken, seed: Seed<'_>) -> crate::round::Decided {
         let fence_key = &self.inner.config.fence_key;
         let token = i64::try_from(token.get()).unwrap_or(i64::MAX);
+        let mut args = vec![Value::from(token)];
+        match seed {
+            Seed::Any => args.push(Value::from("1")),
+            Seed::Placeholders(placeholders) => {
+                args.push(Value::from("0"));
+                args.extend(placeholders.iter().cloned());
+            }
+        }
         let command = Command::Script {
             script: &FENCE_RECORD,
             keys: vec![Key::from(fence_key.as_str())],
-            args: vec![Value::from(token)],
+            args,
         };
         let round = self.untimed_round(RoundKind::Fence, command, fence_key.as_str().into());
         self.run_one(round).await
@@ -501,14 +527,34 @@ impl Drop for ReleaseOnDrop<'_> {
     }
 }
 
-/// The fencing counters the nodes returned (`Some(-1)`: the node has none; `None`: no
-/// answer).
+/// The fencing counters the nodes returned (`Some(-1)`: the node has none, with or without
+/// a placeholder; `None`: no answer).
 fn counters_in(values: &[Option<Value>]) -> Vec<Option<i64>> {
     values
         .iter()
         .map(|value| match value {
             Some(Value::Integer(counter)) => Some(*counter),
+            Some(Value::String(_)) => Some(-1),
             _ => None,
         })
         .collect()
+}
+
+/// Adds the placeholders of the nodes without a counter (see `scripts::fenced`) in `values`
+/// to `seen`: the nodes a write-back of a token computed from these counters (or from a
+/// later read's) may seed.
+fn placeholders_in(values: &[Option<Value>], seen: &mut Vec<Value>) {
+    for value in values.iter().flatten() {
+        if matches!(value, Value::String(_)) && !seen.contains(value) {
+            seen.push(value.clone());
+        }
+    }
+}
+
+/// Which nodes without a counter a write-back may seed: those that still keep one of the
+/// placeholders read with the token's counters (or before them), or any (an operator's
+/// raise).
+enum Seed<'a> {
+    Placeholders(&'a [Value]),
+    Any,
 }

@@ -20,7 +20,11 @@
 //!
 //! A node that lost its data (restart without persistence, `FLUSHALL`, eviction) has no
 //! counter: it is not counted until a write-back seeds it again, because counting its
-//! empty counter as 0 could let tokens go backwards. Tokens stay monotonic as long as
+//! empty counter as 0 could let tokens go backwards. Only an acquisition that read it
+//! without a counter may seed it (it keeps a placeholder from that read until seeded; see
+//! `scripts::FENCE_RECORD`): seeded by a write-back whose token came from counters read
+//! before it lost its data, it could record a token handed out since, and make a second
+//! quorum for it with a node that had missed that token. Tokens stay monotonic as long as
 //! fewer than a quorum of nodes lose their counters at once. Tokens start at 1 only when
 //! every node answers without a counter (a new node set). When a quorum lost its
 //! counters while another node kept one, no token is handed out

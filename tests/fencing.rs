@@ -706,3 +706,26 @@ async fn a_counter_set_past_the_maximum_on_one_node_is_not_counted() {
     c.coordinator().quiesce().await;
     assert!(set.nodes_holding("redlock:k").await.is_empty());
 }
+
+/// A fenced acquisition after the counters reached 2^53 (the most an operator may raise them
+/// to) gets no token and writes none: it used to write 2^53 + 2 (2^53 + 1 reads as 2^53 in
+/// the nodes' doubles), which put every counter out of range, so that no later acquisition
+/// could get a token and only a hand edit of every node mended it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_is_written_past_the_highest_counter() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_secs(1)).await;
+    let max = redlock_core::MAX_FENCING_COUNTER;
+    core.raise_fencing_counters(max).await.unwrap();
+    let acquisition = Acquisition {
+        fenced: true,
+        ..Acquisition::new(&["past-max"], Duration::from_secs(10))
+    };
+    match core.acquire_with(acquisition).await {
+        Err(CoreError::NotFenced { reason, .. }) => assert!(reason.contains("2^53"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    core.quiesce().await;
+    assert_eq!(counters(&set).await, vec![Some(max); 3]);
+    assert!(set.nodes_holding("past-max").await.is_empty());
+}

@@ -367,6 +367,19 @@ impl Coordinator {
         *short.lock().unwrap_or_else(|e| e.into_inner()) = None;
         let mut tries = 1;
         let recorded = loop {
+            // Past 2^53 the nodes' scripts (which count in doubles) cannot tell one token
+            // from the next: none is written there (written, it would put every counter
+            // out of range, and no later acquisition could get a token).
+            if token.get() > fence::MAX_FENCING_COUNTER {
+                return Err(Error::NotFenced {
+                    report: report(),
+                    reason: format!(
+                        "the fencing counters have reached {} (2^53), the highest token the \
+                         nodes can record; no token can be issued above it",
+                        fence::MAX_FENCING_COUNTER
+                    ),
+                });
+            }
             let recorded = self.record(token, Seed::Placeholders(&placeholders)).await;
             if recorded.won {
                 break recorded;

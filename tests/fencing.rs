@@ -729,3 +729,32 @@ async fn no_token_is_written_past_the_highest_counter() {
     assert_eq!(counters(&set).await, vec![Some(max); 3]);
     assert!(set.nodes_holding("past-max").await.is_empty());
 }
+
+/// A counter set by hand beyond what Redis can answer as an integer (`1e19`, `inf`) reads
+/// as out of range, not as "no counter": Redis turned it into a negative integer, so a
+/// node set without counters but for it started tokens at 1, below that counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_beyond_an_integer_reads_as_out_of_range_not_as_missing() {
+    let set = NodeSet::start(3).await.unwrap();
+    let core = common::coordinator(&set, Duration::from_secs(1)).await;
+    for value in ["1e19", "inf", "-3"] {
+        set.node(0).set(COUNTER, value, None).await.unwrap();
+        let read = core.fencing_counters().await;
+        assert!(
+            matches!(read.nodes[0].1, FencingCounter::OutOfRange(_)),
+            "{value}: {read:?}"
+        );
+        assert_eq!(read.next, None, "{value}");
+        let acquisition = Acquisition {
+            fenced: true,
+            deadline: Some(tokio::time::Instant::now() + Duration::from_millis(300)),
+            ..Acquisition::new(&["beyond"], Duration::from_secs(10))
+        };
+        match core.acquire_with(acquisition).await {
+            Err(CoreError::NotFenced { .. }) => {}
+            other => panic!("{value}: {other:?}"),
+        }
+    }
+    core.quiesce().await;
+    assert!(set.nodes_holding("beyond").await.is_empty());
+}

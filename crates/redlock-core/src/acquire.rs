@@ -558,7 +558,10 @@ fn counters_in(values: &[Option<Value>]) -> Vec<Option<i64>> {
 /// later read's) may seed.
 fn placeholders_in(values: &[Option<Value>], seen: &mut Vec<Value>) {
     for value in values.iter().flatten() {
-        if matches!(value, Value::String(_)) && !seen.contains(value) {
+        let placeholder = value
+            .as_str()
+            .is_some_and(|value| value.starts_with("unseeded:"));
+        if placeholder && !seen.contains(value) {
             seen.push(value.clone());
         }
     }

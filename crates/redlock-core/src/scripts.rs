@@ -375,6 +375,16 @@ return results"#
 const ACQUIRE_ONE_BODY: &str = r#"if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end
 return 0"#;
 
+/// Lua: `in_range(counter)`, a counter read from a node as the scripts answer it: as is
+/// from 0 to 2^62, else (set by hand: negative, 2^63 or more, not a number) 2^62, which the
+/// client counts as out of range like anything above 2^53 (see `fence::usable`). Redis
+/// would turn a reply of 2^63 or more (`"1e19"`, `"inf"`) into a negative integer, which
+/// reads as "no counter".
+const IN_RANGE: &str = r#"local function in_range(counter)
+  if counter ~= counter or counter < 0 or counter > 4611686018427387904 then return 4611686018427387904 end
+  return counter
+end"#;
+
 /// A fenced acquisition: `body` (an acquisition script answering 1 or 0) with the node's
 /// fencing counter read in the same call, so fencing costs the acquisition no round trip.
 /// The counter's key comes last in `KEYS` and is taken off before `body` runs. Returns
@@ -393,6 +403,7 @@ return 0"#;
 fn fenced(body: &str) -> Script {
     Script::new(format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
+{IN_RANGE}
 local fence_key = table.remove(KEYS)
 local function acquire()
 {body}
@@ -400,7 +411,7 @@ end
 local done = acquire()
 if type(done) == "table" then done = 0 end
 local counter = redis.pcall("GET", fence_key)
-if type(counter) == "string" and tonumber(counter) then return {{done, tonumber(counter)}} end
+if type(counter) == "string" and tonumber(counter) then return {{done, in_range(tonumber(counter))}} end
 if type(counter) == "string" and string.sub(counter, 1, 9) == "unseeded:" then return {{done, counter}} end
 if type(counter) ~= "string" and redis.call("EXISTS", fence_key) == 1 then return {{done, -1}} end
 local time = redis.call("TIME")
@@ -431,13 +442,15 @@ pub(crate) static FENCED_REENTRANT_ACQUIRE: LazyLock<Script> =
 /// through each value at most once, so no two write-backs of one token both reach a
 /// quorum: no two acquisitions get the same token.
 pub(crate) static FENCE_RECORD: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local found = redis.pcall("GET", KEYS[1])
+    Script::new(format!(
+        r#"{IN_RANGE}
+local found = redis.pcall("GET", KEYS[1])
 local counter = nil
 if type(found) == "string" then counter = tonumber(found) end
 local token = tonumber(ARGV[1])
 if counter then
-  if counter >= token then return {0, counter} end
+  counter = in_range(counter)
+  if counter >= token then return {{0, counter}} end
 elseif ARGV[2] ~= "1" then
   local seeded = false
   if type(found) == "string" then
@@ -445,24 +458,25 @@ elseif ARGV[2] ~= "1" then
       if ARGV[i] == found then seeded = true end
     end
   end
-  if not seeded then return {0, -1} end
+  if not seeded then return {{0, -1}} end
 end
 redis.call("SET", KEYS[1], ARGV[1])
-return {1, token}"#,
-    )
+return {{1, token}}"#
+    ))
 });
 
 /// Reads a node's fencing counter: `KEYS[1]` = the counter. Returns `{1, counter}`; for a
 /// node without one, its placeholder (see `fenced`) when it keeps one, else -1. Read-only:
 /// it puts no placeholder there.
 pub(crate) static FENCE_READ: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local counter = redis.pcall("GET", KEYS[1])
-if type(counter) ~= "string" then return {1, -1} end
-if tonumber(counter) then return {1, tonumber(counter)} end
-if string.sub(counter, 1, 9) == "unseeded:" then return {1, counter} end
-return {1, -1}"#,
-    )
+    Script::new(format!(
+        r#"{IN_RANGE}
+local counter = redis.pcall("GET", KEYS[1])
+if type(counter) ~= "string" then return {{1, -1}} end
+if tonumber(counter) then return {{1, in_range(tonumber(counter))}} end
+if string.sub(counter, 1, 9) == "unseeded:" then return {{1, counter}} end
+return {{1, -1}}"#
+    ))
 });
 
 /// Reads a key's holder and TTL in one call, read-only: `KEYS[1]` = key. Returns 0 when the

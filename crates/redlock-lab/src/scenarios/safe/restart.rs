@@ -63,6 +63,15 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
         let resource = Arc::new(Resource::default());
         // Longer than any lock's TTL (H2), extended ones included.
         let down = lab.max_ttl().mul_f64(1.5);
+        // When all three were down, and when the first was back (three of five up: a
+        // quorum again), as far as the faults got: a kill or restart that fails must not
+        // take the false-success rule with it.
+        let window = std::sync::Mutex::new((None, None));
+        let set_window = |f: &dyn Fn(&mut (Option<_>, Option<_>))| {
+            f(&mut window
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner));
+        };
         let faults = async {
             let start = Instant::now();
             sleep_to(start, at(lab, 0.2)).await;
@@ -70,12 +79,24 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
                 lab.kill(n).await?;
             }
             let down_from = lab.history.now();
+            set_window(&|w| w.0 = Some(down_from));
             sleep(down).await;
-            let back_from = lab.history.now();
             // Concurrently: a container restart takes a second or more.
-            let restarts = (0..3).map(|n| lab.restart_after(n, Duration::ZERO));
-            futures::future::try_join_all(restarts).await?;
-            Ok::<_, LabError>((down_from, back_from, lab.history.now()))
+            let restarts = (0..3).map(|n| async move {
+                lab.restart_after(n, Duration::ZERO).await?;
+                Ok::<_, LabError>(lab.history.now())
+            });
+            let restarts = futures::future::join_all(restarts).await;
+            let first_back = restarts
+                .iter()
+                .filter_map(|r| r.as_ref().ok())
+                .min()
+                .copied();
+            set_window(&|w| w.1 = first_back);
+            for restart in restarts {
+                restart?;
+            }
+            Ok::<_, LabError>(lab.history.now())
         };
         let until = Instant::now() + lab.timing.run_for;
         let (first, faults) = tokio::join!(contend_lab(lab, &resource, &clients, until), faults);
@@ -89,7 +110,9 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
         )
         .await;
         shutdown(&clients).await;
-        let (down_from, back_from, back) = faults?;
+        let (down_from, back_from) = *window
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut outcome = Outcome::default();
         let events = lab.history.events();
         for event in &events {
@@ -100,7 +123,10 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
                 ..
             } = event
             {
-                if *started > down_from && *acquired < back_from {
+                // No end: no node came back.
+                let down = down_from.is_some_and(|from| *started > from)
+                    && back_from.is_none_or(|back| *acquired < back);
+                if down {
                     outcome.violations.push(Violation::Rule(format!(
                         "false success: {client} won a lock in a round started at {started:?}, \
                          while three of five nodes were down"
@@ -108,10 +134,10 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
                 }
             }
         }
-        // A false success found before a client's error still counts.
-        let (first, then) = match (first, then) {
-            (Ok(first), Ok(then)) => (first, then),
-            (Err(e), _) | (_, Err(e)) => return Err(e.with_outcome(outcome)),
+        // A false success found before a client's error, or the faults', still counts.
+        let (first, then, back) = match (first, then, faults) {
+            (Ok(first), Ok(then), Ok(back)) => (first, then, back),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return Err(e.with_outcome(outcome)),
         };
         outcome.notes.push(format!(
             "{} won, {} gave up",

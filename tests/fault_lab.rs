@@ -36,6 +36,9 @@ fn main() -> ExitCode {
         all.retain(|s| filters.iter().any(|f| s.name.contains(f.as_str())));
     }
     if all.is_empty() {
+        // `cargo test NAME` passes its filter to every test binary: one that matches no
+        // scenario runs none, and says so.
+        eprintln!("fault lab: no scenario matches {filters:?}; `redlock-lab --list` lists them");
         return ExitCode::SUCCESS;
     }
     let repeat = match std::env::var(REPEAT_ENV) {

@@ -77,6 +77,9 @@ fn always_fails(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
     })
 }
 
+/// The errored run's acquisitions are reported but do not count toward the soak's target:
+/// a run whose faults failed part way contended with fewer faults than its scenario says
+/// (they used to count, so that a soak could reach its target on such runs).
 #[tokio::test]
 async fn a_run_that_ends_with_an_error_is_recorded_and_the_soak_goes_on() {
     let s = scenario("first_run_fails", first_run_fails);
@@ -88,8 +91,8 @@ async fn a_run_that_ends_with_an_error_is_recorded_and_the_soak_goes_on() {
     )
     .await;
     let r = &results[0];
-    assert_eq!(r.runs, 3, "{r:?}");
-    assert_eq!(r.total.acquisitions, 3 * PER_RUN);
+    assert_eq!(r.runs, 4, "{r:?}");
+    assert_eq!(r.total.acquisitions, 4 * PER_RUN);
     assert_eq!(r.total.error, None);
     assert_eq!(r.errored.len(), 1, "{:?}", r.errored);
     assert_eq!(r.errored[0].0, 1);

@@ -61,6 +61,10 @@ pub async fn soak(
         let started = Instant::now();
         let mut total: Option<ScenarioResult> = None;
         let (mut runs, mut barren, mut failing) = (0, 0, 0);
+        // Acquisitions of the runs that ended without an error: a run whose faults failed
+        // part way contended with fewer faults than its scenario says, so it does not
+        // count toward `min_acquisitions`.
+        let mut counted = 0;
         let mut errored = Vec::new();
         loop {
             let (result, nodes) = run_with(backend, s, reuse.take(), &options).await;
@@ -90,6 +94,9 @@ pub async fn soak(
             let mut result = result;
             let error = result.error.take();
             failing = if error.is_some() { failing + 1 } else { 0 };
+            if error.is_none() {
+                counted += result.acquisitions;
+            }
             let total = match &mut total {
                 Some(total) => {
                     add(total, result);
@@ -99,8 +106,8 @@ pub async fn soak(
             };
             total.elapsed = started.elapsed();
             eprintln!(
-                "[soak] {backend}: {}: run {runs}: {} of {min_acquisitions} acquisitions, {} \
-                 violation(s), {:.1}s",
+                "[soak] {backend}: {}: run {runs}: {counted} of {min_acquisitions} acquisitions \
+                 (in runs without an error; {} in all), {} violation(s), {:.1}s",
                 s.name,
                 total.acquisitions,
                 total.violations.len(),
@@ -115,7 +122,7 @@ pub async fn soak(
                 }
                 errored.push((runs, error));
             }
-            if total.acquisitions >= min_acquisitions {
+            if counted >= min_acquisitions {
                 break;
             }
             if barren >= BARREN_RUNS {

@@ -33,10 +33,10 @@ pub enum Op {
     /// is held (a nested acquisition), a write under each, released in a random order with
     /// a write under the remaining hold in between.
     Reentrant,
-    /// [`Op::Reentrant`] with both holds' `lock_reentrant` calls at once. Off in the
-    /// default mix: two fenced rounds of one owner that run at once both win, read the same
-    /// counters and hand out the same fencing token, which the token rule reports as
-    /// reused (the README promises each reentrant hold its own token).
+    /// [`Op::Reentrant`] with both holds' `lock_reentrant` calls at once. Two fenced rounds
+    /// of one owner that run at once both win and may hand out the same fencing token: one
+    /// owner's lease, won together, which the fencing rule allows (see `checker::fencing`
+    /// and the fault-lab notes); nested holds still need tokens of their own.
     ReentrantConcurrent,
     /// `lock`, `extend` to twice the TTL, a read of the nodes, write, `release`.
     ExtendLonger,

@@ -142,11 +142,21 @@ async fn a_node_that_lost_its_counter_is_not_counted_and_is_seeded_again() {
     set.node(0).flushall().await.unwrap();
     set.node(1).flushall().await.unwrap();
     match core.acquire_with(acquisition()).await {
-        Err(CoreError::FencingCountersLost {
-            seeded: 1,
-            missing: 2,
-            ..
-        }) => {}
+        Err(
+            e @ CoreError::FencingCountersLost {
+                seeded: 1,
+                missing: 2,
+                ..
+            },
+        ) => {
+            // Which nodes have none, by name.
+            let message = e.to_string();
+            let urls = links.urls(0);
+            assert!(
+                message.contains(&format!("have none ({}, {})", urls[0], urls[1])),
+                "{message}"
+            );
+        }
         other => panic!("{other:?}"),
     }
     core.quiesce().await;

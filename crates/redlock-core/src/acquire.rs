@@ -312,10 +312,20 @@ impl Coordinator {
         short: &std::sync::Mutex<Option<fence::Shortfall>>,
     ) -> Result<FencingToken, Error> {
         let mut token = fence::next_token(counters, self.quorum());
+        // The nodes the last read found without a counter, to name them.
+        let mut missing_on = Vec::new();
         let mut read_again = async || {
-            let values = self.read_counters().await.1;
+            let (report, values) = self.read_counters().await;
             placeholders_in(&values, &mut placeholders);
-            fence::next_token(&counters_in(&values), self.quorum())
+            let counters = counters_in(&values);
+            missing_on = report
+                .nodes
+                .iter()
+                .zip(&counters)
+                .filter(|(_, counter)| **counter == Some(-1))
+                .map(|(node, _)| node.node.clone())
+                .collect();
+            fence::next_token(&counters, self.quorum())
         };
         if token.is_err() && counters.iter().any(Option::is_none) {
             // Too few of the nodes that answered before the decision have a counter (a
@@ -354,6 +364,7 @@ impl Coordinator {
                     report: report(),
                     seeded: shortfall.seeded,
                     missing: shortfall.unseeded,
+                    missing_on,
                 })
             }
             Err(shortfall) => {

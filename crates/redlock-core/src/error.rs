@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::report::RoundReport;
+use crate::report::{NodeName, RoundReport};
 
 /// A configuration value or a request argument that cannot work. Nothing was sent to any
 /// node. Each message names the value and what to change.
@@ -262,7 +262,7 @@ pub enum Error {
     /// A new node set whose first token's write-back reached fewer than a quorum before
     /// that acquisition gave up ends in the same state (nothing tells it from a loss), and
     /// is mended the same way.
-    #[error("{report}; the lock was won but no fencing token can be issued: {seeded} node(s) have a fencing counter and {missing} have none, fewer than a quorum: a quorum lost its counters (a restart without persistence, FLUSHALL, an eviction; or a new node set's first write-back reached too few nodes) and the highest token handed out may be gone with them; the lock is released again. Retrying does not help: raise every node's counter to at least the highest token your protected resources have accepted (`redlock fence --raise-to N`, or Coordinator::raise_fencing_counters)")]
+    #[error("{report}; the lock was won but no fencing token can be issued: {seeded} node(s) have a fencing counter and {missing} have none ({}), fewer than a quorum: a quorum lost its counters (a restart without persistence, FLUSHALL, an eviction; or a new node set's first write-back reached too few nodes) and the highest token handed out may be gone with them; the lock is released again. Retrying does not help: raise every node's counter to at least the highest token your protected resources have accepted (`redlock fence --raise-to N`, or Coordinator::raise_fencing_counters)", names(missing_on))]
     FencingCountersLost {
         /// The acquisition round.
         report: Box<RoundReport>,
@@ -270,6 +270,8 @@ pub enum Error {
         seeded: usize,
         /// Nodes that have none.
         missing: usize,
+        /// Which nodes have none (their masked URLs), as the last read found them.
+        missing_on: Vec<NodeName>,
     },
 }
 
@@ -284,4 +286,10 @@ impl Error {
             | Error::FencingCountersLost { report, .. } => Some(report),
         }
     }
+}
+
+/// Node names as a message lists them.
+fn names(nodes: &[NodeName]) -> String {
+    let names: Vec<&str> = nodes.iter().map(NodeName::as_str).collect();
+    names.join(", ")
 }

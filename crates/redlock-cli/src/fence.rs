@@ -27,10 +27,16 @@ pub async fn fence(client: &Redlock, args: &FenceArgs) -> Result<Exit, CliError>
     } else {
         console::print(&view.text());
     }
-    let unreached = view.nodes.iter().any(|n| n.error.is_some());
+    let unreached = view
+        .nodes
+        .iter()
+        .any(|n| n.error.is_some() && !n.out_of_range);
+    let out_of_range = view.nodes.iter().any(|n| n.out_of_range);
     Ok(match view.state {
         State::Lost => Exit::No,
         _ if args.raise_to.is_some() && unreached => Exit::Unavailable,
+        // Raising never lowers a counter: only an operator's hand mends it.
+        _ if args.raise_to.is_some() && out_of_range => Exit::No,
         State::Ok | State::New => Exit::Success,
         State::Unknown => Exit::Unavailable,
     })
@@ -72,8 +78,11 @@ struct NodeView {
     node: String,
     /// The counter; `null` when the node has none or did not answer.
     counter: Option<u64>,
-    /// Why the node did not answer.
+    /// Why the node did not answer, or why its counter is not counted.
     error: Option<String>,
+    /// Its counter is above the maximum: it answered, and raising cannot mend it.
+    #[serde(skip)]
+    out_of_range: bool,
 }
 
 impl View {
@@ -81,8 +90,8 @@ impl View {
         let nodes: Vec<NodeView> = counters
             .nodes
             .iter()
-            .map(|(node, counter)| {
-                let (counter, error) = match counter {
+            .map(|(node, raw)| {
+                let (counter, error) = match raw {
                     FencingCounter::At(value) => (Some(*value), None),
                     FencingCounter::NoAnswer(outcome) => (None, Some(outcome.to_string())),
                     FencingCounter::OutOfRange(value) => (
@@ -101,6 +110,7 @@ impl View {
                     node: node.to_string(),
                     counter,
                     error,
+                    out_of_range: matches!(raw, FencingCounter::OutOfRange(_)),
                 }
             })
             .collect();
@@ -155,13 +165,25 @@ impl View {
             out.push_str(&format!("  {:<width$}  {what}\n", node.node));
         }
         if let Some(n) = self.raised_to {
-            let unreached = self.nodes.iter().filter(|n| n.error.is_some()).count();
+            let unreached = self
+                .nodes
+                .iter()
+                .filter(|n| n.error.is_some() && !n.out_of_range)
+                .count();
+            let out_of_range = self.nodes.iter().filter(|n| n.out_of_range).count();
+            if out_of_range > 0 {
+                out.push_str(&format!(
+                    "{out_of_range} node(s) have a counter above the maximum, which raising \
+                     never lowers: set it by hand (see its line); running this again does not \
+                     mend it\n"
+                ));
+            }
             if unreached > 0 {
                 out.push_str(&format!(
                     "raised to at least {n} on the nodes that answered; {unreached} did not: run \
                      this again once they are back\n"
                 ));
-            } else {
+            } else if out_of_range == 0 {
                 let highest = self.nodes.iter().filter_map(|n| n.counter).max();
                 out.push_str(&match highest {
                     Some(highest) if highest > n => format!(

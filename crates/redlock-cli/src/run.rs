@@ -61,26 +61,29 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
                         HoldHealth::RenewalFailing { last_error, .. } => last_error,
                         _ => "no renewal got through in time".to_string(),
                     };
-                    break Outcome::Lost(LostReason::Expired, Some(renewal));
+                    break Outcome::Lost(LostReason::Expired, Some(renewal), valid_until);
                 }
             }
-            reason = &mut lost => break Outcome::Lost(reason, None),
+            // The end of the validity as it stood before the loss: a lock that a majority
+            // refused reads as ended at once, and the command still gets its grace within
+            // that end (SIGTERM at once, SIGKILL after the grace or then).
+            reason = &mut lost => break Outcome::Lost(reason, None, valid_until),
             signal = signals.recv() => child.forward(signal),
         }
     };
-    let (reason, renewal) = match outcome {
+    let (reason, renewal, valid_until) = match outcome {
         Outcome::Ended(status) => {
             release(guard, console).await;
             return Ok(exit_of(status));
         }
-        Outcome::Lost(reason, renewal) => (reason, renewal),
+        Outcome::Lost(reason, renewal, valid_until) => (reason, renewal, valid_until),
         Outcome::WaitFailed(e) => {
             // The command's state is unknown: it is stopped as for a lost lock (before the
             // lock goes), and the error is what is reported.
             console.warn(format_args!(
                 "could not wait for the command: {e}; stopping it"
             ));
-            stop(&mut child, &guard, grace, console).await;
+            stop(&mut child, guard.valid_until(), grace, console).await;
             release(guard, console).await;
             return Err(CliError::Setup(e));
         }
@@ -89,7 +92,7 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
     tracing::info!(%key, %reason, "lock lost or about to be");
     // Signals that arrive meanwhile wait in their queue: the command is being stopped
     // already, and redlock still releases before it exits.
-    stop(&mut child, &guard, grace, console).await;
+    stop(&mut child, valid_until, grace, console).await;
     // The key is not ours any more on a majority (or soon will not be); releasing cleans up
     // the nodes where it still is, without touching another holder's key
     // (compare-and-delete).
@@ -106,8 +109,8 @@ enum Outcome {
     /// The command ended by itself.
     Ended(ExitStatus),
     /// The lock was lost, or is about to be with no renewal in sight (then with why
-    /// renewal did not extend it).
-    Lost(LostReason, Option<String>),
+    /// renewal did not extend it); and the end of its validity as it stood before.
+    Lost(LostReason, Option<String>, Instant),
     /// Waiting for the command failed (its state is unknown).
     WaitFailed(std::io::Error),
 }
@@ -115,10 +118,8 @@ enum Outcome {
 /// Stops the command: SIGTERM, then SIGKILL after `grace` or at the end of the lock's
 /// validity, whichever comes first (at once when nothing is left of it), so that the
 /// command never runs past the validity on `redlock`'s account, whatever the reason.
-async fn stop(child: &mut Child, guard: &LockGuard, grace: Duration, console: Console) {
-    let left = guard
-        .valid_until()
-        .saturating_duration_since(Instant::now());
+async fn stop(child: &mut Child, valid_until: Instant, grace: Duration, console: Console) {
+    let left = valid_until.saturating_duration_since(Instant::now());
     let grace = grace.min(left);
     tracing::info!(
         ?grace,

@@ -194,3 +194,32 @@ async fn fence_shows_the_counters_and_raises_them_after_a_quorum_lost_theirs() {
         assert_exit(&out, 64);
     }
 }
+
+/// `fence --raise-to` on a node whose counter is above the maximum says that raising cannot
+/// mend it (it never lowers a counter) and exits 1: it used to count the node as one that
+/// did not answer, exit 69 and say to run it again once the node was back, which never
+/// helps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_raise_to_says_a_counter_above_the_maximum_needs_a_hand() {
+    const COUNTER: &str = "redlock:fencing-counter";
+    let set = NodeSet::start(3).await.expect("nodes start");
+    set.node(0)
+        .set(COUNTER, "100000000000000000", None)
+        .await
+        .unwrap();
+    let out = output(redlock(&set).args(["fence", "--raise-to", "5"])).await;
+    assert_exit(&out, 1);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("set it by hand"), "{text}");
+    assert!(
+        !text.contains("run this again once they are back"),
+        "{text}"
+    );
+    // The other nodes were raised.
+    for i in [1, 2] {
+        assert_eq!(
+            set.node(i).get(COUNTER).await.unwrap().as_deref(),
+            Some("5")
+        );
+    }
+}

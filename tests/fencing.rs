@@ -38,6 +38,45 @@ async fn counters(set: &NodeSet) -> Vec<Option<u64>> {
     all
 }
 
+/// A fenced acquisition of `key` with a 10 s TTL.
+fn fenced_of(key: &'static [&'static str; 1]) -> Acquisition<'static> {
+    Acquisition {
+        fenced: true,
+        ..Acquisition::new(key, Duration::from_secs(10))
+    }
+}
+
+/// A fenced acquisition of `key` by a coordinator whose links to `set` hold every reply
+/// back, once its script has run on every node (it read the counters there): heal the
+/// links to let it decide. Also a coordinator straight to the nodes, which has seeded
+/// every counter with token 1 first.
+async fn held_back(
+    set: &NodeSet,
+    key: &'static [&'static str; 1],
+) -> (
+    redlock_testkit::Links,
+    redlock_core::Coordinator,
+    tokio::task::JoinHandle<Result<redlock_core::Lock, CoreError>>,
+) {
+    let links = linked(set).await;
+    let slow = coordinator_at(links.urls(0), Duration::from_secs(5)).await;
+    let other = coordinator_at(set.urls(), Duration::from_secs(5)).await;
+    let first = other.acquire_with(fenced_of(&["seed"])).await.unwrap();
+    assert_eq!(first.fencing_token().map(FencingToken::get), Some(1));
+    other.release(&first).await.unwrap();
+    other.quiesce().await;
+    assert_eq!(counters(set).await, vec![Some(1); set.len()]);
+
+    links.set_client(0, LinkFault::HoldReplies);
+    let acquiring = tokio::spawn(async move { slow.acquire_with(fenced_of(key)).await });
+    let applied = common::eventually(Duration::from_secs(10), || async {
+        set.nodes_holding(key[0]).await.len() == set.len()
+    })
+    .await;
+    assert!(applied, "the held-back acquisition never reached the nodes");
+    (links, other, acquiring)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_strictly_increase_across_acquisitions_clients_and_kinds() {
     let set = NodeSet::start(3).await.unwrap();
@@ -443,28 +482,8 @@ async fn a_fenced_acquisition_dropped_during_the_write_back_leaves_no_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_recorded_by_another_acquisition_meanwhile_is_not_handed_out_twice() {
     let set = NodeSet::start(3).await.unwrap();
-    let links = linked(&set).await;
-    let slow = coordinator_at(links.urls(0), Duration::from_secs(5)).await;
-    let other = coordinator_at(set.urls(), Duration::from_secs(5)).await;
-    let fenced = |key: &'static [&'static str; 1]| Acquisition {
-        fenced: true,
-        ..Acquisition::new(key, Duration::from_secs(10))
-    };
-    // Counters on every node.
-    let first = other.acquire_with(fenced(&["seed"])).await.unwrap();
-    other.release(&first).await.unwrap();
-
-    links.set_client(0, LinkFault::HoldReplies);
-    let acquiring = tokio::spawn({
-        let slow = slow.clone();
-        async move { slow.acquire_with(fenced(&["older"])).await }
-    });
-    let applied = common::eventually(Duration::from_secs(10), || async {
-        set.nodes_holding("older").await.len() == set.len()
-    })
-    .await;
-    assert!(applied, "the held-back acquisition never reached the nodes");
-    let newer = other.acquire_with(fenced(&["newer"])).await.unwrap();
+    let (links, other, acquiring) = held_back(&set, &["older"]).await;
+    let newer = other.acquire_with(fenced_of(&["newer"])).await.unwrap();
     links.heal_all();
     let older = acquiring
         .await
@@ -490,31 +509,9 @@ async fn a_token_recorded_by_another_acquisition_meanwhile_is_not_handed_out_twi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_lost_its_counter_after_the_read_does_not_record_the_stale_token() {
     let set = NodeSet::start(3).await.unwrap();
-    let links = linked(&set).await;
-    let slow = coordinator_at(links.urls(0), Duration::from_secs(5)).await;
-    let other = coordinator_at(set.urls(), Duration::from_secs(5)).await;
-    let fenced = |key: &'static [&'static str; 1]| Acquisition {
-        fenced: true,
-        ..Acquisition::new(key, Duration::from_secs(10))
-    };
-    let first = other.acquire_with(fenced(&["seed"])).await.unwrap();
-    assert_eq!(first.fencing_token().map(FencingToken::get), Some(1));
-    other.release(&first).await.unwrap();
-    other.quiesce().await;
-    assert_eq!(counters(&set).await, vec![Some(1); 3]);
-
     // The slow acquisition's script runs everywhere (it reads 1 on every node); its
     // answers are held back.
-    links.set_client(0, LinkFault::HoldReplies);
-    let acquiring = tokio::spawn({
-        let slow = slow.clone();
-        async move { slow.acquire_with(fenced(&["stale"])).await }
-    });
-    let applied = common::eventually(Duration::from_secs(10), || async {
-        set.nodes_holding("stale").await.len() == set.len()
-    })
-    .await;
-    assert!(applied, "the held-back acquisition never reached the nodes");
+    let (links, other, acquiring) = held_back(&set, &["stale"]).await;
     // Tokens 2 and 3 recorded on nodes 0 and 1 (and handed out); node 2 missed them.
     for node in [0, 1] {
         set.node(node).set(COUNTER, "3", None).await.unwrap();
@@ -533,7 +530,7 @@ async fn a_node_that_lost_its_counter_after_the_read_does_not_record_the_stale_t
     // placeholder) seeds it; every token still goes up.
     let mut last = token;
     for _ in 0..20 {
-        let next = other.acquire_with(fenced(&["next"])).await.unwrap();
+        let next = other.acquire_with(fenced_of(&["next"])).await.unwrap();
         let token = next.fencing_token().unwrap().get();
         assert!(token > last, "{token} after {last}");
         last = token;

@@ -237,22 +237,16 @@ async fn a_fenced_acquisition_past_its_deadline_gets_no_token_and_leaves_no_key(
     core.release(&lock).await.unwrap();
 }
 
-/// `lock`'s bound, `deadline + node_timeout`, holds for fenced locks too: a round of 400 ms
-/// (slow links) fits in the 600 ms node timeout, but its write-back would end about 800 ms
-/// after the call started; the call fails at the bound instead of returning a lock, saying
-/// that the deadline cut the token's write-back (not "gave up waiting", which sends the
-/// user after a holder), and leaves no key behind.
-#[tokio::test]
-async fn a_fenced_lock_returns_by_its_deadline_plus_one_node_timeout() {
-    let set = NodeSet::start(3).await.unwrap();
-    let links = linked(&set).await;
-    let node_timeout = 600 * MS;
+/// A client of fenced locks (wake-ups off, the test defaults, then `tweak`) whose links to
+/// `set` delay everything by `one_way` each way.
+async fn slow_fenced_client(
+    set: &NodeSet,
+    one_way: Duration,
+    tweak: impl FnOnce(redlock_client::LockConfigBuilder) -> redlock_client::LockConfigBuilder,
+) -> (redlock_testkit::Links, Redlock) {
+    let links = linked(set).await;
     let client = Redlock::connect(
-        config(links.urls(0))
-            .node_timeout(node_timeout)
-            .notify(false)
-            .fencing(true)
-            .max_wait(MS)
+        tweak(config(links.urls(0)).notify(false).fencing(true))
             .build()
             .unwrap(),
     )
@@ -261,10 +255,23 @@ async fn a_fenced_lock_returns_by_its_deadline_plus_one_node_timeout() {
     links.set_client(
         0,
         LinkFault::Latency {
-            to_server: 200 * MS,
-            to_client: 200 * MS,
+            to_server: one_way,
+            to_client: one_way,
         },
     );
+    (links, client)
+}
+
+/// `lock`'s bound, `deadline + node_timeout`, holds for fenced locks too: a round of 400 ms
+/// (slow links) fits in the 600 ms node timeout, but its write-back would end about 800 ms
+/// after the call started; the call fails at the bound instead of returning a lock, saying
+/// that the deadline cut the token's write-back (not "gave up waiting", which sends the
+/// user after a holder), and leaves no key behind.
+#[tokio::test]
+async fn a_fenced_lock_returns_by_its_deadline_plus_one_node_timeout() {
+    let set = NodeSet::start(3).await.unwrap();
+    let (links, client) =
+        slow_fenced_client(&set, 200 * MS, |c| c.node_timeout(600 * MS).max_wait(MS)).await;
     let result = client.lock("fenced-bound").await;
     match &result {
         Err(Error::Round(e @ redlock_core::Error::NotFenced { .. })) => {
@@ -290,30 +297,16 @@ async fn a_fenced_lock_returns_by_its_deadline_plus_one_node_timeout() {
 #[tokio::test]
 async fn a_fenced_call_whose_pause_the_deadline_cut_says_it_got_no_token() {
     let set = NodeSet::start(3).await.unwrap();
-    let links = linked(&set).await;
-    let client = Redlock::connect(
-        config(links.urls(0))
-            .ttl(600 * MS)
-            .node_timeout(500 * MS)
-            .no_renewal()
-            .notify(false)
-            .fencing(true)
-            .max_wait(Duration::from_secs(1))
-            .backoff(Duration::from_secs(5), Duration::from_secs(5))
-            .build()
-            .unwrap(),
-    )
-    .await
-    .unwrap();
     // A round trip of 300 ms: the round wins with about 290 ms of validity, which the
     // token's write-back (another round trip) outlasts.
-    links.set_client(
-        0,
-        LinkFault::Latency {
-            to_server: 150 * MS,
-            to_client: 150 * MS,
-        },
-    );
+    let (links, client) = slow_fenced_client(&set, 150 * MS, |c| {
+        c.ttl(600 * MS)
+            .node_timeout(500 * MS)
+            .no_renewal()
+            .max_wait(Duration::from_secs(1))
+            .backoff(Duration::from_secs(5), Duration::from_secs(5))
+    })
+    .await;
     let result = client.lock("fenced-pause").await;
     assert!(
         matches!(

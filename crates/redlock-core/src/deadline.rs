@@ -26,12 +26,21 @@ pub fn host_suspended() -> Duration {
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn system_suspended() -> Duration {
-    use rustix::time::{clock_gettime, ClockId};
-    let nanos = |t: rustix::time::Timespec| {
-        u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
+    use nix::time::{clock_gettime, ClockId};
+    // Through the C library (its vDSO call): rustix's own reader of the vDSO crashed the
+    // process under valgrind (`scripts/instructions.sh`). Clocks that cannot be read
+    // (neither can fail on Linux) count no suspend.
+    let nanos = |t: nix::sys::time::TimeSpec| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0)
     };
-    let monotonic = nanos(clock_gettime(ClockId::Monotonic));
-    let boot = nanos(clock_gettime(ClockId::Boottime));
+    let (Ok(monotonic), Ok(boot)) = (
+        clock_gettime(ClockId::CLOCK_MONOTONIC),
+        clock_gettime(ClockId::CLOCK_BOOTTIME),
+    ) else {
+        return Duration::ZERO;
+    };
+    let (monotonic, boot) = (nanos(monotonic), nanos(boot));
     // Whole milliseconds: the two readings are a few nanoseconds apart, and that noise
     // must not shorten a validity that no suspend touched.
     Duration::from_millis(boot.saturating_sub(monotonic) / 1_000_000)

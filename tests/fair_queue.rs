@@ -1844,7 +1844,10 @@ async fn the_head_gets_it_once_healed(
         .expect("the head did not get the lock once its links healed")
         .unwrap()
         .unwrap();
-    held.release().await.unwrap();
+    // Replies that a fault delayed before the heal may still be on their way (a link keeps
+    // their order), so the release's answers can come after the 100 ms node timeout: its
+    // commands ran all the same (what is left is checked below).
+    let _ = held.release().await;
     for c in clients {
         c.shutdown().await;
     }

@@ -137,7 +137,7 @@ async fn a_token_is_recorded_on_a_quorum_before_it_is_handed_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_that_lost_its_counter_is_not_counted_and_is_seeded_again() {
+async fn a_node_that_lost_its_counter_is_not_counted_until_an_operator_raises_it() {
     let set = NodeSet::start(3).await.unwrap();
     let links = linked(&set).await;
     let core = coordinator_at(links.urls(0), Duration::from_millis(1000)).await;
@@ -172,7 +172,10 @@ async fn a_node_that_lost_its_counter_is_not_counted_and_is_seeded_again() {
         core.release(&lock).await.unwrap();
     }
     core.quiesce().await;
-    // The write-backs seeded node 0 again.
+    // No write-back gave node 0 a counter again (see the stale-token tests below); the
+    // operator's raise does.
+    assert_eq!(counters(&set).await, vec![None, Some(last), Some(last)]);
+    core.raise_fencing_counters(last).await.unwrap();
     assert_eq!(counters(&set).await, vec![Some(last); 3]);
     assert!(set.nodes_holding("redlock:k").await.is_empty());
     // Two nodes without a counter beside one that has it: no token (the quorum lost its
@@ -501,7 +504,7 @@ async fn a_token_recorded_by_another_acquisition_meanwhile_is_not_handed_out_twi
 
 /// A node that loses its data between a fenced acquisition's read of the counters and its
 /// write-back is not seeded by that write-back, nor counted as a node that recorded the
-/// token. Here the acquisition read 1 everywhere; meanwhile tokens 2 and 3 were recorded on
+/// token (no acquisition's write-back seeds a node without a counter). Here the acquisition read 1 everywhere; meanwhile tokens 2 and 3 were recorded on
 /// nodes 0 and 1 (node 2 missed them), and node 1 lost its data. Its write-back of 2 used
 /// to seed node 1 with 2 and raise node 2 to 2: a quorum, and token 2 handed out a second
 /// time (and later a 3 again, from nodes 1 and 2). Now node 1 is left alone, node 0 is
@@ -526,21 +529,15 @@ async fn a_node_that_lost_its_counter_after_the_read_does_not_record_the_stale_t
     let token = stale.fencing_token().unwrap().get();
     assert!(token > 3, "token {token} after 3 was handed out");
     assert_eq!(counters(&set).await, vec![Some(token), None, Some(token)]);
-    // A later acquisition whose decision counts node 1's answer (without a counter, its
-    // placeholder) seeds it; every token still goes up.
-    let mut last = token;
-    for _ in 0..20 {
-        let next = other.acquire_with(fenced_of(&["next"])).await.unwrap();
-        let token = next.fencing_token().unwrap().get();
-        assert!(token > last, "{token} after {last}");
-        last = token;
-        other.release(&next).await.unwrap();
-        other.quiesce().await;
-        if counters(&set).await.iter().all(Option::is_some) {
-            return;
-        }
-    }
-    panic!("node 1 was never seeded again: {:?}", counters(&set).await);
+    // Node 1 gets no counter from later write-backs; tokens go on up with nodes 0 and 2,
+    // and the operator's raise restores node 1.
+    let next = other.acquire_with(fenced_of(&["next"])).await.unwrap();
+    let next = next.fencing_token().unwrap().get();
+    assert!(next > token, "{next} after {token}");
+    other.quiesce().await;
+    assert_eq!(counters(&set).await, vec![Some(next), None, Some(next)]);
+    other.raise_fencing_counters(next).await.unwrap();
+    assert_eq!(counters(&set).await, vec![Some(next); 3]);
 }
 
 /// A brand-new node set's first fenced acquisition while another one's first write-back is

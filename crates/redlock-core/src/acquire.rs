@@ -239,8 +239,6 @@ impl Coordinator {
             return self.lock_from(decided, spec, ttl, None);
         }
         let counters = counters_in(&decided.values);
-        let mut placeholders = Vec::new();
-        placeholders_in(&decided.values, &mut placeholders);
         let lock = self.lock_from(decided, spec, ttl, None)?;
         // From here until the lock is handed out or released again, a dropped future must
         // not leave the won keys behind until their TTL.
@@ -250,7 +248,7 @@ impl Coordinator {
         };
         // The last time the counters fell short, kept for a deadline that cuts the reads.
         let short = std::sync::Mutex::new(None);
-        let fencing = self.fence(&counters, placeholders, &lock, &short);
+        let fencing = self.fence(&counters, &lock, &short);
         let fenced = match what.deadline {
             None => fencing.await,
             Some(deadline) => match tokio::time::timeout_at(deadline, fencing).await {
@@ -301,23 +299,23 @@ impl Coordinator {
     /// [`Error::FencingCountersLost`]): why the lock gets no token, with the last report.
     /// `short` keeps the last shortfall seen, for a caller's deadline that cuts this short.
     ///
-    /// `placeholders`: those of the nodes the round read without a counter; each later read
-    /// adds its own (a write-back may seed a node that still keeps a placeholder read with
-    /// or before the counters its token comes from, see [`FENCE_RECORD`]).
+    /// Its write-back seeds the nodes without a counter only for a new node set's first
+    /// token (every node answered without one): see [`FENCE_RECORD`].
     async fn fence(
         &self,
         counters: &[Option<i64>],
-        mut placeholders: Vec<Value>,
         lock: &Lock,
         short: &std::sync::Mutex<Option<fence::Shortfall>>,
     ) -> Result<FencingToken, Error> {
         let mut token = fence::next_token(counters, self.quorum());
+        // Whether the token is a new node set's first: from counters of which none is set.
+        let mut new_set = fence::new_set(counters);
         // The nodes the last read found without a counter, to name them.
         let mut missing_on = Vec::new();
         let mut read_again = async || {
             let (report, values) = self.read_counters().await;
-            placeholders_in(&values, &mut placeholders);
             let counters = counters_in(&values);
+            new_set = fence::new_set(&counters);
             missing_on = report
                 .nodes
                 .iter()
@@ -391,7 +389,7 @@ impl Coordinator {
                     ),
                 });
             }
-            let recorded = self.record(token, Seed::Placeholders(&placeholders)).await;
+            let recorded = self.record(token, new_set).await;
             if recorded.won {
                 break recorded;
             }
@@ -407,11 +405,12 @@ impl Coordinator {
                 Some(highest) if tries < RECORD_TRIES && lock.is_valid() => {
                     let ours = i64::try_from(token.get()).unwrap_or(i64::MAX);
                     token = fence::above(highest.max(ours));
+                    // Another acquisition recorded a token: the node set is not new.
+                    new_set = false;
                     tries += 1;
                 }
                 _ => {
-                    // Nodes without a counter that this acquisition may not seed: they lost
-                    // their data after it read them (or it never read them).
+                    // Nodes without a counter, which no acquisition seeds.
                     let unseeded = counters_in(&recorded.values)
                         .iter()
                         .filter(|c| **c == Some(-1))
@@ -419,9 +418,8 @@ impl Coordinator {
                     let reason = format!(
                         "fewer than a quorum of nodes recorded the token ({tries} write-back(s)); \
                          other fenced acquisitions raised the counters meanwhile, nodes did \
-                         not answer, or {unseeded} node(s) have no counter that this \
-                         acquisition read (they lost their data since; the next acquisition \
-                         that reads them seeds them): retry"
+                         not answer, or {unseeded} node(s) have no counter (they lost their \
+                         data; `redlock fence --raise-to N` restores it): retry"
                     );
                     return Err(Error::NotFenced {
                         report: Box::new(recorded.report),
@@ -486,28 +484,21 @@ impl Coordinator {
             .filter_map(fence::usable)
             .max();
         let target = highest.map_or(at_least, |h| at_least.max(u64::try_from(h).unwrap_or(0)));
-        let written = self.record(FencingToken::new(target), Seed::Any).await;
+        let written = self.record(FencingToken::new(target), true).await;
         written.report.settled().await;
         Ok(self.fencing_counters().await)
     }
 
     /// Writes `token` back to every node's fencing counter, raise-only, seeding the nodes
-    /// without one that `seed` allows (see [`FENCE_RECORD`]); won at a quorum.
-    async fn record(&self, token: FencingToken, seed: Seed<'_>) -> crate::round::Decided {
+    /// without one when `seed` (see [`FENCE_RECORD`]); won at a quorum.
+    async fn record(&self, token: FencingToken, seed: bool) -> crate::round::Decided {
         let fence_key = &self.inner.config.fence_key;
         let token = i64::try_from(token.get()).unwrap_or(i64::MAX);
-        let mut args = vec![Value::from(token)];
-        match seed {
-            Seed::Any => args.push(Value::from("1")),
-            Seed::Placeholders(placeholders) => {
-                args.push(Value::from("0"));
-                args.extend(placeholders.iter().cloned());
-            }
-        }
+        let seed = if seed { "1" } else { "0" };
         let command = Command::Script {
             script: &FENCE_RECORD,
             keys: vec![Key::from(fence_key.as_str())],
-            args,
+            args: vec![Value::from(token), Value::from(seed)],
         };
         let round = self.untimed_round(RoundKind::Fence, command, fence_key.as_str().into());
         self.run_one(round).await
@@ -551,37 +542,14 @@ impl Drop for ReleaseOnDrop<'_> {
     }
 }
 
-/// The fencing counters the nodes returned (`Some(-1)`: the node has none, with or without
-/// a placeholder; `None`: no answer).
+/// The fencing counters the nodes returned (`Some(-1)`: the node has none; `None`: no
+/// answer).
 fn counters_in(values: &[Option<Value>]) -> Vec<Option<i64>> {
     values
         .iter()
         .map(|value| match value {
             Some(Value::Integer(counter)) => Some(*counter),
-            Some(Value::String(_)) => Some(-1),
             _ => None,
         })
         .collect()
-}
-
-/// Adds the placeholders of the nodes without a counter (see `scripts::fenced`) in `values`
-/// to `seen`: the nodes a write-back of a token computed from these counters (or from a
-/// later read's) may seed.
-fn placeholders_in(values: &[Option<Value>], seen: &mut Vec<Value>) {
-    for value in values.iter().flatten() {
-        let placeholder = value
-            .as_str()
-            .is_some_and(|value| value.starts_with("unseeded:"));
-        if placeholder && !seen.contains(value) {
-            seen.push(value.clone());
-        }
-    }
-}
-
-/// Which nodes without a counter a write-back may seed: those that still keep one of the
-/// placeholders read with the token's counters (or before them), or any (an operator's
-/// raise).
-enum Seed<'a> {
-    Placeholders(&'a [Value]),
-    Any,
 }

@@ -20,11 +20,12 @@
 //!
 //! A node that lost its data (restart without persistence, `FLUSHALL`, eviction) has no
 //! counter: it is not counted until a write-back seeds it again, because counting its
-//! empty counter as 0 could let tokens go backwards. Only an acquisition that read it
-//! without a counter may seed it (it keeps a placeholder from that read until seeded; see
-//! `scripts::FENCE_RECORD`): seeded by a write-back whose token came from counters read
-//! before it lost its data, it could record a token handed out since, and make a second
-//! quorum for it with a node that had missed that token. Tokens stay monotonic as long as
+//! empty counter as 0 could let tokens go backwards, and no acquisition's write-back gives
+//! it one again (`scripts::FENCE_RECORD` says why: seeded, it could record a token handed
+//! out since, or hide its loss from a later read); fenced acquisitions go on with the
+//! other nodes, and an operator's raise (`redlock fence --raise-to`) restores it. Only a
+//! new node set's first token (every node answered without a counter) seeds the nodes.
+//! Tokens stay monotonic as long as
 //! fewer than a quorum of nodes lose their counters at once. Tokens start at 1 only when
 //! every node answers without a counter (a new node set). When a quorum lost its
 //! counters while another node kept one, no token is handed out
@@ -198,6 +199,12 @@ pub(crate) fn next_token(
     } else {
         Err(shortfall)
     }
+}
+
+/// Whether every node answered and none has a counter: a new node set, whose first token
+/// (1) is the one write-back that seeds the nodes (see `scripts::FENCE_RECORD`).
+pub(crate) fn new_set(counters: &[Option<i64>]) -> bool {
+    counters.iter().all(|c| *c == Some(-1))
 }
 
 /// A counter a node answered (`Some(-1)`: none), or `None` for one above

@@ -388,22 +388,12 @@ end"#;
 /// A fenced acquisition: `body` (an acquisition script answering 1 or 0) with the node's
 /// fencing counter read in the same call, so fencing costs the acquisition no round trip.
 /// The counter's key comes last in `KEYS` and is taken off before `body` runs. Returns
-/// `{done, counter}` (`done` 0 also for a fair waiter that is not the head).
-///
-/// A node without a counter (never fenced, or it lost its data) answers, instead of the
-/// counter, its **placeholder**: a string that this node keeps under the counter's key
-/// until a write-back seeds it (`"unseeded:<node time>:<first argument>"`, put there by the
-/// first acquisition that found the key missing, kept by the others). Such a node is not
-/// counted, and a write-back seeds it only when it names the placeholder it finds there
-/// (see [`FENCE_RECORD`]): only an acquisition that read this node as it still is, without
-/// a counter since, may give it one. A node that lost its data after an acquisition read
-/// its counter has no placeholder that acquisition saw, so that acquisition's token (from
-/// counters read before the loss, perhaps below tokens handed out since) cannot seed it,
-/// nor count it as a node that recorded the token.
+/// `{done, counter}` (`done` 0 also for a fair waiter that is not the head), `counter`
+/// being -1 when the node has no counter (never fenced, or it lost its data): such a node
+/// is not counted, and no acquisition's write-back gives it one (see [`FENCE_RECORD`]).
 fn fenced(body: &str) -> Script {
     Script::new(format!(
-        r#"if redis.replicate_commands then redis.replicate_commands() end
-{IN_RANGE}
+        r#"{IN_RANGE}
 local fence_key = table.remove(KEYS)
 local function acquire()
 {body}
@@ -411,13 +401,8 @@ end
 local done = acquire()
 if type(done) == "table" then done = 0 end
 local counter = redis.pcall("GET", fence_key)
-if type(counter) == "string" and tonumber(counter) then return {{done, in_range(tonumber(counter))}} end
-if type(counter) == "string" and string.sub(counter, 1, 9) == "unseeded:" then return {{done, counter}} end
-if type(counter) ~= "string" and redis.call("EXISTS", fence_key) == 1 then return {{done, -1}} end
-local time = redis.call("TIME")
-local placeholder = "unseeded:" .. time[1] .. "." .. time[2] .. ":" .. tostring(ARGV[1])
-redis.call("SET", fence_key, placeholder)
-return {{done, placeholder}}"#
+if type(counter) ~= "string" or not tonumber(counter) then return {{done, -1}} end
+return {{done, in_range(tonumber(counter))}}"#
     ))
 }
 
@@ -428,19 +413,23 @@ pub(crate) static FENCED_REENTRANT_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| fenced(&REENTRANT_ACQUIRE_BODY));
 
 /// The write-back of a fencing token: `KEYS[1]` = the node's fencing counter, `ARGV[1]` =
-/// the token, `ARGV[2]` = "1" to seed a node without a counter whatever is there (an
-/// operator's raise), then the placeholders (see `fenced`) the acquisition read from nodes
-/// without a counter. Raise-only: the counter is set only when it is lower, or when the
-/// node has none and either `ARGV[2]` is "1" or the node still keeps one of the named
-/// placeholders (no counter since the acquisition read it); a late write-back never lowers
-/// it, and a node that lost its data after the acquisition read it is left alone (seeded
-/// with a token from counters read before the loss, it could record a token that was
-/// handed out since, and count toward a second quorum for it). Returns `{1, token}` when it
-/// set the counter, `{0, counter}` when the counter was already at or above the token
-/// (another fenced acquisition recorded that token, or a higher one, here, so it is not
-/// this one's), `{0, -1}` when it left a node without a counter alone. A counter goes
-/// through each value at most once, so no two write-backs of one token both reach a
-/// quorum: no two acquisitions get the same token.
+/// the token, `ARGV[2]` = "1" to seed a node without a counter (an operator's raise, or a
+/// new node set's first token: every node answered without one). Raise-only: the counter
+/// is set only when it is lower, or missing with `ARGV[2]` "1"; a late write-back never
+/// lowers it. Returns `{1, token}` when it set the counter, `{0, counter}` when the counter
+/// was already at or above the token (another fenced acquisition recorded that token, or a
+/// higher one, here, so it is not this one's), `{0, -1}` when the node has no counter and
+/// this write-back may not give it one. A counter goes through each value at most once, so
+/// no two write-backs of one token both reach a quorum: no two acquisitions get the same
+/// token.
+///
+/// Why an acquisition's write-back never seeds a node that lost its counter (REDLOCK.md:
+/// "never writing to a node without it"): the node may have held a token whose write-back
+/// had not yet reached the rest of its quorum when the acquisition read the counters, so
+/// that the acquisition computed that same token (or a lower one). Seeded and counted, the
+/// node made a second quorum for it; seeded and not counted, it hid its loss from a later
+/// read that needs it. Left without a counter, it is not counted until an operator raises
+/// the counters (`redlock fence --raise-to`).
 pub(crate) static FENCE_RECORD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"{IN_RANGE}
@@ -452,29 +441,21 @@ if counter then
   counter = in_range(counter)
   if counter >= token then return {{0, counter}} end
 elseif ARGV[2] ~= "1" then
-  local seeded = false
-  if type(found) == "string" then
-    for i = 3, #ARGV do
-      if ARGV[i] == found then seeded = true end
-    end
-  end
-  if not seeded then return {{0, -1}} end
+  return {{0, -1}}
 end
 redis.call("SET", KEYS[1], ARGV[1])
 return {{1, token}}"#
     ))
 });
 
-/// Reads a node's fencing counter: `KEYS[1]` = the counter. Returns `{1, counter}`; for a
-/// node without one, its placeholder (see `fenced`) when it keeps one, else -1. Read-only:
-/// it puts no placeholder there.
+/// Reads a node's fencing counter: `KEYS[1]` = the counter. Returns `{1, counter}`, with -1
+/// when the node has none.
 pub(crate) static FENCE_READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"{IN_RANGE}
 local counter = redis.pcall("GET", KEYS[1])
 if type(counter) ~= "string" then return {{1, -1}} end
 if tonumber(counter) then return {{1, in_range(tonumber(counter))}} end
-if string.sub(counter, 1, 9) == "unseeded:" then return {{1, counter}} end
 return {{1, -1}}"#
     ))
 });

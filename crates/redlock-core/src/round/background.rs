@@ -161,6 +161,9 @@ pub(crate) struct InFlight {
     pub(crate) calls: Polled<Call>,
     pub(crate) answered: Vec<Option<(Vec<Answer>, Duration)>>,
     pub(crate) handed_off: bool,
+    /// By request, those already handed to their callers as won (see `round::run_early`;
+    /// empty without): never rolled back, even by a drop before the decision.
+    pub(crate) won_early: Vec<bool>,
 }
 
 impl InFlight {
@@ -248,12 +251,15 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         if !self.handed_off {
-            // The round's future was dropped before it decided: nothing may be kept.
+            // The round's future was dropped before it decided: nothing may be kept but
+            // the locks its callers already hold (a wave task that unwinds from another
+            // batch's panic drops this one).
             let roll_back = self
                 .round
                 .requests
                 .iter()
-                .map(|r| r.undo.is_some())
+                .enumerate()
+                .map(|(j, r)| r.undo.is_some() && !self.won_early.get(j).copied().unwrap_or(false))
                 .collect();
             self.hand_off(roll_back, true);
         }

@@ -141,10 +141,10 @@ async fn run_inner(
         calls: Polled::with_capacity(n),
         answered: vec![None; n],
         handed_off: false,
+        // The requests handed to `won_early` (see `run_early`).
+        won_early: vec![false; if won_early.is_some() { r } else { 0 }],
     };
     let mut tally = RoundVotes::new(n, r);
-    // The requests handed to `won_early` (see `run_early`).
-    let mut handed = vec![false; if won_early.is_some() { r } else { 0 }];
     for i in 0..n {
         let mut call: Call = Box::pin(
             {
@@ -216,15 +216,16 @@ async fn run_inner(
                 if let Some(won_early) = won_early.as_mut() {
                     // Each request won by now, with validity left now, goes to its caller.
                     let elapsed = t0.elapsed();
-                    for (j, handed) in handed.iter_mut().enumerate() {
-                        if *handed || tally.votes[j].decision() != Some(Decision::Won) {
+                    for j in 0..r {
+                        let handed = flight.won_early[j];
+                        if handed || tally.votes[j].decision() != Some(Decision::Won) {
                             continue;
                         }
                         let outcome = outcome(j, elapsed, &tally);
                         if !outcome.1 {
                             continue;
                         }
-                        *handed = true;
+                        flight.won_early[j] = true;
                         let nodes = flight.reports(j);
                         let values = tally.values[j].clone();
                         won_early(j, decided(j, outcome, elapsed, nodes, values));
@@ -241,7 +242,7 @@ async fn run_inner(
     let mut roll_back = Vec::with_capacity(r);
     for (j, request) in round.requests.iter().enumerate() {
         let result = outcome(j, elapsed, &tally);
-        let early = handed.get(j).copied().unwrap_or(false);
+        let early = flight.won_early.get(j).copied().unwrap_or(false);
         roll_back.push(!early && !result.1 && request.undo.is_some());
         results.push((result, early));
     }

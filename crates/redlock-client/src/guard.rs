@@ -123,19 +123,26 @@ impl HoldState {
     ) -> Result<(), LostReason> {
         let now = Instant::now();
         let mut outcome = Ok(());
-        self.status.send_modify(|s| match &s.lost {
-            Some(reason) => outcome = Err(reason.clone()),
-            None if s.valid_until.is_past(now) => outcome = Err(LostReason::Expired),
-            None => {
-                s.valid_until = s.valid_until.later(valid_until);
-                s.failing = None;
+        {
+            // Held from the check to the update: a `mark_lost` in between ends the lock's
+            // validity only after this update (it takes this mutex after marking), so a
+            // lost lock cannot take the extension's validity on.
+            let mut lock = self.lock.lock().expect("lock state");
+            self.status.send_modify(|s| match &s.lost {
+                Some(reason) => outcome = Err(reason.clone()),
+                None if s.valid_until.is_past(now) => outcome = Err(LostReason::Expired),
+                None => {
+                    s.valid_until = s.valid_until.later(valid_until);
+                    s.failing = None;
+                }
+            });
+            if outcome.is_ok() {
+                update(&mut lock);
             }
-        });
-        match outcome {
-            Ok(()) => update(&mut self.lock.lock().expect("lock state")),
-            // Ran out before anyone marked it: lost now, as `renew_due` would have it.
-            Err(LostReason::Expired) => self.mark_lost(LostReason::Expired),
-            Err(_) => {}
+        }
+        // Ran out before anyone marked it: lost now, as `renew_due` would have it.
+        if outcome == Err(LostReason::Expired) {
+            self.mark_lost(LostReason::Expired);
         }
         outcome
     }

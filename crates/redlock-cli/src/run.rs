@@ -42,11 +42,18 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
     };
     let lost = guard.lost();
     tokio::pin!(lost);
+    // The end of the validity as it last stood while the lock was held: a lock that a
+    // majority refused reads as ended at once, and its command still gets its grace within
+    // that end (SIGTERM at once, SIGKILL after the grace or then).
+    let mut valid_until = guard.valid_until();
     let outcome = loop {
         // The command must be gone by the end of the lock's validity: unless a renewal
         // has moved that end by the time only `grace` is left of it (renewal is failing,
         // or capped by `max_hold`), the command is stopped then, with SIGKILL at the end.
-        let valid_until = guard.valid_until();
+        let now_until = guard.valid_until();
+        if guard.is_valid() {
+            valid_until = now_until;
+        }
         let stop_at = valid_until.checked_sub(grace).unwrap_or(valid_until);
         // Biased, in this order: a command that has ended is reported as it ended, and
         // after a stall (the process stopped or starved past the validity), the timer's
@@ -56,17 +63,18 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
             status = child.wait() => break status.map_or_else(Outcome::WaitFailed, Outcome::Ended),
             _ = tokio::time::sleep_until(stop_at) => {
                 if guard.valid_until() <= valid_until {
-                    // Why renewal did not extend it: the guard's last renewal error.
+                    // Why renewal did not extend it: the guard's last renewal error (or the
+                    // loss that came between two turns of this loop).
                     let renewal = match guard.health() {
+                        HoldHealth::Lost(reason) if reason != LostReason::Expired => {
+                            break Outcome::Lost(reason, None, valid_until)
+                        }
                         HoldHealth::RenewalFailing { last_error, .. } => last_error,
                         _ => "no renewal got through in time".to_string(),
                     };
                     break Outcome::Lost(LostReason::Expired, Some(renewal), valid_until);
                 }
             }
-            // The end of the validity as it stood before the loss: a lock that a majority
-            // refused reads as ended at once, and the command still gets its grace within
-            // that end (SIGTERM at once, SIGKILL after the grace or then).
             reason = &mut lost => break Outcome::Lost(reason, None, valid_until),
             signal = signals.recv() => child.forward(signal),
         }

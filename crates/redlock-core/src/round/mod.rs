@@ -228,7 +228,11 @@ async fn run_inner(
                         flight.won_early[j] = true;
                         let nodes = flight.reports(j);
                         let values = tally.values[j].clone();
-                        won_early(j, decided(j, outcome, elapsed, nodes, values));
+                        let decided = decided(j, outcome, elapsed, nodes, values);
+                        if r == 1 {
+                            round_decided(&decided);
+                        }
+                        won_early(j, decided);
                     }
                 }
             }
@@ -264,9 +268,7 @@ async fn run_inner(
             let nodes = settling.borrow().requests[j].clone();
             let decided = decided(j, outcome, elapsed, nodes, values);
             if r == 1 {
-                span.record("accepted", decided.report.accepted);
-                span.record("won", decided.won);
-                tracing::debug!(report = %decided.report, "round decided");
+                round_decided(&decided);
             }
             Some(decided)
         })
@@ -276,6 +278,14 @@ async fn run_inner(
     }
     span.record("elapsed_us", elapsed.as_micros() as u64);
     decided
+}
+
+/// Records a round of one request's decision on its span, and logs it (debug).
+fn round_decided(decided: &Decided) {
+    let span = tracing::Span::current();
+    span.record("accepted", decided.report.accepted);
+    span.record("won", decided.won);
+    tracing::debug!(report = %decided.report, "round decided");
 }
 
 /// How a request ended: the nodes that accepted it, whether it was won, and its validity

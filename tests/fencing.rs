@@ -138,6 +138,7 @@ async fn a_token_is_recorded_on_a_quorum_before_it_is_handed_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_lost_its_counter_is_not_counted_until_an_operator_raises_it() {
+    let (logs, _capture) = common::logs::capture(tracing_subscriber::filter::LevelFilter::WARN);
     let set = NodeSet::start(3).await.unwrap();
     let links = linked(&set).await;
     let core = coordinator_at(links.urls(0), Duration::from_millis(1000)).await;
@@ -172,9 +173,19 @@ async fn a_node_that_lost_its_counter_is_not_counted_until_an_operator_raises_it
         core.release(&lock).await.unwrap();
     }
     core.quiesce().await;
-    // No write-back gave node 0 a counter again (see the stale-token tests below); the
-    // operator's raise does.
+    // No write-back gave node 0 a counter again (see the stale-token tests below), and the
+    // first that found it without one said so, once; the operator's raise restores it.
     assert_eq!(counters(&set).await, vec![None, Some(last), Some(last)]);
+    let warning = "the node has no fencing counter";
+    assert_eq!(logs.count(warning), 1, "{}", logs.text());
+    let node = &links.urls(0)[0];
+    assert!(
+        logs.text()
+            .lines()
+            .any(|l| l.contains(warning) && l.contains(node.as_str())),
+        "{}",
+        logs.text()
+    );
     core.raise_fencing_counters(last).await.unwrap();
     assert_eq!(counters(&set).await, vec![Some(last); 3]);
     assert!(set.nodes_holding("redlock:k").await.is_empty());

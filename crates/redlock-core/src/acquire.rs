@@ -390,6 +390,7 @@ impl Coordinator {
                 });
             }
             let recorded = self.record(token, new_set).await;
+            self.warn_missing_counters(&recorded);
             if recorded.won {
                 break recorded;
             }
@@ -487,6 +488,28 @@ impl Coordinator {
         let written = self.record(FencingToken::new(target), true).await;
         written.report.settled().await;
         Ok(self.fencing_counters().await)
+    }
+
+    /// Warns, once per node until a write-back finds a counter there again, about each node
+    /// that a write-back found without a fencing counter: no acquisition gives it one back
+    /// (see [`FENCE_RECORD`]), so fenced locks need a quorum of the other nodes until an
+    /// operator raises the counters.
+    fn warn_missing_counters(&self, recorded: &crate::round::Decided) {
+        let warned = &self.inner.counter_missing_warned;
+        let counters = counters_in(&recorded.values);
+        for ((node, counter), warned) in recorded.report.nodes.iter().zip(&counters).zip(warned) {
+            use std::sync::atomic::Ordering;
+            match counter {
+                Some(-1) if !warned.swap(true, Ordering::Relaxed) => tracing::warn!(
+                    node = %node.node,
+                    "the node has no fencing counter (it lost its data): fenced locks need a \
+                     quorum of the other nodes until `redlock fence --raise-to N` restores it (N: \
+                     at least the highest token your protected resources accepted)"
+                ),
+                Some(c) if *c >= 0 => warned.store(false, Ordering::Relaxed),
+                _ => {}
+            }
+        }
     }
 
     /// Writes `token` back to every node's fencing counter, raise-only, seeding the nodes

@@ -77,6 +77,9 @@ pub(crate) struct Inner {
     /// the release scripts take them: built once here rather than for every release.
     pub(crate) release_channel: Option<Value>,
     pub(crate) fair_prefix: Value,
+    /// By node: whether a fenced acquisition has warned that the node has no fencing
+    /// counter (once, until a write-back finds one there again).
+    pub(crate) counter_missing_warned: Box<[std::sync::atomic::AtomicBool]>,
 }
 
 /// A coordinator dropped without [`Coordinator::close`] (its last clone gone): fred's
@@ -215,6 +218,7 @@ impl Coordinator {
             inner: Arc::new(Inner {
                 release_channel: config.release_channel.as_deref().map(Value::from),
                 fair_prefix: Value::from(config.fair_prefix.as_str()),
+                counter_missing_warned: connections.iter().map(|_| Default::default()).collect(),
                 connections,
                 config,
                 work: BackgroundWork::new(tokio::runtime::Handle::current()),

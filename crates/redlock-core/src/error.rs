@@ -240,7 +240,8 @@ pub enum Error {
     /// A fenced acquisition won its lock but could not hand out a fencing token: too few
     /// nodes had a counter, the write-back did not reach a quorum, or the lock's validity
     /// ran out meanwhile. The lock has been released again; retrying is safe (a later
-    /// round with a different quorum, or after the write-back seeded the nodes, succeeds).
+    /// round with a different quorum, or after a new node set's first write-back reached
+    /// the nodes, succeeds).
     #[error("{report}; the lock was won but no fencing token could be issued: {reason}; it was released again: retry (redlock-client's `lock` does this)")]
     NotFenced {
         /// The round that failed: the acquisition, or the token's write-back.

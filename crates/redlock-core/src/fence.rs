@@ -19,9 +19,8 @@
 //! quorums need not share the node with the highest counter.
 //!
 //! A node that lost its data (restart without persistence, `FLUSHALL`, eviction) has no
-//! counter: it is not counted until a write-back seeds it again, because counting its
-//! empty counter as 0 could let tokens go backwards, and no acquisition's write-back gives
-//! it one again (`scripts::FENCE_RECORD` says why: seeded, it could record a token handed
+//! counter: it is not counted, because counting its empty counter as 0 could let tokens
+//! go backwards, and no acquisition's write-back gives it one again (`scripts::FENCE_RECORD` says why: seeded, it could record a token handed
 //! out since, or hide its loss from a later read); fenced acquisitions go on with the
 //! other nodes, and an operator's raise (`redlock fence --raise-to`) restores it. Only a
 //! new node set's first token (every node answered without a counter) seeds the nodes.

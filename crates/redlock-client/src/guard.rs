@@ -124,9 +124,9 @@ impl HoldState {
         let now = Instant::now();
         let mut outcome = Ok(());
         {
-            // Held from the check to the update: a `mark_lost` in between ends the lock's
-            // validity only after this update (it takes this mutex after marking), so a
-            // lost lock cannot take the extension's validity on.
+            // Held from the check to the update: a `mark_lost` waits for it (it marks the
+            // loss holding this mutex), so a lost lock cannot take the extension's
+            // validity on.
             let mut lock = self.lock.lock().expect("lock state");
             self.status.send_modify(|s| match &s.lost {
                 Some(reason) => outcome = Err(reason.clone()),
@@ -169,6 +169,10 @@ impl HoldState {
     /// Marks the lock no longer held, for `reason`; only the first call counts.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
         let mut ended = None;
+        // Held while the loss is marked and until the lock the guard hands out is ended
+        // too: whoever the loss wakes (`lost()`) then finds `lock()` ended, never still
+        // valid for a moment (and a concurrent `record` finishes first, see there).
+        let mut lock = self.lock.lock().expect("lock state");
         self.status.send_modify(|s| {
             if s.lost.is_none() {
                 // A lock released after its validity ran out was lost before: say so, even
@@ -188,7 +192,8 @@ impl HoldState {
         };
         // The lock the guard hands out says so too: code given `lock()` must stop using
         // the resource when a majority said the key is no longer ours.
-        self.lock.lock().expect("lock state").expire();
+        lock.expire();
+        drop(lock);
         metrics::lock_ended();
         if reason != LostReason::Released {
             metrics::lock_lost(&reason);

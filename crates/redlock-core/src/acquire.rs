@@ -313,8 +313,7 @@ impl Coordinator {
         // The nodes the last read found without a counter, to name them.
         let mut missing_on = Vec::new();
         let mut read_again = async || {
-            let (report, values) = self.read_counters().await;
-            let counters = counters_in(&values);
+            let (report, counters) = self.read_counters().await;
             new_set = fence::new_set(&counters);
             missing_on = report
                 .nodes
@@ -439,10 +438,9 @@ impl Coordinator {
         Ok(token)
     }
 
-    /// What every node answered of its fencing counter (see [`counters_in`] and
-    /// [`placeholders_in`]), waiting for every node up to the node timeout, with the read's
-    /// report.
-    async fn read_counters(&self) -> (RoundReport, Vec<Option<Value>>) {
+    /// Every node's fencing counter (`Some(-1)`: none; `None`: no answer), waiting for every
+    /// node up to the node timeout, with the read's report.
+    async fn read_counters(&self) -> (RoundReport, Vec<Option<i64>>) {
         let fence_key = &self.inner.config.fence_key;
         let command = Command::Script {
             script: &FENCE_READ,
@@ -451,7 +449,8 @@ impl Coordinator {
         };
         let round = self.untimed_round(RoundKind::Inspect, command, fence_key.as_str().into());
         let read = self.run_one(round).await;
-        (read.report, read.values)
+        let counters = counters_in(&read.values);
+        (read.report, counters)
     }
 
     /// Every node's fencing counter (one key per node set: the configured `fence_key`),
@@ -459,8 +458,8 @@ impl Coordinator {
     /// would get from them. What an operator reads when fenced acquisitions fail with
     /// [`Error::FencingCountersLost`] (the `redlock fence` command shows it).
     pub async fn fencing_counters(&self) -> FencingCounters {
-        let (report, values) = self.read_counters().await;
-        FencingCounters::of(&report.nodes, &counters_in(&values), self.quorum())
+        let (report, counters) = self.read_counters().await;
+        FencingCounters::of(&report.nodes, &counters, self.quorum())
     }
 
     /// Raises every node's fencing counter to at least `at_least`, and to at least the
@@ -480,7 +479,10 @@ impl Coordinator {
         // Never below a counter some node has: a quorum of the raised nodes alone would
         // otherwise hand out tokens below it.
         // (A counter out of range is not: see `fence::usable`.)
-        let highest = counters_in(&self.read_counters().await.1)
+        let highest = self
+            .read_counters()
+            .await
+            .1
             .into_iter()
             .filter_map(fence::usable)
             .max();

@@ -76,19 +76,9 @@ impl Issuer {
                 Ok(counts.into_iter().max().unwrap_or(0))
             }
             Naive::MissingAsZero => {
-                // A value that is no number (the placeholder the library's fenced
-                // acquisitions leave on a node without a counter) is missing too.
-                let read = self
-                    .nodes
-                    .iter()
-                    .map(|n| n.get::<Option<String>, _>(counter));
+                let read = self.nodes.iter().map(|n| n.get::<Option<u64>, _>(counter));
                 let read = self.first_quorum(read, "GET").await?;
-                let token = read
-                    .into_iter()
-                    .map(|c| c.and_then(|c| c.parse::<u64>().ok()).unwrap_or(0))
-                    .max()
-                    .unwrap_or(0)
-                    + 1;
+                let token = read.into_iter().map(|c| c.unwrap_or(0)).max().unwrap_or(0) + 1;
                 let acks = self
                     .nodes
                     .iter()

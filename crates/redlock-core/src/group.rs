@@ -431,27 +431,29 @@ impl Coordinator {
         // others when the round is decided: one contended key that needs a slow node's
         // answer does not hold up the rest of its batch.
         let mut waiting: Vec<Option<Waiting<Answer>>> = batch.into_iter().map(Some).collect();
-        let mut answer = |j: usize, decided: round::Decided| {
+        let send = |waiting: Waiting<Answer>, decided: round::Decided| {
+            let result = self.lock_from(decided, waiting.spec, waiting.ttl, None);
+            // A caller gone meanwhile drops the answer, which releases a won lock.
+            let _ = waiting.answer.send(Answer {
+                result: Some(result),
+                coordinator: self.clone(),
+            });
+        };
+        let mut early = |j: usize, decided: round::Decided| {
             if let Some(waiting) = waiting.get_mut(j).and_then(Option::take) {
-                let result = self.lock_from(decided, waiting.spec, waiting.ttl, None);
-                // A caller gone meanwhile drops the answer, which releases a won lock.
-                let _ = waiting.answer.send(Answer {
-                    result: Some(result),
-                    coordinator: self.clone(),
-                });
+                send(waiting, decided);
             }
         };
         let rest = round::run_early(
             &self.inner.connections,
             round,
             &self.inner.work,
-            Some(&mut answer),
+            Some(&mut early),
         )
         .await;
-        for (j, decided) in rest.into_iter().enumerate() {
-            if let Some(decided) = decided {
-                answer(j, decided);
-            }
+        // The rest come in order: those of the calls not answered yet.
+        for (waiting, decided) in waiting.into_iter().flatten().zip(rest) {
+            send(waiting, decided);
         }
     }
 

@@ -57,11 +57,7 @@ pub(crate) async fn run(
     work: &BackgroundWork,
 ) -> Vec<Decided> {
     // Without an early hand-over every request is in the result.
-    run_early(connections, round, work, None)
-        .await
-        .into_iter()
-        .flatten()
-        .collect()
+    run_early(connections, round, work, None).await
 }
 
 /// A request won before the round's end, handed to its caller at once (see
@@ -72,7 +68,8 @@ pub(crate) type WonEarly<'a> = &'a mut (dyn FnMut(usize, Decided) + Send);
 /// with `won`, each request that wins is handed to it as soon as its quorum is in, with the
 /// validity left then, instead of when the round's last request is decided (one contended
 /// key whose decision needs a slow node's answer held every lock of its batch up that
-/// long, and took its validity). The result holds the rest (`None` for those handed over).
+/// long, and took its validity). The result holds the rest, in order (those handed over
+/// left out).
 /// A request handed over is not rolled back; the others are decided, and rolled back, as
 /// in [`run`].
 pub(crate) async fn run_early(
@@ -80,7 +77,7 @@ pub(crate) async fn run_early(
     round: Round,
     work: &BackgroundWork,
     won: Option<WonEarly<'_>>,
-) -> Vec<Option<Decided>> {
+) -> Vec<Decided> {
     let span = tracing::debug_span!(
         "redlock.round",
         kind = %round.kind,
@@ -114,7 +111,7 @@ async fn run_inner(
     round: Arc<Round>,
     work: &BackgroundWork,
     mut won_early: Option<WonEarly<'_>>,
-) -> Vec<Option<Decided>> {
+) -> Vec<Decided> {
     let n = connections.len();
     let r = round.requests.len();
     let pending: Vec<NodeReport> = connections
@@ -261,16 +258,14 @@ async fn run_inner(
         .into_iter()
         .zip(values)
         .enumerate()
-        .map(|(j, ((outcome, early), values))| {
-            if early {
-                return None;
-            }
+        .filter(|(_, ((_, early), _))| !early)
+        .map(|(j, ((outcome, _), values))| {
             let nodes = settling.borrow().requests[j].clone();
             let decided = decided(j, outcome, elapsed, nodes, values);
             if r == 1 {
                 round_decided(&decided);
             }
-            Some(decided)
+            decided
         })
         .collect();
     if r > 1 {

@@ -34,6 +34,10 @@ pub struct Args {
     /// all, so that the hand-offs alone set the rate.
     #[arg(long, value_name = "DURATION", default_value = "1ms", value_parser = humantime::parse_duration)]
     pub p4_section: Duration,
+    /// P6: only the target's case (10,000 locks held five minutes), not the two one-minute
+    /// cases beside it that explain its RSS: for a machine lent for a short time.
+    #[arg(long)]
+    pub p6_target_only: bool,
     /// Instead of the scenarios: this many uncontended lock+unlock cycles of each contender
     /// that `--subjects` names, on five fresh nodes, with no report. What
     /// `scripts/instructions.sh` runs under callgrind to count each contender's own

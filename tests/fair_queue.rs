@@ -1458,6 +1458,75 @@ async fn a_later_attempt_takes_a_handed_over_key_on_and_a_leave_passes_one_on() 
     no_keys_left(&set).await;
 }
 
+/// Regression: a leave passed the free key on under the leaving waiter's id as the
+/// message's token, the same for every leave of that waiter. A client counts a release's
+/// messages per token and wakes its waiter when a quorum of nodes sent them, so a waiter
+/// passed the key by a second leave of the same waiter (a head that could not win stepped
+/// back twice while it was next, as in the fault lab's `fair_head_answers_late`) was not
+/// woken by it, and found the free key only at its next attempt, up to its longest delay
+/// later. Each leave's message now has a token of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_leave_that_passes_the_key_on_is_announced_under_a_token_of_its_own() {
+    let set = NodeSet::start(1).await.unwrap();
+    let core = announcing_coordinator(&set).await;
+    let (_listener, mut messages) = release_listener(&set.urls()[0]).await;
+    let key = ["redlock:job"];
+    let held = core.acquire(key[0], Duration::from_secs(30)).await.unwrap();
+    // "a" queues ahead of "b" (the same ticket, a lower id); neither registers a hand-over,
+    // so the release only tells "a" and leaves the key free.
+    for waiter in ["a:1", "b:1"] {
+        let attempt = Acquisition {
+            fair: Some(FairPlace {
+                waiter,
+                ticket: 1,
+                patience: Duration::from_secs(30),
+                handover: None,
+            }),
+            ..Acquisition::new(&key, Duration::from_secs(5))
+        };
+        assert!(core.acquire_with(attempt).await.is_err());
+    }
+    core.release(&held).await.unwrap();
+    let told_a = hear(&mut messages, 1).await;
+    assert_eq!(told_a.len(), 1, "{told_a:?}");
+    // "a" steps back twice while "b" is next: it leaves, queues again behind "b" (a later
+    // ticket), and leaves again. Each leave passes the free key on to "b".
+    core.leave_queue_up_to(key[0], "a:1", 1).await.unwrap();
+    let behind = Acquisition {
+        fair: Some(FairPlace {
+            waiter: "a:1",
+            ticket: 2,
+            patience: Duration::from_secs(30),
+            handover: None,
+        }),
+        ..Acquisition::new(&key, Duration::from_secs(5))
+    };
+    assert!(
+        core.acquire_with(behind).await.is_err(),
+        "\"a\" is not next"
+    );
+    core.leave_queue_up_to(key[0], "a:1", 2).await.unwrap();
+    let told_b = hear(&mut messages, 2).await;
+    let tokens: Vec<&str> = told_b
+        .iter()
+        .map(|(channel, text)| {
+            assert_eq!(channel, "redlock:released:b", "{told_b:?}");
+            let (token, rest) = text.split_once('\t').expect("a token and a waiter");
+            assert_eq!(rest, "b:1 redlock:job", "{told_b:?}");
+            token
+        })
+        .collect();
+    assert_eq!(tokens.len(), 2, "{told_b:?}");
+    assert_ne!(
+        tokens[0], tokens[1],
+        "two leaves passed the key on under one token: the second wakes nobody"
+    );
+    core.leave_queue(key[0], "b:1").await.unwrap();
+    core.quiesce().await;
+    core.close().await;
+    no_keys_left(&set).await;
+}
+
 /// A holder's release that reached one node late (its link there was slow) came after the
 /// waiter that the other nodes handed the key to had held the lock and released it. The
 /// waiter was still queued on the late node (its leave after the win goes in the

@@ -258,9 +258,13 @@ impl Coordinator {
         let channel = channel_arg(self.inner.release_channel.as_ref());
         let keep = keep.map_or(Value::from(""), |t| Value::String(t.as_fred().clone()));
         let up_to = up_to.map_or(Value::from(""), |n| Value::from(n.to_string()));
+        // The token of the message that passes a free key on, fresh for each leave: a
+        // waiter passed the key by two leaves of the same waiter (a head that stepped back
+        // twice while it was next) is woken by each (see `FAIR_LEAVE`).
+        let passed = Value::String(Token::random().as_fred().clone());
         (
             vec![queue, expiry, Key::from(key), handovers],
-            vec![Value::from(waiter), channel, keep, up_to],
+            vec![Value::from(waiter), channel, keep, up_to, passed],
         )
     }
 

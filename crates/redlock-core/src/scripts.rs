@@ -652,7 +652,9 @@ return result"#
 /// Takes a waiter out of a key's queue: `KEYS[1]` = the queue, `KEYS[2]` = its expiry,
 /// `KEYS[3]` = the lock's key, `KEYS[4]` = the queue's hand-overs, `ARGV[1]` = the waiter,
 /// `ARGV[2]` = the release channel or "", `ARGV[3]` = the token of the lock the waiter won
-/// (or ""), `ARGV[4]` = the highest hand-over number to delete, or "" for any. Drops the
+/// (or ""), `ARGV[4]` = the highest hand-over number to delete, or "" for any, `ARGV[5]` =
+/// the token of the message that passes the key on (fresh for each leave; the waiter's id
+/// when absent). Drops the
 /// entries that expired first, as an acquisition does: a leave after which only expired
 /// entries are left deletes the queue's keys instead of leaving them to their expiry. A key
 /// handed over to the waiter (`"<waiter>~<number>"`) that is not that lock's is deleted
@@ -662,8 +664,11 @@ return result"#
 /// waiter's next attempt, and must not delete a hand-over made for that one (which the
 /// waiter may already hold).
 /// When the key is then free and the queue has a live waiter left, it is passed on to that
-/// waiter as a release would (`pass_on`, see [`ANNOUNCE`], with the leaving waiter's id as
-/// the message's token), whether or not the leaving waiter was still queued: a head that
+/// waiter as a release would (`pass_on`, see [`ANNOUNCE`], under `ARGV[5]` as the message's
+/// token: a client counts a release's messages per token and wakes its waiter once a quorum
+/// of nodes sent them, so two leaves of one waiter that each pass the key on to the same
+/// next waiter must not share one), whether or not the leaving waiter was still queued: a
+/// head that
 /// leaves while the key is free (its call was cancelled, or gave up, right after a release
 /// woke it; or its winning round was abandoned, its script having taken it out of the
 /// queue and its rollback having freed the key without telling anyone) would otherwise
@@ -685,7 +690,7 @@ if type(value) == "string" and value ~= ARGV[3] and string.sub(value, 1, #ARGV[1
   end
 end
 if ARGV[2] ~= "" and redis.call("EXISTS", KEYS[3]) == 0 then
-  pass_on(ARGV[2], ARGV[1], KEYS[3], KEYS[1], KEYS[2], KEYS[4])
+  pass_on(ARGV[2], ARGV[5] or ARGV[1], KEYS[3], KEYS[1], KEYS[2], KEYS[4])
 end
 return 1"#
     ))

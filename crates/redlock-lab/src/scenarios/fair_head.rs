@@ -8,8 +8,8 @@
 //! Both judge the same rule besides the checker's: the other clients' locks on the key
 //! while the head's answers came late come at no less than a twentieth of their rate
 //! before and after. With the step-back they came at about half of it in trial runs; with the
-//! client as it was before the step-back, and with the naive head, at a fortieth or less
-//! (the naive head's: the one or two won before it headed the queue).
+//! client as it was before the step-back at a fortieth or less, and with the naive head
+//! (which heads the queue from its first attempt) at none.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,11 +118,22 @@ async fn fair_head(lab: &Lab, head: Head) -> Result<Outcome, LabError> {
         core.close().await;
     }
     let won: Vec<u64> = tallies?.iter().map(|t| t.acquired).collect();
-    let window = (lab.history.at(from), lab.history.at(to));
-    // From the clients' start: connecting and seeding come before it, and win nothing.
-    let span = until.saturating_duration_since(start);
+    // Judged from two node timeouts into the window: a round in flight when the answers
+    // turned late ends within a node timeout, and its win owes nothing to the queue. Such
+    // wins (one or two within a few ms of the window's start, in every run) count neither
+    // inside nor outside; counted inside, they let the naive head's stall pass the rule
+    // on a loaded machine, where the others also won less often outside the window.
+    let lead_in = lab.timing.node_timeout * 2;
+    let judged_from = lab.history.at(from + lead_in);
+    let window = (judged_from, lab.history.at(to));
+    let skipped = (lab.history.at(from), judged_from);
+    // From the clients' start (connecting and seeding come before it, and win nothing),
+    // less the lead-in.
+    let span = until
+        .saturating_duration_since(start)
+        .saturating_sub(lead_in);
     let others = |client: &str| head == Head::Naive || client != "client-0";
-    let (inside, outside) = wins_of(lab, window, others);
+    let (inside, outside) = wins_of(lab, window, skipped, others);
     let mut outcome = Outcome {
         notes: vec![format!(
             "locks won per client: {won:?}; the others' wins of the key while the head's \
@@ -147,10 +158,19 @@ async fn naive_head(lab: &Lab) -> Result<(Coordinator, LockConfig), LabError> {
 
 /// The naive head waits: it tries for the key every 50 ms under one fair place until `to`,
 /// releases what it wins at once, then leaves the queue.
+///
+/// Its place has the lowest ticket there is, so it heads the queue from its first attempt.
+/// Under a place of the window's start it queued behind the waiters already there, who won
+/// the key once or twice before it headed the queue; on a loaded machine, where the others
+/// win less often outside the window too, that was sometimes more than the rule's twentieth
+/// (one run in 20 of the demonstration in CI), and the demonstration proved nothing.
 async fn never_step_back(lab: &Lab, core: &Coordinator, config: &LockConfig, to: Instant) {
     let key = lab.full_key(KEY);
     let keys = [key.as_str()];
-    let place = FairPlace::now("naive-head", config.fair_patience());
+    let place = FairPlace {
+        ticket: 1,
+        ..FairPlace::now("naive-head", config.fair_patience())
+    };
     while Instant::now() < to {
         let attempt = Acquisition {
             fair: Some(place),
@@ -166,8 +186,13 @@ async fn never_step_back(lab: &Lab, core: &Coordinator, config: &LockConfig, to:
 }
 
 /// The acquisitions of the scenario's key by the clients `counted` names: how many were
-/// won inside `window`, and how many outside it.
-fn wins_of(lab: &Lab, (from, to): (At, At), counted: impl Fn(&str) -> bool) -> (u64, u64) {
+/// won inside `window`, and how many outside it and outside `skipped`.
+fn wins_of(
+    lab: &Lab,
+    (from, to): (At, At),
+    skipped: (At, At),
+    counted: impl Fn(&str) -> bool,
+) -> (u64, u64) {
     let key = lab.full_key(KEY);
     let (mut inside, mut outside) = (0, 0);
     for event in lab.history.events() {
@@ -178,7 +203,7 @@ fn wins_of(lab: &Lab, (from, to): (At, At), counted: impl Fn(&str) -> bool) -> (
             ..
         } = event
         {
-            if won != key || !counted(&client) {
+            if won != key || !counted(&client) || (skipped.0..skipped.1).contains(&acquired) {
                 continue;
             }
             if (from..to).contains(&acquired) {

@@ -77,12 +77,13 @@ type Entry = (u64, Arc<WakeUp>, Option<Arc<str>>);
 struct Registry {
     waiters: HashMap<String, VecDeque<Entry>>,
     /// Recent releases as `"<token> <key>"` (and the next waiter, for a fair lock), with
-    /// the number of nodes that announced each, to wake once per released key and not once
-    /// per node: each release is published on every node that held the key. The key is
-    /// part of the entry because a multi-key lock releases all its keys under one token,
-    /// and each key has waiters of its own. `seen_order` evicts the oldest when
-    /// [`SEEN_RELEASES`] are remembered.
-    seen: HashMap<String, usize>,
+    /// the nodes that announced each, to wake once per released key and not once per node:
+    /// each release is published on every node that held the key. The key is part of the
+    /// entry because a multi-key lock releases all its keys under one token, and each key
+    /// has waiters of its own. Nodes, not messages, are counted: a leave that a node did
+    /// not answer in time is sent to it again, and where it had run, it publishes again.
+    /// `seen_order` evicts the oldest when [`SEEN_RELEASES`] are remembered.
+    seen: HashMap<String, Vec<usize>>,
     seen_order: VecDeque<String>,
     /// The node set's quorum. A fair queue's next waiter is woken once this many nodes
     /// announced the release: then the key is gone from enough nodes for it to win, while
@@ -94,9 +95,9 @@ struct Registry {
 const SEEN_RELEASES: usize = 4096;
 
 impl Registry {
-    /// A release of `key` (by the lock with `token`) was announced by one node, naming the
+    /// A release of `key` (by the lock with `token`) was announced by node `node`, naming the
     /// next waiter of the key's fair queue when it has one (`head`).
-    fn wake(&mut self, token: &str, key: &str, head: Option<&str>) {
+    fn wake(&mut self, node: usize, token: &str, key: &str, head: Option<&str>) {
         // Most messages are for keys nobody here waits for: drop those before any other work.
         let Some(list) = self.waiters.get(key) else {
             return;
@@ -119,9 +120,10 @@ impl Registry {
             None => (format!("{token} {key}"), 1),
         };
         let announced = match self.seen.get_mut(&release) {
-            Some(count) => {
-                *count += 1;
-                *count
+            Some(nodes) if nodes.contains(&node) => return,
+            Some(nodes) => {
+                nodes.push(node);
+                nodes.len()
             }
             None => {
                 if self.seen_order.len() == SEEN_RELEASES {
@@ -129,7 +131,7 @@ impl Registry {
                         self.seen.remove(&oldest);
                     }
                 }
-                self.seen.insert(release.clone(), 1);
+                self.seen.insert(release.clone(), vec![node]);
                 self.seen_order.push_back(release);
                 1
             }
@@ -543,7 +545,7 @@ async fn dispatch(
                     let mut registry = waiters.lock().expect("notifier lock");
                     match release {
                         Release::Handed { head, handed, key } => registry.handed(node, head, handed, key),
-                        Release::Announced { token, key, head } => registry.wake(token, key, head),
+                        Release::Announced { token, key, head } => registry.wake(node, token, key, head),
                     }
                 }
                 // Messages were dropped: any waiter may have missed its release. Wake all.
@@ -667,21 +669,21 @@ mod tests {
         let first = fair_waiter(&mut registry, 1, "k", "w1");
         let second = fair_waiter(&mut registry, 2, "k", "w2");
         // Another client's waiter is next: this client wakes nobody.
-        registry.wake("t1", "k", Some("w9"));
+        registry.wake(0, "t1", "k", Some("w9"));
         assert!(!woken(&first) && !woken(&second));
         // This client's second waiter is next, although the first is older here.
-        registry.wake("t2", "k", Some("w2"));
+        registry.wake(0, "t2", "k", Some("w2"));
         assert!(!woken(&first) && woken(&second));
         take(&second);
         // Another node whose queue names another head wakes that one too, once.
-        registry.wake("t2", "k", Some("w1"));
-        registry.wake("t2", "k", Some("w1"));
-        registry.wake("t2", "k", Some("w2"));
+        registry.wake(1, "t2", "k", Some("w1"));
+        registry.wake(2, "t2", "k", Some("w1"));
+        registry.wake(1, "t2", "k", Some("w2"));
         assert!(woken(&first) && !woken(&second));
         // A waiter outside the queue on the same key is woken by a release naming a head
         // it does not have, so mixed use never leaves it without wake-ups.
         let plain = waiter(&mut registry, 3, &["k"]);
-        registry.wake("t3", "k", Some("w9"));
+        registry.wake(0, "t3", "k", Some("w9"));
         assert!(woken(&plain));
     }
 
@@ -692,15 +694,52 @@ mod tests {
             ..Registry::default()
         };
         let head = fair_waiter(&mut registry, 1, "k", "w1");
-        registry.wake("t1", "k", Some("w1"));
-        registry.wake("t1", "k", Some("w1"));
+        registry.wake(0, "t1", "k", Some("w1"));
+        registry.wake(1, "t1", "k", Some("w1"));
         assert!(!woken(&head), "woken before the key was gone from a quorum");
-        registry.wake("t1", "k", Some("w1"));
+        registry.wake(2, "t1", "k", Some("w1"));
         assert!(woken(&head));
         take(&head);
-        registry.wake("t1", "k", Some("w1"));
-        registry.wake("t1", "k", Some("w1"));
+        registry.wake(3, "t1", "k", Some("w1"));
+        registry.wake(4, "t1", "k", Some("w1"));
         assert!(!woken(&head), "woken again by the last nodes");
+    }
+
+    /// Regression: messages were counted, not nodes. A leave that a node did not answer in
+    /// time is sent to it again, and where it had run it passes the key on again: copies
+    /// from one node reached the quorum while the key was free on fewer nodes, and the
+    /// real quorum-th node's message then counted past it and woke nobody.
+    #[test]
+    fn copies_of_one_nodes_announcement_count_once() {
+        let mut registry = Registry {
+            quorum: 3,
+            ..Registry::default()
+        };
+        let head = fair_waiter(&mut registry, 1, "k", "w1");
+        for _ in 0..3 {
+            registry.wake(0, "leave-1", "k", Some("w1"));
+        }
+        registry.wake(1, "leave-1", "k", Some("w1"));
+        assert!(!woken(&head), "woken with the key free on two nodes");
+        registry.wake(2, "leave-1", "k", Some("w1"));
+        assert!(woken(&head), "not woken at the quorum-th node");
+    }
+
+    /// Two leaves of one waiter that each pass the key on to the same next waiter (a head
+    /// that stepped back twice while it was next) have tokens of their own, and each wakes it.
+    #[test]
+    fn each_announcement_under_its_own_token_wakes_the_head_again() {
+        let mut registry = Registry {
+            quorum: 2,
+            ..Registry::default()
+        };
+        let head = fair_waiter(&mut registry, 1, "k", "w1");
+        for token in ["leave-1", "leave-2"] {
+            registry.wake(0, token, "k", Some("w1"));
+            registry.wake(1, token, "k", Some("w1"));
+            assert!(woken(&head), "{token} did not wake the head");
+            take(&head);
+        }
     }
 
     #[test]
@@ -783,7 +822,7 @@ mod tests {
     fn releases_of_keys_nobody_waits_for_cost_no_memory() {
         let mut registry = Registry::default();
         for i in 0..10 {
-            registry.wake(&format!("t{i}"), "k", None);
+            registry.wake(0, &format!("t{i}"), "k", None);
         }
         assert!(registry.seen.is_empty() && registry.seen_order.is_empty());
     }
@@ -794,17 +833,17 @@ mod tests {
         let first = waiter(&mut registry, 1, &["k"]);
         let second = waiter(&mut registry, 2, &["k"]);
         let other = waiter(&mut registry, 3, &["other"]);
-        for _node in 0..5 {
-            registry.wake("t1", "k", None);
+        for node in 0..5 {
+            registry.wake(node, "t1", "k", None);
         }
         assert!(woken(&first));
         assert!(!woken(&second) && !woken(&other));
         take(&first);
         // The copies from the other nodes do not wake anybody again.
-        registry.wake("t1", "k", None);
+        registry.wake(5, "t1", "k", None);
         assert!(!woken(&first) && !woken(&second));
         // The next release goes to the oldest waiter again: it keeps its place.
-        registry.wake("t2", "k", None);
+        registry.wake(0, "t2", "k", None);
         assert!(woken(&first) && !woken(&second));
     }
 
@@ -814,7 +853,7 @@ mod tests {
         let first = waiter(&mut registry, 1, &["a", "b"]);
         let second = waiter(&mut registry, 2, &["a"]);
         let third = waiter(&mut registry, 3, &["b"]);
-        registry.wake("t1", "a", None);
+        registry.wake(0, "t1", "a", None);
         registry.remove(1, &["a".into(), "b".into()], &first);
         assert!(woken(&second) && woken(&third));
 
@@ -822,7 +861,7 @@ mod tests {
         let mut registry = Registry::default();
         let first = waiter(&mut registry, 1, &["a"]);
         let second = waiter(&mut registry, 2, &["a"]);
-        registry.wake("t1", "a", None);
+        registry.wake(0, "t1", "a", None);
         take(&first);
         registry.remove(1, &["a".into()], &first);
         assert!(!woken(&second));
@@ -836,14 +875,14 @@ mod tests {
         let on_a = waiter(&mut registry, 1, &["a"]);
         let on_b = waiter(&mut registry, 2, &["b"]);
         // One lock over a and b, released under one token, announced by two nodes.
-        for _node in 0..2 {
-            registry.wake("t1", "a", None);
-            registry.wake("t1", "b", None);
+        for node in 0..2 {
+            registry.wake(node, "t1", "a", None);
+            registry.wake(node, "t1", "b", None);
         }
         assert!(woken(&on_a) && woken(&on_b));
         take(&on_a);
         take(&on_b);
-        registry.wake("t1", "b", None);
+        registry.wake(2, "t1", "b", None);
         assert!(!woken(&on_b), "a copy from another node wakes nobody again");
     }
 
@@ -862,7 +901,7 @@ mod tests {
         let mut registry = Registry::default();
         let slot = waiter(&mut registry, 1, &["k"]);
         for i in 0..SEEN_RELEASES + 10 {
-            registry.wake(&format!("t{i}"), "k", None);
+            registry.wake(0, &format!("t{i}"), "k", None);
             assert!(woken(&slot));
             take(&slot);
         }
@@ -870,7 +909,7 @@ mod tests {
         assert_eq!(registry.seen_order.len(), SEEN_RELEASES);
         // The oldest were forgotten, the newest are still recognised.
         assert!(!registry.seen.contains_key("t0 k"));
-        registry.wake(&format!("t{}", SEEN_RELEASES + 9), "k", None);
+        registry.wake(0, &format!("t{}", SEEN_RELEASES + 9), "k", None);
         assert!(!woken(&slot));
     }
 }

@@ -123,7 +123,8 @@ async fn fair_head(lab: &Lab, head: Head) -> Result<Outcome, LabError> {
     // wins (one or two within a few ms of the window's start, in every run) count neither
     // inside nor outside; counted inside, they let the naive head's stall pass the rule
     // on a loaded machine, where the others also won less often outside the window.
-    let lead_in = lab.timing.node_timeout * 2;
+    // (At most a quarter of the window, however the lab's timing is set.)
+    let lead_in = (lab.timing.node_timeout * 2).min(to.saturating_duration_since(from) / 4);
     let judged_from = lab.history.at(from + lead_in);
     let window = (judged_from, lab.history.at(to));
     let skipped = (lab.history.at(from), judged_from);
@@ -159,7 +160,8 @@ async fn naive_head(lab: &Lab) -> Result<(Coordinator, LockConfig), LabError> {
 /// The naive head waits: it tries for the key every 50 ms under one fair place until `to`,
 /// releases what it wins at once, then leaves the queue.
 ///
-/// Its place has the lowest ticket there is, so it heads the queue from its first attempt.
+/// Its place has ticket 1, below any other waiter's (theirs are the wall clock in ms), so it
+/// heads the queue from its first attempt.
 /// Under a place of the window's start it queued behind the waiters already there, who won
 /// the key once or twice before it headed the queue; on a loaded machine, where the others
 /// win less often outside the window too, that was sometimes more than the rule's twentieth

@@ -245,9 +245,13 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         flush(&set).await?;
     }
 
+    if args.p6_target_only && !args.runs("P6") {
+        progress!("--p6-target-only: P6 is not among the families that --only names; ignored");
+    }
     if args.runs("P6") {
+        // The target's case is the plan's first.
         let cases = if args.p6_target_only {
-            &plan.renewal_cases[..1]
+            &plan.renewal_cases[..plan.renewal_cases.len().min(1)]
         } else {
             &plan.renewal_cases[..]
         };

@@ -10,7 +10,8 @@ use crate::latency::Budget;
 /// the full run.
 pub struct Plan {
     /// P6 cases: locks, node timeout, glibc's `MALLOC_ARENA_MAX` for the case's process
-    /// (`None`: glibc's default, up to eight arenas per core), and how long they are held.
+    /// (`None`: the bench's own environment's, by default glibc's, up to eight arenas per
+    /// core), and how long they are held. The first is the target's (`--p6-target-only`).
     pub renewal_cases: Vec<(usize, Duration, Option<u32>, Duration)>,
     pub p1: Budget,
     pub p2: Budget,

@@ -258,21 +258,25 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
                 .map(|(_, shared, _)| shared.current())
                 .collect();
             // Each slice's own start: a TTL capped by `max_hold` and counted from the
-            // tick's start would reach past the cap by the rounds before it. (Where the
-            // cap came too near meanwhile for a renewal to leave any validity, the tick's
-            // own TTL stays: it was checked at the tick's start, and the next tick stops
-            // renewal.)
+            // tick's start would reach past the cap by the rounds before it. Where the cap
+            // came too near meanwhile for a renewal to leave any validity, the lock is not
+            // renewed (`None`): a renewal with the TTL taken at the tick's start, as it
+            // once was, made it valid past the cap by as long as the rounds before it.
             let slice_start = Instant::now();
-            let ttls: Vec<Duration> = slice
+            let ttls: Vec<Option<Duration>> = slice
                 .iter()
-                .map(|(_, shared, plan)| {
-                    renewal_ttl(core, (shared, plan), slice_start)
-                        .or_else(|| renewal_ttl(core, (shared, plan), now))
-                        .unwrap_or(shared.ttl)
-                })
+                .map(|(_, shared, plan)| renewal_ttl(core, (shared, plan), slice_start))
                 .collect();
-            let requests: Vec<_> = locks.iter().zip(ttls.iter().copied()).collect();
-            let results = core.renew_many(&requests).instrument(span).await;
+            let requests: Vec<_> = locks
+                .iter()
+                .zip(&ttls)
+                .filter_map(|(lock, ttl)| ttl.map(|ttl| (lock, ttl)))
+                .collect();
+            let results = if requests.is_empty() {
+                Vec::new()
+            } else {
+                core.renew_many(&requests).instrument(span).await
+            };
             (slice, results, ttls, Instant::now())
         }
     };
@@ -300,8 +304,18 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
             break;
         };
         after = after.max(answered);
-        for ((&(i, ..), result), ttl) in slice.iter().zip(results).zip(ttls) {
+        let mut results = results.into_iter();
+        for (&(i, ..), ttl) in slice.iter().zip(ttls) {
             let entry = &mut entries[i];
+            let Some(ttl) = ttl else {
+                // `max_hold` came too near while the tick's earlier slices were out: not
+                // renewed. Due at once, so the next tick stops its renewal and says why.
+                entry.due = answered;
+                continue;
+            };
+            let Some(result) = results.next() else {
+                break;
+            };
             if entry.shared.done.load(Ordering::SeqCst) {
                 // Released (or dropped) while this tick was in flight: its extension may
                 // have reached a node after the release and found the key gone, which says

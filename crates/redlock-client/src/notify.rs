@@ -337,10 +337,19 @@ impl Notifier {
             );
             presences.push(presence);
             let mut closing = closed.subscribe();
+            let on_close = subscriber.clone();
             tokio::spawn(async move {
                 tokio::select! {
-                    _ = task => {}
+                    biased;
                     _ = closing.wait_for(|closed| *closed) => {}
+                    _ = task => {}
+                }
+                // Closed: QUIT again, now that the dispatch is gone. Where this task ran
+                // late (a loaded machine, a client dropped right after it connected), the
+                // dispatch could start the subscriber's connection after `close` had sent
+                // its QUIT, and that connection stayed open.
+                if *closing.borrow() {
+                    let _ = tokio::time::timeout(timeout, on_close.quit()).await;
                 }
             });
             started.push(subscriber);

@@ -66,6 +66,29 @@ async fn a_host_suspend_counts_as_time_passed_for_every_validity() {
     let left = guard.remaining().expect("extended");
     assert!(left > Duration::from_secs(15), "{left:?}");
     guard.release().await.unwrap();
+
+    // Watchers already waiting when the host is suspended: a sleep until the validity's end
+    // as it stood, on the monotonic clock, fired up to the whole suspend late, and a holder
+    // racing its work against `lost()` worked on past its validity.
+    let guard = c.lock("watched").await.unwrap();
+    let lost = tokio::spawn(guard.lost());
+    let suspended = tokio::spawn(guard.handle().suspended());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!lost.is_finished() && !suspended.is_finished());
+    simulate_host_suspend(Duration::from_secs(25));
+    let lost = tokio::time::timeout(Duration::from_secs(3), lost).await;
+    assert_eq!(
+        lost.ok().map(Result::unwrap),
+        Some(LostReason::Expired),
+        "lost() did not complete soon after a suspend past the validity"
+    );
+    let suspended = tokio::time::timeout(Duration::from_secs(3), suspended).await;
+    assert_eq!(
+        suspended.ok().map(Result::unwrap),
+        Some(HoldHealth::Lost(LostReason::Expired)),
+        "suspended() did not complete soon after a suspend past the validity"
+    );
+    let _ = guard.release().await;
     c.shutdown().await;
 
     // A suspend during a round counts too: a round that it outlasted is not won (the core

@@ -259,10 +259,22 @@ async fn suspended(shared: Arc<HoldState>) -> HoldHealth {
             }
         };
         tokio::select! {
-            _ = tokio::time::sleep_until(until) => {}
+            _ = sleep_toward(until) => {}
             _ = rx.changed() => {}
         }
     }
+}
+
+/// How often a watcher of a validity's end ([`LockGuard::lost`], [`LockGuard::suspended`])
+/// reads it again while it waits: tokio's timers run on the monotonic clock, which stands
+/// still while the host is suspended, so a sleep until the end as it stood would fire up to
+/// the whole suspend late, while the validity (which counts the suspend) has run out.
+const SUSPEND_CHECK: Duration = Duration::from_millis(250);
+
+/// Sleeps until `until`, or for [`SUSPEND_CHECK`] if that comes first: the caller reads the
+/// validity's end again (see there).
+async fn sleep_toward(until: Instant) {
+    tokio::time::sleep_until(until.min(Instant::now() + SUSPEND_CHECK)).await;
 }
 
 /// Completes when the lock is no longer held: a majority of nodes refused a renewal or an
@@ -279,9 +291,10 @@ async fn lost(shared: Arc<HoldState>) -> LostReason {
             return reason;
         }
         tokio::select! {
-            _ = tokio::time::sleep_until(until) => {
-                // A renewal may have moved the deadline while we slept; only an unmoved
-                // deadline in the past means the lock is gone.
+            _ = sleep_toward(until) => {
+                // A renewal may have moved the deadline while we slept, and a host suspend
+                // may have brought it forward: only a deadline in the past now, read again
+                // (suspend counted), means the lock is gone.
                 if shared.valid_until() <= Instant::now() {
                     shared.mark_lost(LostReason::Expired);
                 }
@@ -333,7 +346,9 @@ impl LockHandle {
     /// A future that completes when the lock is lost, with the reason
     /// ([`LostReason::Released`] once the guard was released or dropped). It owns what it
     /// needs, so it can be moved into another task or raced against work with
-    /// `tokio::select!`.
+    /// `tokio::select!`. A host suspend counts as time passed (see
+    /// [`Deadline`](redlock_core::Deadline)): a validity that ran out while the host slept
+    /// completes this future within a quarter of a second of the resume.
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         lost(self.shared.clone())
     }

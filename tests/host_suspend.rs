@@ -91,6 +91,35 @@ async fn a_host_suspend_counts_as_time_passed_for_every_validity() {
     let _ = guard.release().await;
     c.shutdown().await;
 
+    // Renewal plans on the clock that counts suspend too: a renewal that fell due while
+    // the host slept runs right after the resume, while the nodes still hold the keys. It
+    // ran at the monotonic instant it had planned, after the validity (suspend counted) had
+    // run out, and the lock was lost with every node healthy. TTL 20 s, renewed every
+    // 6.7 s; suspended 15 s, so 5 s of validity are left and the planned renewal is 6.7 s
+    // away on the monotonic clock.
+    let renewing = client(&set, |b| b.ttl(Duration::from_secs(20))).await;
+    let guard = renewing.lock("renewed").await.unwrap();
+    // The scheduler plans the renewal when it receives the lock: before the suspend.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    simulate_host_suspend(Duration::from_secs(15));
+    let left = guard.remaining().expect("still valid");
+    assert!(left <= Duration::from_secs(5), "{left:?}");
+    let renewed = common::eventually(Duration::from_secs(3), || async {
+        guard
+            .remaining()
+            .is_some_and(|left| left > Duration::from_secs(15))
+    })
+    .await;
+    assert!(
+        renewed,
+        "no renewal soon after the resume: {:?}, {:?}",
+        guard.remaining(),
+        guard.health()
+    );
+    assert_eq!(guard.health(), HoldHealth::Healthy);
+    guard.release().await.unwrap();
+    renewing.shutdown().await;
+
     // A suspend during a round counts too: a round that it outlasted is not won (the core
     // used to return a lock already past its validity), and its keys are rolled back.
     let links = common::linked(&set).await;

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use redlock_core::{ClosedReason, Coordinator, Error as CoreError};
+use redlock_core::{ClosedReason, Coordinator, Deadline, Error as CoreError};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -65,8 +65,23 @@ pub(crate) struct RenewalPlan {
 struct Entry {
     shared: Arc<HoldState>,
     plan: RenewalPlan,
-    due: Instant,
+    /// When its next renewal is due; a host suspend since it was planned brings it forward
+    /// as it does the validity, so a renewal that fell due while the host slept runs as
+    /// soon as the host resumes (see [`SUSPEND_CHECK`]).
+    due: Deadline,
 }
+
+/// The deadline of a renewal due at `at` by the monotonic clock now.
+fn due_at(at: Instant) -> Deadline {
+    Deadline::new(at, redlock_core::host_suspended())
+}
+
+/// How often the scheduler reads its next due time again while it waits: tokio's timers
+/// stand still while the host is suspended, and a sleep until the renewal as it was
+/// planned would run it up to the whole suspend late by the servers' clocks, after the
+/// validity (which counts the suspend) had run out, instead of right after the resume,
+/// while the nodes still held the keys.
+const SUSPEND_CHECK: Duration = Duration::from_millis(250);
 
 /// The handle to a client's renewal scheduler. The task ends when the client is dropped.
 #[derive(Debug)]
@@ -101,11 +116,15 @@ impl Renewer {
 async fn run(core: Coordinator, mut scheduled: Scheduled) {
     let Scheduled { rx, entries } = &mut scheduled;
     loop {
-        let next = entries.iter().map(|e| e.due).min();
+        let next = entries
+            .iter()
+            .map(|e| e.due)
+            .reduce(|a, b| if a.ends_after(b) { b } else { a })
+            .map(Deadline::instant);
         tokio::select! {
             added = rx.recv() => match added {
                 Some((shared, plan)) => {
-                    let due = next_due(&core, &shared, plan.every, Instant::now());
+                    let due = due_at(next_due(&core, &shared, plan.every, Instant::now()));
                     entries.push(Entry { due, shared, plan });
                 }
                 // Every handle and guard is gone: nothing left to tell.
@@ -114,7 +133,12 @@ async fn run(core: Coordinator, mut scheduled: Scheduled) {
                     return;
                 }
             },
-            _ = sleep_until(next), if next.is_some() => {
+            _ = sleep_until(next.map(|at| at.min(Instant::now() + SUSPEND_CHECK))), if next.is_some() => {
+                if next.is_some_and(|at| at > Instant::now()) {
+                    // Woken to read the due times again (a host suspend brings them
+                    // forward): nothing is due yet.
+                    continue;
+                }
                 if let Some(reason) = core.closed() {
                     // No renewal can reach a node again: say so once, and stop.
                     renewal_stopped(entries.iter().map(|e| &e.shared), &reason.to_string());
@@ -224,7 +248,7 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     // early costs nothing, and it keeps renewals of many locks in few rounds. The most
     // urgent first (see `TICK_SLICES_IN_FLIGHT`).
     let mut due: Vec<(Instant, usize)> = (0..entries.len())
-        .filter(|&i| entries[i].due <= now + entries[i].plan.every / 4)
+        .filter(|&i| entries[i].due.instant() <= now + entries[i].plan.every / 4)
         .map(|i| (entries[i].shared.valid_until(), i))
         .collect();
     if due.is_empty() {
@@ -310,7 +334,7 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
             let Some(ttl) = ttl else {
                 // `max_hold` came too near while the tick's earlier slices were out: not
                 // renewed. Due at once, so the next tick stops its renewal and says why.
-                entry.due = answered;
+                entry.due = due_at(answered);
                 continue;
             };
             let Some(result) = results.next() else {
@@ -328,11 +352,11 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
                     renewed += 1;
                     metrics::renewal(Renewal::Renewed);
                     entry.shared.renewed(&renewal);
-                    entry.due = next_due(core, &entry.shared, entry.plan.every, answered);
+                    entry.due = due_at(next_due(core, &entry.shared, entry.plan.every, answered));
                     if ttl < entry.shared.ttl {
                         // The last renewal, up to `max_hold`: the next tick stops renewal.
                         entry.plan.hold_until = Some(answered);
-                        entry.due = answered;
+                        entry.due = due_at(answered);
                     }
                 }
                 Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {
@@ -352,7 +376,8 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
                     metrics::renewal(Renewal::Failed);
                     tracing::warn!(parent: &span, error = %e, "renewal failed; retrying while the lock is still valid");
                     entry.shared.renewal_failed(e.to_string());
-                    entry.due = answered + (entry.plan.every / 4).max(Duration::from_millis(10));
+                    entry.due =
+                        due_at(answered + (entry.plan.every / 4).max(Duration::from_millis(10)));
                 }
             }
         }

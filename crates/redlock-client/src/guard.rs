@@ -266,10 +266,11 @@ async fn suspended(shared: Arc<HoldState>) -> HoldHealth {
 }
 
 /// How often a watcher of a validity's end ([`LockGuard::lost`], [`LockGuard::suspended`])
-/// reads it again while it waits: tokio's timers run on the monotonic clock, which stands
-/// still while the host is suspended, so a sleep until the end as it stood would fire up to
-/// the whole suspend late, while the validity (which counts the suspend) has run out.
-const SUSPEND_CHECK: Duration = Duration::from_millis(250);
+/// or of a renewal's due time (the renewal scheduler) reads it again while it waits: tokio's
+/// timers run on the monotonic clock, which stands still while the host is suspended, so a
+/// sleep until the end as it stood would fire up to the whole suspend late, while the
+/// validity (which counts the suspend) has run out.
+pub(crate) const SUSPEND_CHECK: Duration = Duration::from_millis(250);
 
 /// Sleeps until `until`, or for [`SUSPEND_CHECK`] if that comes first: the caller reads the
 /// validity's end again (see there).

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::LostReason;
-use crate::guard::{refused_by_majority, HoldState};
+use crate::guard::{refused_by_majority, HoldState, SUSPEND_CHECK};
 use crate::metrics::{self, Renewal};
 
 pub(crate) mod policy;
@@ -75,13 +75,6 @@ struct Entry {
 fn due_at(at: Instant) -> Deadline {
     Deadline::new(at, redlock_core::host_suspended())
 }
-
-/// How often the scheduler reads its next due time again while it waits: tokio's timers
-/// stand still while the host is suspended, and a sleep until the renewal as it was
-/// planned would run it up to the whole suspend late by the servers' clocks, after the
-/// validity (which counts the suspend) had run out, instead of right after the resume,
-/// while the nodes still held the keys.
-const SUSPEND_CHECK: Duration = Duration::from_millis(250);
 
 /// The handle to a client's renewal scheduler. The task ends when the client is dropped.
 #[derive(Debug)]
@@ -133,6 +126,10 @@ async fn run(core: Coordinator, mut scheduled: Scheduled) {
                     return;
                 }
             },
+            // Woken at least every `SUSPEND_CHECK` to read the due times again: a sleep
+            // until the renewal as it was planned would run it up to a whole host suspend
+            // late by the servers' clocks, after the validity had run out, instead of right
+            // after the resume, while the nodes still held the keys.
             _ = sleep_until(next.map(|at| at.min(Instant::now() + SUSPEND_CHECK))), if next.is_some() => {
                 if next.is_some_and(|at| at > Instant::now()) {
                     // Woken to read the due times again (a host suspend brings them

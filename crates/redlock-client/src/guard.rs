@@ -245,6 +245,7 @@ fn health(status: &Status) -> HoldHealth {
 /// Completes when the lock is no longer [`HoldHealth::Healthy`], with its health then.
 async fn suspended(shared: Arc<HoldState>) -> HoldHealth {
     let mut rx = shared.status.subscribe();
+    let mut suspend = redlock_core::suspend_watch();
     loop {
         let until = {
             let status = rx.borrow_and_update();
@@ -259,23 +260,13 @@ async fn suspended(shared: Arc<HoldState>) -> HoldHealth {
             }
         };
         tokio::select! {
-            _ = sleep_toward(until) => {}
+            _ = tokio::time::sleep_until(until) => {}
             _ = rx.changed() => {}
+            // The host was suspended: the validity's end came nearer, and the sleep above,
+            // on the monotonic clock, would wake up to the whole suspend late.
+            _ = suspend.changed() => {}
         }
     }
-}
-
-/// How often a watcher of a validity's end ([`LockGuard::lost`], [`LockGuard::suspended`])
-/// or of a renewal's due time (the renewal scheduler) reads it again while it waits: tokio's
-/// timers run on the monotonic clock, which stands still while the host is suspended, so a
-/// sleep until the end as it stood would fire up to the whole suspend late, while the
-/// validity (which counts the suspend) has run out.
-pub(crate) const SUSPEND_CHECK: Duration = Duration::from_millis(250);
-
-/// Sleeps until `until`, or for [`SUSPEND_CHECK`] if that comes first: the caller reads the
-/// validity's end again (see there).
-async fn sleep_toward(until: Instant) {
-    tokio::time::sleep_until(until.min(Instant::now() + SUSPEND_CHECK)).await;
 }
 
 /// Completes when the lock is no longer held: a majority of nodes refused a renewal or an
@@ -283,6 +274,7 @@ async fn sleep_toward(until: Instant) {
 /// (or dropped its guard).
 async fn lost(shared: Arc<HoldState>) -> LostReason {
     let mut rx = shared.status.subscribe();
+    let mut suspend = redlock_core::suspend_watch();
     loop {
         let (until, lost) = {
             let status = rx.borrow_and_update();
@@ -292,15 +284,17 @@ async fn lost(shared: Arc<HoldState>) -> LostReason {
             return reason;
         }
         tokio::select! {
-            _ = sleep_toward(until) => {
-                // A renewal may have moved the deadline while we slept, and a host suspend
-                // may have brought it forward: only a deadline in the past now, read again
-                // (suspend counted), means the lock is gone.
+            _ = tokio::time::sleep_until(until) => {
+                // A renewal may have moved the deadline while we slept; only an unmoved
+                // deadline in the past means the lock is gone.
                 if shared.valid_until() <= Instant::now() {
                     shared.mark_lost(LostReason::Expired);
                 }
             }
             _ = rx.changed() => {}
+            // The host was suspended: the end, read again, came nearer (or passed), and
+            // the sleep above would wake up to the whole suspend late.
+            _ = suspend.changed() => {}
         }
     }
 }
@@ -349,7 +343,8 @@ impl LockHandle {
     /// needs, so it can be moved into another task or raced against work with
     /// `tokio::select!`. A host suspend counts as time passed (see
     /// [`Deadline`](redlock_core::Deadline)): a validity that ran out while the host slept
-    /// completes this future within a quarter of a second of the resume.
+    /// completes this future within about a quarter of a second of the resume (see
+    /// [`suspend_watch`](redlock_core::suspend_watch)).
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         lost(self.shared.clone())
     }

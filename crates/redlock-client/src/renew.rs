@@ -26,12 +26,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redlock_core::{ClosedReason, Coordinator, Deadline, Error as CoreError};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::error::LostReason;
-use crate::guard::{refused_by_majority, HoldState, SUSPEND_CHECK};
+use crate::guard::{refused_by_majority, HoldState};
 use crate::metrics::{self, Renewal};
 
 pub(crate) mod policy;
@@ -67,7 +67,7 @@ struct Entry {
     plan: RenewalPlan,
     /// When its next renewal is due; a host suspend since it was planned brings it forward
     /// as it does the validity, so a renewal that fell due while the host slept runs as
-    /// soon as the host resumes (see [`SUSPEND_CHECK`]).
+    /// soon as the host resumes (see [`redlock_core::suspend_watch`]).
     due: Deadline,
 }
 
@@ -108,12 +108,20 @@ impl Renewer {
 
 async fn run(core: Coordinator, mut scheduled: Scheduled) {
     let Scheduled { rx, entries } = &mut scheduled;
+    let mut suspend = None;
     loop {
         let next = entries
             .iter()
             .map(|e| e.due)
             .reduce(|a, b| if a.ends_after(b) { b } else { a })
             .map(Deadline::instant);
+        // Watched only while there is something to renew: a thread of the process reads
+        // the clocks while anyone watches.
+        if next.is_none() {
+            suspend = None;
+        } else if suspend.is_none() {
+            suspend = Some(redlock_core::suspend_watch());
+        }
         tokio::select! {
             added = rx.recv() => match added {
                 Some((shared, plan)) => {
@@ -126,16 +134,12 @@ async fn run(core: Coordinator, mut scheduled: Scheduled) {
                     return;
                 }
             },
-            // Woken at least every `SUSPEND_CHECK` to read the due times again: a sleep
-            // until the renewal as it was planned would run it up to a whole host suspend
-            // late by the servers' clocks, after the validity had run out, instead of right
-            // after the resume, while the nodes still held the keys.
-            _ = sleep_until(next.map(|at| at.min(Instant::now() + SUSPEND_CHECK))), if next.is_some() => {
-                if next.is_some_and(|at| at > Instant::now()) {
-                    // Woken to read the due times again (a host suspend brings them
-                    // forward): nothing is due yet.
-                    continue;
-                }
+            // The host was suspended: the due times came nearer (read again above), and the
+            // sleep below, on the monotonic clock, would run a renewal up to the whole
+            // suspend late by the servers' clocks, after the validity had run out, instead
+            // of right after the resume, while the nodes still held the keys.
+            _ = suspended(&mut suspend) => {}
+            _ = sleep_until(next), if next.is_some() => {
                 if let Some(reason) = core.closed() {
                     // No renewal can reach a node again: say so once, and stop.
                     renewal_stopped(entries.iter().map(|e| &e.shared), &reason.to_string());
@@ -177,6 +181,17 @@ fn renewal_stopped<'a>(locks: impl IntoIterator<Item = &'a Arc<HoldState>>, why:
             ));
         }
     }
+}
+
+/// Completes when `watch` (a [`redlock_core::suspend_watch`]) says the host was suspended;
+/// never without one.
+async fn suspended(watch: &mut Option<watch::Receiver<Duration>>) {
+    if let Some(rx) = watch {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -10,9 +10,11 @@
 //! passed. A virtual machine paused by its hypervisor, without its kernel's knowing, is
 //! not seen: that is a process pause like any other (fence the resource for those).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// How long the host has been suspended since it booted, as far as the system tells: on
@@ -63,6 +65,71 @@ pub fn simulate_host_suspend(by: Duration) {
     let _ = SIMULATED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |total| {
         Some(total.saturating_add(by))
     });
+    announce(host_suspended());
+}
+
+/// Tells every [`suspend_watch`] receiver when the host has been suspended since it
+/// subscribed: its value is [`host_suspended`] as last read, and it changes only when that
+/// grew. Tokio's timers run on the monotonic clock, which stands still while the host is
+/// suspended, so a task that sleeps until the end of a validity (which counts the suspend)
+/// would wake up to the whole suspend late: it waits on this as well, and reads its
+/// deadline again when it changes.
+///
+/// One thread of the process reads the clocks every quarter of a second while anyone
+/// subscribes (on Linux and Android; elsewhere no suspend is counted and no thread runs),
+/// and ends when nobody does.
+pub fn suspend_watch() -> watch::Receiver<Duration> {
+    let receiver = sender().subscribe();
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if !WATCHING.swap(true, Ordering::SeqCst) {
+        let started = std::thread::Builder::new()
+            .name("redlock-suspend".into())
+            .spawn(watch_suspend);
+        if let Err(e) = started {
+            WATCHING.store(false, Ordering::SeqCst);
+            tracing::warn!(error = %e, "could not start the thread that watches for host suspend: a loss signal or renewal may come up to a suspend late after the host resumes");
+        }
+    }
+    receiver
+}
+
+/// How often the watching thread reads the clocks.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// Whether the watching thread runs.
+static WATCHING: AtomicBool = AtomicBool::new(false);
+
+fn sender() -> &'static watch::Sender<Duration> {
+    static SENDER: OnceLock<watch::Sender<Duration>> = OnceLock::new();
+    SENDER.get_or_init(|| watch::Sender::new(host_suspended()))
+}
+
+/// Tells the receivers of [`suspend_watch`] about `suspended`, if it grew.
+fn announce(suspended: Duration) {
+    sender().send_if_modified(|last| {
+        let grew = suspended > *last;
+        if grew {
+            *last = suspended;
+        }
+        grew
+    });
+}
+
+/// The watching thread: reads the clocks every [`WATCH_EVERY`] until nobody subscribes.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn watch_suspend() {
+    loop {
+        std::thread::sleep(WATCH_EVERY);
+        if sender().receiver_count() == 0 {
+            WATCHING.store(false, Ordering::SeqCst);
+            // Someone who subscribed after the count, and found the thread still running,
+            // started none: look again. Whoever set the flag again keeps watching.
+            if sender().receiver_count() == 0 || WATCHING.swap(true, Ordering::SeqCst) {
+                return;
+            }
+        }
+        announce(host_suspended());
+    }
 }
 
 /// The end of a validity: an instant on the monotonic clock, and how long the host had
@@ -183,6 +250,39 @@ mod tests {
         // The live clock, on a deadline that began now.
         let fresh = Deadline::new(now + Duration::from_secs(10), host_suspended());
         assert!(fresh.remaining_at(now).is_some());
+    }
+
+    #[test]
+    fn a_receiver_hears_only_of_suspend_that_grew() {
+        let mut rx = suspend_watch();
+        let before = *rx.borrow_and_update();
+        announce(before);
+        assert!(!rx.has_changed().unwrap(), "no suspend, yet a change");
+        announce(before + Duration::from_secs(3));
+        assert!(rx.has_changed().unwrap(), "a suspend not announced");
+        assert_eq!(*rx.borrow_and_update(), before + Duration::from_secs(3));
+
+        // The thread that reads the clocks runs while anyone watches, and again for a
+        // watcher who comes after it ended. (One test: the thread is the process's.)
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            let watching = || WATCHING.load(Ordering::SeqCst);
+            let until = |want: bool| {
+                let end = std::time::Instant::now() + Duration::from_secs(10);
+                while watching() != want && std::time::Instant::now() < end {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                watching() == want
+            };
+            assert!(watching(), "no thread while someone watches");
+            drop(rx);
+            assert!(until(false), "the thread outlived its last watcher");
+            let _rx = suspend_watch();
+            assert!(
+                watching(),
+                "no thread for a watcher after the last one left"
+            );
+        }
     }
 
     #[test]

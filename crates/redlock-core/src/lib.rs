@@ -94,7 +94,7 @@ pub use config::{
 pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
 #[cfg(feature = "test-util")]
 pub use deadline::simulate_host_suspend;
-pub use deadline::{host_suspended, Deadline};
+pub use deadline::{host_suspended, suspend_watch, Deadline};
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
 pub use error::{ConfigError, Error, FairPlaceProblem};
 pub use fair::{handover_token, FairPlace, Handover};

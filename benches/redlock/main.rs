@@ -106,7 +106,7 @@ async fn only_cycles(args: &Args, cycles: u64) -> Result<String, BenchError> {
     let mut ran = Vec::new();
     for kind in args.subjects(&Kind::ALL) {
         let subject = subjects::Subject::connect(kind, &set.urls()).await?;
-        let key = format!("cycles:{}", kind.name());
+        let mut key = format!("cycles:{}", kind.name());
         let step = || format!("a lock+unlock cycle of {}", kind.name());
         let mut done = 0;
         let mut failed_in_a_row = 0;
@@ -121,6 +121,8 @@ async fn only_cycles(args: &Args, cycles: u64) -> Result<String, BenchError> {
                 // rolled back, and one more in a thousand moves the count by a thousandth.
                 Ok(Err(_)) if failed_in_a_row < CYCLE_RETRIES => {
                     failed_in_a_row += 1;
+                    // A key of its own: a failed release leaves the last one held.
+                    key = format!("cycles:{}:retry:{done}:{failed_in_a_row}", kind.name());
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
                 Ok(Err(why)) => return Err(BenchError::new(step(), why, SEE_ABOVE)),

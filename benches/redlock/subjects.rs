@@ -195,8 +195,13 @@ impl Subject {
     /// that. Gives up, with the last failure, after `WARM_UP`.
     async fn warm_up(&self) -> Result<(), BenchError> {
         let started = tokio::time::Instant::now();
-        loop {
-            match self.cycle("bench:connect").await {
+        for attempt in 0u64.. {
+            // A key per attempt: a failed release leaves the last one held for its TTL. Each
+            // bounded, so that a hung cycle cannot hang the bench.
+            let key = format!("bench:connect:{attempt}");
+            let deadline = crate::latency::CYCLE_DEADLINE;
+            let cycle = tokio::time::timeout(deadline, self.cycle(&key)).await;
+            match cycle.unwrap_or_else(|_| Err(format!("no answer within {deadline:?}"))) {
                 Ok(()) => return Ok(()),
                 Err(why) if started.elapsed() >= WARM_UP => {
                     return Err(BenchError::new(
@@ -208,6 +213,11 @@ impl Subject {
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
+        Err(BenchError::new(
+            "warming up our client's connections",
+            "no attempt left",
+            "run it again",
+        ))
     }
 
     /// One attempt: the lock, `Ok(None)` when it is taken, or a failure.

@@ -110,18 +110,19 @@ async fn run(core: Coordinator, mut scheduled: Scheduled) {
     let Scheduled { rx, entries } = &mut scheduled;
     let mut suspend = None;
     loop {
+        // Watched only while there is something to renew (a thread of the process reads
+        // the clocks while anyone watches), and before the due times are read, so that no
+        // suspend between the two goes unheard.
+        if entries.is_empty() {
+            suspend = None;
+        } else if suspend.is_none() {
+            suspend = Some(redlock_core::suspend_watch());
+        }
         let next = entries
             .iter()
             .map(|e| e.due)
             .reduce(|a, b| if a.ends_after(b) { b } else { a })
             .map(Deadline::instant);
-        // Watched only while there is something to renew: a thread of the process reads
-        // the clocks while anyone watches.
-        if next.is_none() {
-            suspend = None;
-        } else if suspend.is_none() {
-            suspend = Some(redlock_core::suspend_watch());
-        }
         tokio::select! {
             added = rx.recv() => match added {
                 Some((shared, plan)) => {

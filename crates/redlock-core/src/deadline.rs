@@ -10,7 +10,7 @@
 //! passed. A virtual machine paused by its hypervisor, without its kernel's knowing, is
 //! not seen: that is a process pause like any other (fence the resource for those).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -79,25 +79,31 @@ pub fn simulate_host_suspend(by: Duration) {
 /// subscribes (on Linux and Android; elsewhere no suspend is counted and no thread runs),
 /// and ends when nobody does.
 pub fn suspend_watch() -> watch::Receiver<Duration> {
-    let receiver = sender().subscribe();
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    if !WATCHING.swap(true, Ordering::SeqCst) {
-        let started = std::thread::Builder::new()
-            .name("redlock-suspend".into())
-            .spawn(watch_suspend);
-        if let Err(e) = started {
-            WATCHING.store(false, Ordering::SeqCst);
-            tracing::warn!(error = %e, "could not start the thread that watches for host suspend: a loss signal or renewal may come up to a suspend late after the host resumes");
+    {
+        // Subscribed under the lock that the thread checks the count under, so that the
+        // thread never ends unseen by a subscriber who counted on it.
+        let mut watching = watcher::WATCHING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let receiver = sender().subscribe();
+        if !*watching {
+            let started = std::thread::Builder::new()
+                .name("redlock-suspend".into())
+                .stack_size(128 * 1024)
+                .spawn(watcher::run);
+            match started {
+                Ok(_) => *watching = true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not start the thread that watches for host suspend: a loss signal or renewal may come up to a suspend late after the host resumes")
+                }
+            }
         }
+        receiver
     }
-    receiver
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    sender().subscribe()
 }
-
-/// How often the watching thread reads the clocks.
-const WATCH_EVERY: Duration = Duration::from_millis(250);
-
-/// Whether the watching thread runs.
-static WATCHING: AtomicBool = AtomicBool::new(false);
 
 fn sender() -> &'static watch::Sender<Duration> {
     static SENDER: OnceLock<watch::Sender<Duration>> = OnceLock::new();
@@ -105,8 +111,20 @@ fn sender() -> &'static watch::Sender<Duration> {
 }
 
 /// Tells the receivers of [`suspend_watch`] about `suspended`, if it grew.
+#[cfg(any(target_os = "linux", target_os = "android", feature = "test-util"))]
 fn announce(suspended: Duration) {
-    sender().send_if_modified(|last| {
+    announce_to(sender(), suspended);
+}
+
+/// Tells the receivers of `to` about `suspended`, if it grew.
+#[cfg(any(
+    target_os = "linux",
+    target_os = "android",
+    feature = "test-util",
+    test
+))]
+fn announce_to(to: &watch::Sender<Duration>, suspended: Duration) {
+    to.send_if_modified(|last| {
         let grew = suspended > *last;
         if grew {
             *last = suspended;
@@ -115,20 +133,33 @@ fn announce(suspended: Duration) {
     });
 }
 
-/// The watching thread: reads the clocks every [`WATCH_EVERY`] until nobody subscribes.
+/// The thread that watches for host suspend.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn watch_suspend() {
-    loop {
-        std::thread::sleep(WATCH_EVERY);
-        if sender().receiver_count() == 0 {
-            WATCHING.store(false, Ordering::SeqCst);
-            // Someone who subscribed after the count, and found the thread still running,
-            // started none: look again. Whoever set the flag again keeps watching.
-            if sender().receiver_count() == 0 || WATCHING.swap(true, Ordering::SeqCst) {
-                return;
+mod watcher {
+    use std::sync::{Mutex, PoisonError};
+    use std::time::Duration;
+
+    use super::{announce, host_suspended, sender};
+
+    /// How often the thread reads the clocks.
+    const EVERY: Duration = Duration::from_millis(250);
+
+    /// Whether the thread runs.
+    pub(super) static WATCHING: Mutex<bool> = Mutex::new(false);
+
+    /// Reads the clocks every [`EVERY`] until nobody subscribes.
+    pub(super) fn run() {
+        loop {
+            std::thread::sleep(EVERY);
+            {
+                let mut watching = WATCHING.lock().unwrap_or_else(PoisonError::into_inner);
+                if sender().receiver_count() == 0 {
+                    *watching = false;
+                    return;
+                }
             }
+            announce(host_suspended());
         }
-        announce(host_suspended());
     }
 }
 
@@ -254,35 +285,43 @@ mod tests {
 
     #[test]
     fn a_receiver_hears_only_of_suspend_that_grew() {
-        let mut rx = suspend_watch();
-        let before = *rx.borrow_and_update();
-        announce(before);
+        let to = watch::Sender::new(Duration::from_secs(7));
+        let mut rx = to.subscribe();
+        announce_to(&to, Duration::from_secs(7));
+        announce_to(&to, Duration::from_secs(6));
         assert!(!rx.has_changed().unwrap(), "no suspend, yet a change");
-        announce(before + Duration::from_secs(3));
+        announce_to(&to, Duration::from_secs(10));
         assert!(rx.has_changed().unwrap(), "a suspend not announced");
-        assert_eq!(*rx.borrow_and_update(), before + Duration::from_secs(3));
+        assert_eq!(*rx.borrow_and_update(), Duration::from_secs(10));
+    }
 
-        // The thread that reads the clocks runs while anyone watches, and again for a
-        // watcher who comes after it ended. (One test: the thread is the process's.)
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        {
-            let watching = || WATCHING.load(Ordering::SeqCst);
-            let until = |want: bool| {
-                let end = std::time::Instant::now() + Duration::from_secs(10);
-                while watching() != want && std::time::Instant::now() < end {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                watching() == want
-            };
-            assert!(watching(), "no thread while someone watches");
-            drop(rx);
-            assert!(until(false), "the thread outlived its last watcher");
-            let _rx = suspend_watch();
-            assert!(
-                watching(),
-                "no thread for a watcher after the last one left"
-            );
-        }
+    /// The thread that reads the clocks runs while anyone watches, and again for a watcher
+    /// who comes after it ended. (The only test of this binary that watches: the thread is
+    /// the process's.)
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn the_watching_thread_runs_while_anyone_watches() {
+        let watching = || {
+            *watcher::WATCHING
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let until = |want: bool| {
+            let end = std::time::Instant::now() + Duration::from_secs(10);
+            while watching() != want && std::time::Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            watching() == want
+        };
+        let rx = suspend_watch();
+        assert!(watching(), "no thread while someone watches");
+        drop(rx);
+        assert!(until(false), "the thread outlived its last watcher");
+        let _rx = suspend_watch();
+        assert!(
+            watching(),
+            "no thread for a watcher after the last one left"
+        );
     }
 
     #[test]

@@ -195,7 +195,8 @@ impl Subject {
     /// that. Gives up, with the last failure, after `WARM_UP`.
     async fn warm_up(&self) -> Result<(), BenchError> {
         let started = tokio::time::Instant::now();
-        for attempt in 0u64.. {
+        let mut attempt = 0u64;
+        loop {
             // A key per attempt: a failed release leaves the last one held for its TTL. Each
             // bounded, so that a hung cycle cannot hang the bench.
             let key = format!("bench:connect:{attempt}");
@@ -207,17 +208,14 @@ impl Subject {
                     return Err(BenchError::new(
                         "warming up our client's connections",
                         why,
-                        "are the nodes running? (see the per-node report above)",
+                        "check that the nodes are running and reachable; the cause names \
+                         what each node answered",
                     ));
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
+            attempt += 1;
         }
-        Err(BenchError::new(
-            "warming up our client's connections",
-            "no attempt left",
-            "run it again",
-        ))
     }
 
     /// One attempt: the lock, `Ok(None)` when it is taken, or a failure.

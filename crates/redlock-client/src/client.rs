@@ -185,8 +185,9 @@ impl Redlock {
     /// `ServerErrorKind::needs_a_change`) that no quorum can form: it returns
     /// [`Error::NotAcquired`] at once, each node's error and advice in the report. Nor
     /// does it retry a fenced lock whose node set lost its fencing counters: it returns
-    /// [`Error::Round`] with `redlock_core::Error::FencingCountersLost` at once, which says
-    /// how an operator mends it. A fenced call whose last attempt won the lock but got no
+    /// [`Error::Round`] with `redlock_core::Error::FencingCountersLost` (or
+    /// `FencingTokenBehind`, when the counters went back below a token this client handed
+    /// out) at once, which says how an operator mends it. A fenced call whose last attempt won the lock but got no
     /// token by the call's bound returns [`Error::Round`] with
     /// `redlock_core::Error::NotFenced` (which says why), not [`Error::DeadlinePassed`].
     pub async fn lock(&self, key: &str) -> Result<LockGuard, Error> {
@@ -570,9 +571,10 @@ impl Redlock {
                         return Err(InvalidConfig::Core(e).into())
                     }
                     // Only an operator can mend this (see the error): no retry.
-                    Err(e @ redlock_core::Error::FencingCountersLost { .. }) => {
-                        return Err(Error::Round(e))
-                    }
+                    Err(
+                        e @ (redlock_core::Error::FencingCountersLost { .. }
+                        | redlock_core::Error::FencingTokenBehind { .. }),
+                    ) => return Err(Error::Round(e)),
                     // Won, but no token by the call's bound: if the call gives up now, this
                     // says why (a "gave up waiting" would send the user after a holder).
                     Err(e @ redlock_core::Error::NotFenced { .. }) => {

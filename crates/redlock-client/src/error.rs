@@ -137,7 +137,8 @@ pub enum Error {
     },
     /// A release or extension round failed, or an acquisition failed in a way that no
     /// retry mends: a fenced lock whose node set lost its fencing counters
-    /// ([`redlock_core::Error::FencingCountersLost`], which says what to do).
+    /// ([`redlock_core::Error::FencingCountersLost`] or
+    /// [`redlock_core::Error::FencingTokenBehind`], which say what to do).
     #[error(transparent)]
     Round(redlock_core::Error),
     /// The client sends nothing any more: it was shut down, or the tokio runtime that

@@ -1,15 +1,17 @@
 //! Acquisition rounds: one key, several keys or a reentrant hold, plain or fenced.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::{Key, Value};
+use fred::types::Value;
 use tokio::time::Instant;
 
 use crate::coordinator::Coordinator;
+use crate::deadline::{host_suspended, Deadline};
 use crate::error::{ConfigError, Error};
 use crate::fair::FairPlace;
-use crate::fence::{self, FencingCounters, FencingToken};
+use crate::fence::{self, FencingCounters, FencingToken, NodeFence, Safeguard};
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
 
@@ -210,6 +212,10 @@ impl Coordinator {
             return self.acquire_grouped(spec, ttl).await;
         }
         let fence_key = what.fenced.then_some(config.fence_key.as_str());
+        // Before the round's start: the write-back window (suspend counted), and the
+        // highest token handed out before this acquisition began, which its token must pass.
+        let window = Deadline::new(Instant::now() + fence::WRITE_BACK_WINDOW, host_suspended());
+        let floor = self.inner.fencing.handed_out.load(Ordering::SeqCst);
         let round = Round {
             kind: RoundKind::Acquire,
             command: match &place {
@@ -248,7 +254,7 @@ impl Coordinator {
         };
         // The last time the counters fell short, kept for a deadline that cuts the reads.
         let short = std::sync::Mutex::new(None);
-        let fencing = self.fence(&counters, &lock, &short);
+        let fencing = self.fence(&counters, &lock, &short, Bounds { window, floor });
         let fenced = match what.deadline {
             None => fencing.await,
             Some(deadline) => match tokio::time::timeout_at(deadline, fencing).await {
@@ -281,6 +287,7 @@ impl Coordinator {
         match fenced {
             Ok(token) => {
                 won.lock = None;
+                self.inner.fencing.handed_out(token);
                 Ok(Lock {
                     fencing_token: Some(token),
                     ..lock
@@ -306,7 +313,9 @@ impl Coordinator {
         counters: &[Option<i64>],
         lock: &Lock,
         short: &std::sync::Mutex<Option<fence::Shortfall>>,
+        bounds: Bounds,
     ) -> Result<FencingToken, Error> {
+        self.repair_missing(counters, -1);
         let mut token = fence::next_token(counters, self.quorum());
         // Whether the token is a new node set's first: from counters of which none is set.
         let mut new_set = fence::new_set(counters);
@@ -314,6 +323,7 @@ impl Coordinator {
         let mut missing_on = Vec::new();
         let mut read_again = async || {
             let (report, counters) = self.read_counters().await;
+            self.repair_missing(&counters, -2);
             new_set = fence::new_set(&counters);
             missing_on = report
                 .nodes
@@ -389,7 +399,7 @@ impl Coordinator {
                 });
             }
             let recorded = self.record(token, new_set).await;
-            self.warn_missing_counters(&recorded);
+            self.repair_missing(&counters_in(&recorded.values), -2);
             if recorded.won {
                 break recorded;
             }
@@ -410,16 +420,17 @@ impl Coordinator {
                     tries += 1;
                 }
                 _ => {
-                    // Nodes without a counter, which no acquisition seeds.
+                    // Nodes without an intact counter, which only a repair seeds.
                     let unseeded = counters_in(&recorded.values)
                         .iter()
-                        .filter(|c| **c == Some(-1))
+                        .filter(|c| matches!(c, Some(-1 | -2)))
                         .count();
                     let reason = format!(
                         "fewer than a quorum of nodes recorded the token ({tries} write-back(s)); \
                          other fenced acquisitions raised the counters meanwhile, nodes did \
-                         not answer, or {unseeded} node(s) have no counter (they lost their \
-                         data; `redlock fence --raise-to N` restores it): retry"
+                         not answer, or {unseeded} node(s) have no intact counter (they lost \
+                         their data or restarted from older data, and are being repaired in \
+                         the background): retry"
                     );
                     return Err(Error::NotFenced {
                         report: Box::new(recorded.report),
@@ -435,22 +446,72 @@ impl Coordinator {
                 reason,
             });
         }
+        // A repair of a node that acknowledged this token just before losing its data
+        // waits out this window before it reads the counters (see `fence::repair`).
+        if bounds.window.remaining().is_none() {
+            let reason = format!(
+                "the token's write-back quorum was complete only after the write-back window \
+                 ({:?} from the acquisition's start), when a repair of a node's counter may \
+                 no longer see it: retry",
+                fence::WRITE_BACK_WINDOW
+            );
+            return Err(Error::NotFenced {
+                report: Box::new(recorded.report),
+                reason,
+            });
+        }
+        if token.get() <= bounds.floor {
+            return Err(Error::FencingTokenBehind {
+                report: Box::new(recorded.report),
+                token: token.get(),
+                handed_out: bounds.floor,
+            });
+        }
         Ok(token)
     }
 
-    /// Every node's fencing counter (`Some(-1)`: none; `None`: no answer), waiting for every
-    /// node up to the node timeout, with the read's report.
+    /// Starts a repair of each node whose counter `counters` shows missing (or stale),
+    /// unless one runs; `stale_too` is -2 when stale counters show (reads and write-backs
+    /// compare the stamp; the acquisition's own read does not), else -1. Only when another
+    /// node answered with a counter: a new node set has none anywhere, and its first
+    /// token's write-back seeds every node.
+    fn repair_missing(&self, counters: &[Option<i64>], stale_too: i64) {
+        if !counters.iter().any(|c| c.is_some_and(|c| c >= 0)) {
+            return;
+        }
+        for (node, counter) in counters.iter().enumerate() {
+            match counter {
+                Some(c) if *c == -1 || *c == stale_too => self.repair_counter(node, *c),
+                _ => {}
+            }
+        }
+    }
+
+    /// Every node's fencing counter (`Some(-1)`: none; `Some(-2)`: a stale one; `None`: no
+    /// answer), waiting for every node up to the node timeout, with the read's report.
     async fn read_counters(&self) -> (RoundReport, Vec<Option<i64>>) {
-        let fence_key = &self.inner.config.fence_key;
+        let (report, read) = self.read_fence().await;
+        (report, read.iter().map(|n| n.map(|n| n.counter)).collect())
+    }
+
+    /// Every node's fencing state ([`NodeFence`]; `None`: no answer), waiting for every
+    /// node up to the node timeout, with the read's report.
+    pub(crate) async fn read_fence(&self) -> (RoundReport, fence::repair::Read) {
+        let fencing = &self.inner.fencing;
         let command = Command::Script {
             script: &FENCE_READ,
-            keys: vec![Key::from(fence_key.as_str())],
+            keys: fencing.keys.to_vec(),
             args: Vec::new(),
         };
-        let round = self.untimed_round(RoundKind::Inspect, command, fence_key.as_str().into());
+        let name = self.inner.config.fence_key.as_str().into();
+        let round = self.untimed_round(RoundKind::Inspect, command, name);
         let read = self.run_one(round).await;
-        let counters = counters_in(&read.values);
-        (read.report, counters)
+        let states = read
+            .values
+            .iter()
+            .map(|value| value.as_ref().and_then(NodeFence::from_value))
+            .collect();
+        (read.report, states)
     }
 
     /// Every node's fencing counter (one key per node set: the configured `fence_key`),
@@ -458,8 +519,8 @@ impl Coordinator {
     /// would get from them. What an operator reads when fenced acquisitions fail with
     /// [`Error::FencingCountersLost`] (the `redlock fence` command shows it).
     pub async fn fencing_counters(&self) -> FencingCounters {
-        let (report, counters) = self.read_counters().await;
-        FencingCounters::of(&report.nodes, &counters, self.quorum())
+        let (report, read) = self.read_fence().await;
+        FencingCounters::of(&report.nodes, &read, self.quorum())
     }
 
     /// Raises every node's fencing counter to at least `at_least`, and to at least the
@@ -492,40 +553,21 @@ impl Coordinator {
         Ok(self.fencing_counters().await)
     }
 
-    /// Warns, once per node until a write-back finds a counter there again, about each node
-    /// that a write-back found without a fencing counter: no acquisition gives it one back
-    /// (see [`FENCE_RECORD`]), so fenced locks need a quorum of the other nodes until an
-    /// operator raises the counters.
-    fn warn_missing_counters(&self, recorded: &crate::round::Decided) {
-        let warned = &self.inner.counter_missing_warned;
-        let counters = counters_in(&recorded.values);
-        for ((node, counter), warned) in recorded.report.nodes.iter().zip(&counters).zip(warned) {
-            use std::sync::atomic::Ordering;
-            match counter {
-                Some(-1) if !warned.swap(true, Ordering::Relaxed) => tracing::warn!(
-                    node = %node.node,
-                    "the node has no fencing counter (it lost its data): fenced locks need a \
-                     quorum of the other nodes until `redlock fence --raise-to N` restores it (N: \
-                     at least the highest token your protected resources accepted)"
-                ),
-                Some(c) if *c >= 0 => warned.store(false, Ordering::Relaxed),
-                _ => {}
-            }
-        }
-    }
-
     /// Writes `token` back to every node's fencing counter, raise-only, seeding the nodes
     /// without one when `seed` (see [`FENCE_RECORD`]); won at a quorum.
     async fn record(&self, token: FencingToken, seed: bool) -> crate::round::Decided {
-        let fence_key = &self.inner.config.fence_key;
+        let fencing = &self.inner.fencing;
         let token = i64::try_from(token.get()).unwrap_or(i64::MAX);
-        let seed = if seed { "1" } else { "0" };
+        let seed = seed || fencing.off(Safeguard::NoSeedOnWriteBack);
+        let check = !fencing.off(Safeguard::Incarnation);
+        let flag = |on: bool| Value::from(if on { "1" } else { "0" });
         let command = Command::Script {
             script: &FENCE_RECORD,
-            keys: vec![Key::from(fence_key.as_str())],
-            args: vec![Value::from(token), Value::from(seed)],
+            keys: fencing.counter_keys(),
+            args: vec![Value::from(token), flag(seed), flag(check)],
         };
-        let round = self.untimed_round(RoundKind::Fence, command, fence_key.as_str().into());
+        let name = self.inner.config.fence_key.as_str().into();
+        let round = self.untimed_round(RoundKind::Fence, command, name);
         self.run_one(round).await
     }
 
@@ -536,6 +578,16 @@ impl Coordinator {
         }
         why
     }
+}
+
+/// What a fenced acquisition's token must meet besides a quorum's write-back.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    /// The end of the write-back window ([`fence::WRITE_BACK_WINDOW`] from the start).
+    window: Deadline,
+    /// The highest token this coordinator handed out before the acquisition began: its
+    /// token must be higher.
+    floor: u64,
 }
 
 /// A fenced acquisition's won lock until it is handed out: if the acquisition's future is

@@ -70,8 +70,9 @@ pub struct Config {
     /// copies from different nodes apart from different releases). Defaults to `None`.
     pub release_channel: Option<String>,
     /// The key of each node's fencing counter, read and raised by fenced acquisitions
-    /// (one counter for every lock of the node set). No lock may use this key. Defaults to
-    /// `"redlock:fencing-counter"`.
+    /// (one counter for every lock of the node set), beside `<fence_key>:run` (the server
+    /// run that wrote it) and `<fence_key>:repair` (a repair's marker). No lock may use
+    /// these keys. Defaults to `"redlock:fencing-counter"`.
     pub fence_key: String,
     /// The prefix of the keys of the fair queues (see [`FairPlace`](crate::FairPlace)): the
     /// queue of lock key `k` is `{fair_prefix}queue:{k}`, its expiry
@@ -169,10 +170,14 @@ impl std::fmt::Debug for Endpoint {
 }
 
 impl Config {
-    /// Whether `key` is the fencing counter's or starts with the fair queues' prefix: no
-    /// lock may be taken, released or extended under it.
+    /// Whether `key` is the fencing counter's (or one of its companions: its stamp and a
+    /// repair's marker) or starts with the fair queues' prefix: no lock may be taken,
+    /// released or extended under it.
     pub(crate) fn is_reserved(&self, key: &str) -> bool {
-        key == self.fence_key || key.starts_with(&self.fair_prefix)
+        key == self.fence_key
+            || key == crate::fence::stamp_key(&self.fence_key)
+            || key == crate::fence::marker_key(&self.fence_key)
+            || key.starts_with(&self.fair_prefix)
     }
 
     /// Checks every value without connecting anywhere.

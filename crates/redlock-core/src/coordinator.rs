@@ -72,14 +72,13 @@ pub(crate) struct Inner {
     _runtime_watch: tokio::sync::oneshot::Sender<()>,
     /// The runtime it was connected in, which runs its background work when a caller has
     /// none (a guard dropped on a plain thread).
-    runtime: tokio::runtime::Handle,
+    pub(crate) runtime: tokio::runtime::Handle,
     /// The release channel (when notifications are on) and the fair queues' prefix, as
     /// the release scripts take them: built once here rather than for every release.
     pub(crate) release_channel: Option<Value>,
     pub(crate) fair_prefix: Value,
-    /// By node: whether a fenced acquisition has warned that the node has no fencing
-    /// counter (once, until a write-back finds one there again).
-    pub(crate) counter_missing_warned: Box<[std::sync::atomic::AtomicBool]>,
+    /// Fencing: the counter's keys, repairs in flight, the highest token handed out.
+    pub(crate) fencing: crate::fence::State,
 }
 
 /// A coordinator dropped without [`Coordinator::close`] (its last clone gone): fred's
@@ -218,7 +217,7 @@ impl Coordinator {
             inner: Arc::new(Inner {
                 release_channel: config.release_channel.as_deref().map(Value::from),
                 fair_prefix: Value::from(config.fair_prefix.as_str()),
-                counter_missing_warned: connections.iter().map(|_| Default::default()).collect(),
+                fencing: crate::fence::State::new(&config.fence_key, connections.len()),
                 connections,
                 config,
                 work: BackgroundWork::new(tokio::runtime::Handle::current()),

@@ -274,6 +274,23 @@ pub enum Error {
         /// Which nodes have none (their masked URLs), as the last read found them.
         missing_on: Vec<NodeName>,
     },
+    /// A fenced acquisition won its lock and recorded a token on a quorum, but that token
+    /// is not above one this coordinator handed out before the acquisition began: the
+    /// nodes' counters went back (more nodes lost their counters at once than `N - quorum`,
+    /// so that every node answered without one and tokens started again at 1, or counters
+    /// were lowered by hand). Handing it out would let a stale holder's writes through at
+    /// a resource that has seen the higher token. The lock has been released again.
+    /// Retrying does not help: raise every node's counter to at least the highest token the
+    /// protected resources have accepted (`redlock fence --raise-to N`).
+    #[error("{report}; the lock was won but its fencing token {token} is not above {handed_out}, a token this client already handed out: the nodes' fencing counters went back (more nodes lost their counters at once than the quorum allows, or they were lowered by hand); the lock is released again. Retrying does not help: raise every node's counter to at least the highest token your protected resources have accepted (`redlock fence --raise-to N`, or Coordinator::raise_fencing_counters)")]
+    FencingTokenBehind {
+        /// The token's write-back.
+        report: Box<RoundReport>,
+        /// The token the nodes gave.
+        token: u64,
+        /// The highest token this coordinator handed out before.
+        handed_out: u64,
+    },
 }
 
 impl Error {
@@ -284,7 +301,8 @@ impl Error {
             Error::NoQuorum { report }
             | Error::ValidityExhausted { report, .. }
             | Error::NotFenced { report, .. }
-            | Error::FencingCountersLost { report, .. } => Some(report),
+            | Error::FencingCountersLost { report, .. }
+            | Error::FencingTokenBehind { report, .. } => Some(report),
         }
     }
 }

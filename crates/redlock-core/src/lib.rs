@@ -98,7 +98,12 @@ pub use deadline::{host_suspended, suspend_watch, Deadline};
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
 pub use error::{ConfigError, Error, FairPlaceProblem};
 pub use fair::{handover_token, FairPlace, Handover};
-pub use fence::{FencingCounter, FencingCounters, FencingToken, MAX_FENCING_COUNTER};
+#[cfg(feature = "test-util")]
+pub use fence::Safeguard;
+pub use fence::{
+    repair::REPAIR_WAIT, FencingCounter, FencingCounters, FencingToken, MAX_FENCING_COUNTER,
+    WRITE_BACK_WINDOW,
+};
 pub use health::{HealthProblem, NodeHealth};
 pub use inspect::{Holder, Inspection};
 pub use lock::{Lock, Renewed};

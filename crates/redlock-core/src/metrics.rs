@@ -24,6 +24,7 @@
 //! | [`LOCKS_LOST`] | counter | `reason` |
 //! | [`LOCKS_HELD`] | gauge | |
 //! | [`SUBSCRIBERS_DOWN`] | gauge | |
+//! | [`FENCING_REPAIRS`] | counter | `node`, `found`, `outcome` |
 
 use std::sync::Once;
 use std::time::Duration;
@@ -83,9 +84,16 @@ pub const HANDOVERS: &str = "redlock_handovers_total";
 /// than a quorum answered) left the queues and queued again behind the other waiters.
 pub const FAIR_STEPS_BACK: &str = "redlock_fair_steps_back_total";
 
+/// Counter: repairs of a node's fencing counter (see `redlock_core`'s fencing docs: a node
+/// that lost its counter, or came back from older data, is given one again). Labels
+/// `node`, `found` (`missing`, `stale`) and `outcome` (`repaired`; `refused`: the node lost
+/// its data again, or another repair took over, during the repair; `gave_up`: no quorum of
+/// the other nodes had an intact counter, or the node did not answer, three times).
+pub const FENCING_REPAIRS: &str = "redlock_fencing_repairs_total";
+
 /// Every name above, in the order of the table: for dashboards and tests that check each
 /// one is exported.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     ACQUISITIONS,
     LOCK_WAIT,
     ROUND_DURATION,
@@ -99,6 +107,7 @@ pub const ALL: [&str; 13] = [
     SUBSCRIBERS_DOWN,
     HANDOVERS,
     FAIR_STEPS_BACK,
+    FENCING_REPAIRS,
 ];
 
 /// Describes every metric to the installed recorder (unit and help text). Called once per
@@ -143,6 +152,10 @@ pub fn describe() {
     describe_counter!(
         FAIR_STEPS_BACK,
         "Fair queue heads that could not win and queued again behind the other waiters."
+    );
+    describe_counter!(
+        FENCING_REPAIRS,
+        "Repairs of a node's fencing counter, by what was found and how each ended."
     );
     describe_gauge!(
         LOCKS_HELD,
@@ -270,6 +283,18 @@ fn counter(key: &Key) -> Counter {
 pub(crate) fn round_decided(kind: RoundKind, won: bool, elapsed: Duration) {
     let labels = &ROUND_LABELS[kind_index(kind)][usize::from(!won)];
     histogram(&Key::from_static_parts(ROUND_DURATION, labels)).record(elapsed);
+}
+
+/// One repair of a node's fencing counter ([`FENCING_REPAIRS`]): rare, so its key is built
+/// here.
+pub(crate) fn fencing_repair(node: &NodeName, found: &'static str, outcome: &'static str) {
+    let labels = vec![
+        Label::new("node", node.to_string()),
+        Label::from_static_parts("found", found),
+        Label::from_static_parts("outcome", outcome),
+    ];
+    let key = Key::from_parts(FENCING_REPAIRS, labels);
+    counter(&key).increment(1);
 }
 
 /// The `outcome` labels of a rollback.

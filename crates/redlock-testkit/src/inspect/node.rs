@@ -54,6 +54,11 @@ impl Node {
         self.running("FLUSHALL")?.flushall().await
     }
 
+    /// `SAVE`; see [`RedisAt::save`].
+    pub async fn save(&self) -> Result<(), HarnessError> {
+        self.running("SAVE")?.save().await
+    }
+
     /// `DBSIZE`: number of keys in the current database.
     pub async fn dbsize(&self) -> Result<u64, HarnessError> {
         self.running("DBSIZE")?.dbsize().await

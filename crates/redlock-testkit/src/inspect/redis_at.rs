@@ -136,6 +136,19 @@ impl RedisAt {
             .await
     }
 
+    /// `SAVE`: writes a snapshot (RDB file) of every key now. A node without
+    /// `appendonly_always` loads it when it restarts ([`Node::restart`]): the "restart from
+    /// an older snapshot" fault, once keys have changed since.
+    ///
+    /// [`Node::restart`]: crate::Node::restart
+    pub async fn save(&self) -> Result<(), HarnessError> {
+        self.one("SAVE", |c| async move {
+            c.custom::<(), String>(CustomCommand::new_static("SAVE", None, false), Vec::new())
+                .await
+        })
+        .await
+    }
+
     /// `DBSIZE`: number of keys in the current database.
     pub async fn dbsize(&self) -> Result<u64, HarnessError> {
         self.one("DBSIZE", |c| async move { c.dbsize().await })

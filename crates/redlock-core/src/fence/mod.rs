@@ -18,22 +18,172 @@
 //! goes higher. A plain `INCR` on each node with the maximum taken is not monotonic: two
 //! quorums need not share the node with the highest counter.
 //!
-//! A node that lost its data (restart without persistence, `FLUSHALL`, eviction) has no
-//! counter: it is not counted, because counting its empty counter as 0 could let tokens
-//! go backwards, and no acquisition's write-back gives it one again (`scripts::FENCE_RECORD` says why: seeded, it could record a token handed
-//! out since, or hide its loss from a later read); fenced acquisitions go on with the
-//! other nodes, and an operator's raise (`redlock fence --raise-to`) restores it. Only a
-//! new node set's first token (every node answered without a counter) seeds the nodes.
-//! Tokens stay monotonic as long as
-//! fewer than a quorum of nodes lose their counters at once. Tokens start at 1 only when
-//! every node answers without a counter (a new node set). When a quorum lost its
-//! counters while another node kept one, no token is handed out
-//! (`Error::FencingCountersLost`) until an operator raises every node's counter to at least
-//! the highest token handed out (`Coordinator::raise_fencing_counters`).
+//! A node that lost its data (a restart without persistence, `FLUSHALL`, an eviction) has no
+//! counter, and a node that came back with older data (an RDB snapshot, an append-only file
+//! that lost its tail, a promoted replica) has a stale one: each counter is stamped with
+//! the `run_id` of the server run that wrote it, and the write-back compares the stamp with
+//! the server's own (`scripts::INCARNATION`), so a restart shows as a lost counter. Such
+//! a node is not counted: counting its empty counter as 0, or its stale one, could let
+//! tokens go backwards, and no acquisition's write-back gives it a counter again
+//! (`scripts::FENCE_RECORD` says why). A repair in the background does ([`repair`], which
+//! says why it is safe), so that any number of losses of fewer than a quorum at a time,
+//! spread over time, leave fencing working; meanwhile fenced acquisitions go on with the
+//! other nodes. Tokens start at 1 only when every node answers without a counter: a new
+//! node set, or one that lost every counter at once. When more nodes lose their counters at
+//! once than `N - quorum`, no token is handed out (`Error::FencingCountersLost`) until an
+//! operator raises every node's counter to at least the highest token handed out
+//! (`Coordinator::raise_fencing_counters`, `redlock fence --raise-to N`). And a coordinator
+//! never hands out a token at or below one it handed out itself before that acquisition
+//! began (`Error::FencingTokenBehind`): the check that catches counters gone back behind
+//! its back.
+
+pub(crate) mod repair;
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use fred::types::{Key, Value};
 
 use crate::report::{NodeName, NodeOutcome, NodeReport};
+
+/// How long after its start a fenced acquisition may still hand out its token: one whose
+/// write-back quorum is complete later gives it up ([`Error::NotFenced`]). A constant of
+/// the protocol, the same for every client of a node set, since a repair waits it out
+/// ([`repair`]); it bounds only the fencing step (the round, the reads and the
+/// write-backs), which takes a few round trips.
+///
+/// [`Error::NotFenced`]: crate::Error::NotFenced
+pub const WRITE_BACK_WINDOW: Duration = Duration::from_secs(1);
+
+/// The companions of the counter's key on each node: its stamp (the `run_id` of the server
+/// run that wrote it) and a repair's marker.
+pub(crate) fn stamp_key(fence_key: &str) -> String {
+    format!("{fence_key}:run")
+}
+
+/// See [`stamp_key`].
+pub(crate) fn marker_key(fence_key: &str) -> String {
+    format!("{fence_key}:repair")
+}
+
+/// One safeguard of the fencing design, switched off only by tests (feature `test-util`)
+/// to show that the lab's token rule catches what it prevents. Exported only with that
+/// feature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Safeguard {
+    /// Ordinary write-backs never seed a node without a counter: switched off, every
+    /// write-back seeds such a node (a late one seeds a stale value).
+    NoSeedOnWriteBack,
+    /// A repair seeds only while its marker holds: switched off, it seeds a node that lost
+    /// its data again since it was marked.
+    Marker,
+    /// A repair reads the other nodes only after the write-back window: switched off, it
+    /// reads at once, missing a token whose write-back quorum completes a moment later.
+    Wait,
+    /// The write-back compares the counter's stamp with the server's run: switched off, a
+    /// node restarted from older data is counted with its stale counter.
+    Incarnation,
+}
+
+/// A coordinator's fencing state: the keys as scripts take them, a repair in flight per
+/// node, and the highest token it handed out.
+#[derive(Debug)]
+pub(crate) struct State {
+    /// The counter, its stamp and the repair marker, in that order.
+    pub(crate) keys: [Key; 3],
+    /// By node: whether a repair of its counter is running.
+    pub(crate) repairing: Box<[AtomicBool]>,
+    /// The highest token handed out by this coordinator.
+    pub(crate) handed_out: AtomicU64,
+    /// Safeguards switched off by a test, one bit each.
+    #[cfg(feature = "test-util")]
+    off: std::sync::atomic::AtomicU8,
+}
+
+impl State {
+    pub(crate) fn new(fence_key: &str, nodes: usize) -> Self {
+        State {
+            keys: [
+                Key::from(fence_key),
+                Key::from(stamp_key(fence_key)),
+                Key::from(marker_key(fence_key)),
+            ],
+            repairing: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            handed_out: AtomicU64::new(0),
+            #[cfg(feature = "test-util")]
+            off: std::sync::atomic::AtomicU8::new(0),
+        }
+    }
+
+    /// The counter and its stamp, for the write-back.
+    pub(crate) fn counter_keys(&self) -> Vec<Key> {
+        self.keys[..2].to_vec()
+    }
+
+    /// Whether a test switched `safeguard` off; always on without feature `test-util`.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn off(&self, safeguard: Safeguard) -> bool {
+        self.off.load(Ordering::SeqCst) & (1 << safeguard as u8) != 0
+    }
+
+    #[cfg(feature = "test-util")]
+    pub(crate) fn switch_off(&self, safeguard: Safeguard) {
+        self.off.fetch_or(1 << safeguard as u8, Ordering::SeqCst);
+    }
+
+    /// See the `test-util` form: every safeguard is on.
+    #[cfg(not(feature = "test-util"))]
+    pub(crate) fn off(&self, _safeguard: Safeguard) -> bool {
+        false
+    }
+
+    /// Notes a token handed out.
+    pub(crate) fn handed_out(&self, token: FencingToken) {
+        self.handed_out.fetch_max(token.get(), Ordering::SeqCst);
+    }
+}
+
+#[cfg(feature = "test-util")]
+impl crate::Coordinator {
+    /// Tests only (feature `test-util`): switches one safeguard of this coordinator's
+    /// fencing off, for a demonstration that the lab's token rule catches what it prevents.
+    /// Never in production: tokens can go backwards.
+    pub fn switch_off_fencing_safeguard(&self, safeguard: Safeguard) {
+        self.inner.fencing.switch_off(safeguard);
+    }
+}
+
+/// One node's fencing state as `scripts::FENCE_READ` answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NodeFence {
+    /// The counter (-1: none, -2: from another run of the server).
+    pub(crate) counter: i64,
+    /// The value of a stale counter, else -1.
+    pub(crate) stale: i64,
+    /// The milliseconds left on a repair's marker, else negative.
+    pub(crate) repair_ms: i64,
+}
+
+impl NodeFence {
+    /// From a node's answer to `FENCE_READ`; `None` for anything else.
+    pub(crate) fn from_value(value: &Value) -> Option<NodeFence> {
+        match value {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Integer(counter), Value::Integer(stale), Value::Integer(repair_ms)] => {
+                    Some(NodeFence {
+                        counter: *counter,
+                        stale: *stale,
+                        repair_ms: *repair_ms,
+                    })
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
 
 /// The highest value a fencing counter can be raised to, 2^53: Redis scripts read numbers
 /// as doubles, which hold every integer only up to there.
@@ -112,6 +262,10 @@ pub enum FencingCounter {
     /// The node has no counter: no fenced acquisition reached it yet, or it lost its data
     /// (a restart without persistence, `FLUSHALL`, an eviction).
     Missing,
+    /// The node has a counter written before the server's last restart (it came back
+    /// from older data: an RDB snapshot, an append-only file that lost its tail, a promoted
+    /// replica): its value. Not counted until a repair gives the node a counter again.
+    Stale(u64),
     /// The node did not answer (or answered an error): what it answered.
     NoAnswer(NodeOutcome),
     /// The node's counter is above [`MAX_FENCING_COUNTER`], past where the nodes' scripts
@@ -142,27 +296,44 @@ pub struct FencingCounters {
     ///
     /// [`Coordinator::raise_fencing_counters`]: crate::Coordinator::raise_fencing_counters
     pub lost: bool,
+    /// The nodes whose counter a repair is giving back now (see
+    /// [`WRITE_BACK_WINDOW`]), each with the time left on the repair's lease.
+    pub repairs: Vec<(NodeName, Duration)>,
 }
 
 impl FencingCounters {
-    /// The counters of a read that waited for every node: `Some(-1)` for a node without a
-    /// counter, `None` for one that did not answer (its outcome is in `nodes`).
-    pub(crate) fn of(nodes: &[NodeReport], counters: &[Option<i64>], quorum: usize) -> Self {
-        let next = next_token(counters, quorum);
+    /// The state of a read that waited for every node (`None`: no answer; its outcome is
+    /// in `nodes`).
+    pub(crate) fn of(nodes: &[NodeReport], read: &[Option<NodeFence>], quorum: usize) -> Self {
+        let counters: Vec<Option<i64>> = read.iter().map(|n| n.map(|n| n.counter)).collect();
+        let next = next_token(&counters, quorum);
         FencingCounters {
             nodes: nodes
                 .iter()
-                .zip(counters)
-                .map(|(node, counter)| {
-                    let counter = match counter {
-                        Some(c) if usable(Some(*c)).is_none() => {
-                            FencingCounter::OutOfRange(u64::try_from(*c).unwrap_or(u64::MAX))
+                .zip(read)
+                .map(|(node, state)| {
+                    let counter = match state {
+                        Some(n) if n.counter >= 0 && usable(Some(n.counter)).is_none() => {
+                            FencingCounter::OutOfRange(u64::try_from(n.counter).unwrap_or(u64::MAX))
                         }
-                        Some(c) if *c >= 0 => FencingCounter::At(u64::try_from(*c).unwrap_or(0)),
+                        Some(n) if n.counter >= 0 => {
+                            FencingCounter::At(u64::try_from(n.counter).unwrap_or(0))
+                        }
+                        Some(n) if n.counter == -2 => {
+                            FencingCounter::Stale(u64::try_from(n.stale).unwrap_or(0))
+                        }
                         Some(_) => FencingCounter::Missing,
                         None => FencingCounter::NoAnswer(node.outcome.clone()),
                     };
                     (node.node.clone(), counter)
+                })
+                .collect(),
+            repairs: nodes
+                .iter()
+                .zip(read)
+                .filter_map(|(node, state)| {
+                    let ms = u64::try_from(state.as_ref()?.repair_ms).ok()?;
+                    Some((node.node.clone(), Duration::from_millis(ms)))
                 })
                 .collect(),
             lost: next.as_ref().is_err_and(Shortfall::every_node_answered),
@@ -174,8 +345,9 @@ impl FencingCounters {
 /// The token for a won acquisition from each node's counter as it answered (`None`: no
 /// answer, `Some(-1)`: no counter on that node); `counters` has one entry per node.
 ///
-/// `max + 1` over the nodes with a counter, when a quorum of nodes have one. Tokens start
-/// at 1 only when **every** node answered without a counter (a new node set): a quorum
+/// `max + 1` over the nodes with a counter, when a quorum of nodes have one (-1: none; -2:
+/// a stale one, not counted either). Tokens start at 1 only when **every** node answered
+/// without a counter (a new node set, or one that lost every counter at once): a quorum
 /// without counters beside a minority that has one is a quorum that lost its data, and
 /// starting again there would go backwards. Anything in between cannot be trusted: a node
 /// without its counter may be one of those that held the highest.

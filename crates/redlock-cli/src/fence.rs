@@ -80,6 +80,11 @@ struct NodeView {
     counter: Option<u64>,
     /// Why the node did not answer, or why its counter is not counted.
     error: Option<String>,
+    /// A counter written before the server's last restart (it came back from older data),
+    /// not counted until a repair gives the node a counter again.
+    stale: Option<u64>,
+    /// Milliseconds left on the lease of a repair of the node's counter in progress.
+    repair_ms: Option<u64>,
     /// Its counter is above the maximum: it answered, and raising cannot mend it.
     #[serde(skip)]
     out_of_range: bool,
@@ -106,10 +111,17 @@ impl View {
                     ),
                     _ => (None, None),
                 };
+                let repair = counters.repairs.iter().find(|(n, _)| n == node);
                 NodeView {
                     node: node.to_string(),
                     counter,
                     error,
+                    stale: match raw {
+                        FencingCounter::Stale(value) => Some(*value),
+                        _ => None,
+                    },
+                    repair_ms: repair
+                        .map(|(_, left)| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
                     out_of_range: matches!(raw, FencingCounter::OutOfRange(_)),
                 }
             })
@@ -144,10 +156,11 @@ impl View {
             ),
             (State::Lost, _) => format!(
                 "fencing counters ({}): no token can be issued: fewer than a quorum of nodes \
-                 have a counter beside some that have one, so a quorum lost its counters (a \
-                 restart without persistence, FLUSHALL, an eviction) and the highest token \
-                 handed out may be gone with them. Raise every counter to at least the highest \
-                 token your protected resources have accepted: redlock fence --raise-to N\n",
+                 have a counter beside some that have one, so a quorum lost its counters at \
+                 once (restarts without persistence, FLUSHALL, evictions; losses one at a time \
+                 are repaired automatically) and the highest token handed out may be gone with \
+                 them. Raise every counter to at least the highest token your protected \
+                 resources have accepted: redlock fence --raise-to N\n",
                 self.key
             ),
             _ => format!(
@@ -157,11 +170,23 @@ impl View {
         };
         let width = self.nodes.iter().map(|n| n.node.len()).max().unwrap_or(0);
         for node in &self.nodes {
-            let what = match (node.counter, &node.error) {
-                (Some(counter), _) => counter.to_string(),
-                (None, Some(error)) => format!("no answer: {error}"),
-                (None, None) => "no counter".to_string(),
+            let mut what = match (node.counter, &node.error, node.stale) {
+                (Some(counter), _, _) => counter.to_string(),
+                (None, Some(error), _) => format!("no answer: {error}"),
+                (None, None, Some(stale)) => format!(
+                    "stale counter {stale} (written before the server's last restart: it came \
+                     back from older data); not counted until repaired"
+                ),
+                (None, None, None) => "no counter (lost its data, or never fenced)".to_string(),
             };
+            if let Some(ms) = node.repair_ms {
+                what.push_str(&format!(
+                    "; repair in progress ({:.1} s left on its lease)",
+                    ms as f64 / 1000.0
+                ));
+            } else if node.counter.is_none() && node.error.is_none() && self.state == State::Ok {
+                what.push_str("; the next fenced lock starts its repair");
+            }
             out.push_str(&format!("  {:<width$}  {what}\n", node.node));
         }
         if let Some(n) = self.raised_to {

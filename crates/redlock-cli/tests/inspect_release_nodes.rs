@@ -223,3 +223,66 @@ async fn fence_raise_to_says_a_counter_above_the_maximum_needs_a_hand() {
         );
     }
 }
+
+/// `fence` shows a node restarted from an older snapshot as stale (not counted), then the
+/// repair that a fenced `run` starts while its command runs, and the node's counter after
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_shows_a_stale_counter_and_its_repair() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    let run = |command: &'static str| {
+        let set = &set;
+        async move {
+            let out =
+                output(redlock(set).args(["run", "--fenced", "job", "--", "sh", "-c", command]))
+                    .await;
+            assert_exit(&out, 0);
+        }
+    };
+    for _ in 0..3 {
+        run("true").await;
+    }
+    set.node(0).save().await.unwrap();
+    for _ in 0..2 {
+        run("true").await;
+    }
+    set.node(0).restart().await.unwrap();
+    let out = output(redlock(&set).args(["fence", "--json"])).await;
+    assert_exit(&out, 0);
+    let v = json(&out);
+    assert_eq!(
+        (v["state"].as_str(), v["next_token"].as_u64()),
+        (Some("ok"), Some(6)),
+        "{v}"
+    );
+    assert_eq!(v["nodes"][0]["stale"].as_u64(), Some(3), "{v}");
+    assert!(v["nodes"][0]["counter"].is_null(), "{v}");
+    let out = output(redlock(&set).arg("fence")).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("stale counter 3"), "{text}");
+    // A fenced run finds it and repairs it while its command runs (the run that hears
+    // node 0 before its decision: node 0 may answer last, and go unheard, in one run).
+    let mut shown = false;
+    for _ in 0..5 {
+        let watch = async {
+            redlock_testkit::eventually(std::time::Duration::from_millis(1500), || async {
+                let out = output(redlock(&set).args(["fence", "--json"])).await;
+                json(&out)["nodes"][0]["repair_ms"].as_u64().is_some()
+            })
+            .await
+        };
+        let ((), seen) = tokio::join!(run("sleep 2"), watch);
+        shown |= seen;
+        let out = output(redlock(&set).args(["fence", "--json"])).await;
+        if json(&out)["nodes"][0]["counter"].is_u64() {
+            break;
+        }
+    }
+    assert!(shown, "no repair in progress was shown");
+    let out = output(redlock(&set).args(["fence", "--json"])).await;
+    let v = json(&out);
+    // Repaired to the highest token of the others (6 or more: one per run).
+    assert!(v["nodes"][0]["counter"].as_u64() >= Some(6), "{v}");
+    assert_eq!(v["nodes"][0]["counter"], v["nodes"][1]["counter"], "{v}");
+    assert!(v["nodes"][0]["repair_ms"].is_null(), "{v}");
+}

@@ -245,6 +245,8 @@ impl Coordinator {
             return self.lock_from(decided, spec, ttl, None);
         }
         let counters = counters_in(&decided.values);
+        // Won or not, the round read the counters: a node found without one is repaired.
+        self.repair_missing(&counters, -1);
         let lock = self.lock_from(decided, spec, ttl, None)?;
         // From here until the lock is handed out or released again, a dropped future must
         // not leave the won keys behind until their TTL.
@@ -315,7 +317,6 @@ impl Coordinator {
         short: &std::sync::Mutex<Option<fence::Shortfall>>,
         bounds: Bounds,
     ) -> Result<FencingToken, Error> {
-        self.repair_missing(counters, -1);
         let mut token = fence::next_token(counters, self.quorum());
         // Whether the token is a new node set's first: from counters of which none is set.
         let mut new_set = fence::new_set(counters);

@@ -272,6 +272,28 @@ impl Lab {
         Ok(())
     }
 
+    /// `FLUSHALL` on node `n`: every key gone at once, the server still running (its run
+    /// goes on, so only the missing counter tells the loss).
+    pub async fn flush(&self, n: usize) -> Result<(), LabError> {
+        self.history.fault(
+            Some(n),
+            FaultKind::KeyLoss,
+            format!("FLUSHALL on {}", self.name(n)),
+        );
+        Ok(self.nodes().redis(n).flushall().await?)
+    }
+
+    /// `SAVE` on node `n`: a snapshot of every key now, which a later restart of a node
+    /// without persistence loads (it comes back with that older data).
+    pub async fn snapshot(&self, n: usize) -> Result<(), LabError> {
+        self.history.fault(
+            Some(n),
+            FaultKind::Other,
+            format!("SAVE on {}", self.name(n)),
+        );
+        Ok(self.nodes().redis(n).save().await?)
+    }
+
     /// Evicts every key on node `n` through real memory pressure.
     pub async fn evict(&self, n: usize) -> Result<u64, LabError> {
         self.history.fault(

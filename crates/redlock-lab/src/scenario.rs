@@ -347,7 +347,8 @@ async fn leftovers_after_fair_queues_expire(lab: &Lab) -> Vec<Leftover> {
 }
 
 /// Every key under the scenario's prefix still on a reachable node, but the fencing counter
-/// (which is meant to stay).
+/// and its companions (its stamp, which is meant to stay, and a repair's marker, which
+/// expires with its lease if the repair stopped).
 async fn leftovers(lab: &Lab) -> Vec<Leftover> {
     let mut found = Vec::new();
     let counter = lab.full_key(FENCING_COUNTER);
@@ -361,7 +362,7 @@ async fn leftovers(lab: &Lab) -> Vec<Leftover> {
             tracing::warn!(node = %nodes.name(n), "leftover scan failed");
             continue;
         };
-        for key in keys.into_iter().filter(|k| *k != counter) {
+        for key in keys.into_iter().filter(|k| !k.starts_with(&counter)) {
             found.push(Leftover {
                 node: nodes.name(n).to_owned(),
                 value: redis.get(&key).await.ok().flatten(),

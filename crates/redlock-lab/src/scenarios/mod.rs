@@ -1,6 +1,7 @@
 //! The scenario suite: must-pass scenarios (zero violations) and demonstrations (the checker
 //! must report a violation, because each breaks an assumption of Redlock).
 
+mod counter_repair;
 mod demos;
 mod fair_head;
 mod issuer;
@@ -27,9 +28,14 @@ use crate::workload::{contend, contend_each, Tally};
 
 /// Every scenario, must-pass ones first.
 pub fn all() -> Vec<Scenario> {
+    let (repair_safe, repair_demos): (Vec<Scenario>, Vec<Scenario>) = counter_repair::scenarios()
+        .into_iter()
+        .partition(|s| s.expect == crate::scenario::Expect::Safe);
     let mut all = safe::scenarios();
+    all.extend(repair_safe);
     all.extend(demos::scenarios());
     all.extend(lost_keys::scenarios());
+    all.extend(repair_demos);
     all
 }
 

@@ -400,7 +400,8 @@ impl Coordinator {
                 });
             }
             let recorded = self.record(token, new_set).await;
-            self.repair_missing(&counters_in(&recorded.values), -2);
+            let found = counters_in(&recorded.values);
+            self.repair_missing(&found, -2);
             if recorded.won {
                 break recorded;
             }
@@ -408,10 +409,7 @@ impl Coordinator {
             // (of any key) recorded this token, or a higher one, on nodes this write-back
             // needed. Its token is not ours to share, so go above the highest counter the
             // write-back found, while the lock is valid.
-            let ahead = counters_in(&recorded.values)
-                .into_iter()
-                .filter_map(fence::usable)
-                .max();
+            let ahead = found.iter().copied().filter_map(fence::usable).max();
             match ahead {
                 Some(highest) if tries < RECORD_TRIES && lock.is_valid() => {
                     let ours = i64::try_from(token.get()).unwrap_or(i64::MAX);
@@ -422,10 +420,7 @@ impl Coordinator {
                 }
                 _ => {
                     // Nodes without an intact counter, which only a repair seeds.
-                    let unseeded = counters_in(&recorded.values)
-                        .iter()
-                        .filter(|c| matches!(c, Some(-1 | -2)))
-                        .count();
+                    let unseeded = found.iter().filter(|c| matches!(c, Some(-1 | -2))).count();
                     let reason = format!(
                         "fewer than a quorum of nodes recorded the token ({tries} write-back(s)); \
                          other fenced acquisitions raised the counters meanwhile, nodes did \

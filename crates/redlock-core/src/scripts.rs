@@ -464,6 +464,8 @@ local counter, missing = intact_counter(KEYS[1], KEYS[2], run, ARGV[3])
 local token = tonumber(ARGV[1])
 if counter then
   if counter >= token then return {{0, counter}} end
+  redis.call("SET", KEYS[1], ARGV[1])
+  return {{1, token}}
 elseif ARGV[2] ~= "1" then
   return {{0, missing}}
 end

@@ -158,6 +158,29 @@ async fn wait_for_key(
     }
 }
 
+/// Client `c` takes fenced locks of `key` until node 0 shows a repair's marker (the
+/// round that starts the repair must hear node 0 before its decision, which a round may
+/// not), noting each token.
+async fn marked_by(
+    lab: &Lab,
+    client: &Redlock,
+    c: usize,
+    key: &str,
+    marker: &str,
+    tokens: &mut Vec<(&'static str, u64)>,
+) -> Result<(), LabError> {
+    let name = ["client-0", "client-1", "client-2"][c];
+    for _ in 0..50 {
+        tokens.push((name, must_take(lab, client, c, key).await?));
+        if lab.nodes().redis(0).get(marker).await?.is_some() {
+            return Ok(());
+        }
+    }
+    Err(LabError::Schedule(format!(
+        "no repair of node 0 by {name} was seen after 50 fenced locks"
+    )))
+}
+
 /// `n` clients, connected while every link passes.
 async fn connect(lab: &Lab, n: usize) -> Result<Vec<Redlock>, LabError> {
     lab.clients(n).await
@@ -241,16 +264,7 @@ fn seeds_without_marker(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
         }
         lab.flush(0).await?;
         // Client 0 finds node 0 without its counter and marks it for its repair.
-        tokens.push(("client-0", must_take(lab, r, 0, "resource-r").await?));
-        wait_for_key(
-            lab,
-            0,
-            &marker,
-            Duration::from_secs(1),
-            "client-0's marker",
-            |v| v.is_some(),
-        )
-        .await?;
+        marked_by(lab, r, 0, "resource-r", &marker, &mut tokens).await?;
         // Its seed, due after the repair's wait, lands two seconds late.
         lab.link(
             0,
@@ -262,7 +276,7 @@ fn seeds_without_marker(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
         );
         lab.flush(0).await?;
         // Client 1 repairs node 0 properly, then takes tokens on nodes 0 and 1 only.
-        tokens.push(("client-1", must_take(lab, w, 1, KEY).await?));
+        marked_by(lab, w, 1, KEY, &marker, &mut tokens).await?;
         wait_for_key(
             lab,
             0,

@@ -280,7 +280,15 @@ impl Lab {
             FaultKind::KeyLoss,
             format!("FLUSHALL on {}", self.name(n)),
         );
-        Ok(self.nodes().redis(n).flushall().await?)
+        self.nodes().redis(n).flushall().await?;
+        // The keys go when the command runs, between the two records: a sample that saw
+        // a key after the first (the command still on its way) is explained too.
+        self.history.fault(
+            Some(n),
+            FaultKind::KeyLossEnd,
+            format!("FLUSHALL on {} done", self.name(n)),
+        );
+        Ok(())
     }
 
     /// `SAVE` on node `n`: a snapshot of every key now, which a later restart of a node

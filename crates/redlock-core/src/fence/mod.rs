@@ -49,8 +49,8 @@ use crate::report::{NodeName, NodeOutcome, NodeReport};
 
 /// How long after its start a fenced acquisition may still hand out its token: one whose
 /// write-back quorum is complete later gives it up ([`Error::NotFenced`]). A constant of
-/// the protocol, the same for every client of a node set, since a repair waits it out
-/// ([`repair`]); it bounds only the fencing step (the round, the reads and the
+/// the protocol, the same for every client of a node set, since a repair of a node that
+/// lost its counter waits it out ([`REPAIR_WAIT`](crate::REPAIR_WAIT)); it bounds only the fencing step (the round, the reads and the
 /// write-backs), which takes a few round trips.
 ///
 /// [`Error::NotFenced`]: crate::Error::NotFenced
@@ -365,7 +365,7 @@ pub(crate) fn next_token(
     if seeded.len() >= quorum {
         // A counter near i64::MAX would take a billion years of acquisitions per second.
         Ok(above(seeded.iter().copied().max().unwrap_or(0)))
-    } else if seeded.is_empty() && answered.len() == counters.len() {
+    } else if new_set(counters) {
         Ok(FencingToken(1))
     } else {
         Err(shortfall)
@@ -465,6 +465,56 @@ mod tests {
                 counters[i] = counters[i].max(token as i64);
             }
         }
+    }
+
+    #[test]
+    fn a_stale_counter_is_not_counted_and_shows_with_its_value_and_repair() {
+        use crate::report::{NodeName, NodeOutcome, NodeReport};
+        let fence = |counter, stale, repair_ms| {
+            Value::Array(vec![
+                Value::Integer(counter),
+                Value::Integer(stale),
+                Value::Integer(repair_ms),
+            ])
+        };
+        // Node 0 intact, node 1 restarted from older data (its counter 3 from another run,
+        // a repair marked it 900 ms ago), node 2 lost its counter.
+        let read: Vec<Option<NodeFence>> =
+            [fence(7, -1, -2), fence(-2, 3, 1_500), fence(-1, -1, -2)]
+                .iter()
+                .map(NodeFence::from_value)
+                .collect();
+        assert!(read.iter().all(Option::is_some));
+        assert_eq!(NodeFence::from_value(&Value::Integer(1)), None);
+        let nodes: Vec<NodeReport> = (0..3)
+            .map(|i| NodeReport {
+                node: NodeName::redacted(&format!("redis://n{i}")),
+                outcome: NodeOutcome::Held,
+                late: false,
+                latency: None,
+                cleanup: None,
+            })
+            .collect();
+        let seen = FencingCounters::of(&nodes, &read, 2);
+        let counters: Vec<FencingCounter> = seen.nodes.iter().map(|(_, c)| c.clone()).collect();
+        assert_eq!(
+            counters,
+            [
+                FencingCounter::At(7),
+                FencingCounter::Stale(3),
+                FencingCounter::Missing
+            ]
+        );
+        // One intact counter of three: no token, and every node answered.
+        assert_eq!(seen.next, None);
+        assert!(seen.lost);
+        assert_eq!(
+            seen.repairs,
+            [(nodes[1].node.clone(), Duration::from_millis(1_500))]
+        );
+        // A stale counter is not a new node set's "no counter" either.
+        assert!(!new_set(&[Some(-1), Some(-2), Some(-1)]));
+        assert!(next_token(&[Some(-1), Some(-2), Some(-1)], 2).is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use redlock_core::{Acquisition, Error as CoreError, FencingCounter, Safeguard, R
 use redlock_testkit::LinkFault;
 use tokio::time::Instant;
 
+use super::demos::{demo, THREE};
 use crate::backend::Setup;
 use crate::checker::Violation;
 use crate::error::LabError;
@@ -25,12 +26,6 @@ use crate::workload::{record_acquired, release};
 /// What a token that went back shows: lower than one handed out before its acquisition
 /// began, and equal to one handed out before.
 const BACKWARDS_AND_REUSED: &[&str] = &["fencing token backwards", "fencing token reused"];
-
-const THREE: Setup = Setup {
-    nodes: 3,
-    persistent: false,
-    fake_clock: false,
-};
 
 /// The demonstrations' timing: a TTL that outlasts their delayed write-backs, and no
 /// workload of their own (`run_for` is unused).
@@ -60,22 +55,34 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             soak: None,
             run: counter_losses,
         },
-        demo(
+        Scenario {
+            clients: 3,
+            fencing: Fencing::All,
+            timing: DEMO_TIMING,
+            ..demo(
             "repair_write_back_seeds",
             "repair: ordinary write-backs never give a counter to a node without one (a late write-back would seed a stale value)",
             BACKWARDS_AND_REUSED,
             "client 0's write-back of token 4 reaches node 0 a second late; meanwhile client 1 takes 5-8 on nodes 0 and 1, and node 0 loses its data (FLUSHALL); the late write-back, allowed to seed, gives node 0 counter 4; client 2, reaching nodes 0 and 2, reads 4 and 4 and gets token 5 after 8, a second time",
             write_back_seeds,
-        ),
-        demo(
+        )
+        },
+        Scenario {
+            clients: 3,
+            fencing: Fencing::All,
+            timing: DEMO_TIMING,
+            ..demo(
             "repair_seeds_without_its_marker",
             "repair: a repair seeds only while its marker on the node holds (the node may have lost its data again since)",
             BACKWARDS_AND_REUSED,
             "client 0 starts repairing node 0 (FLUSHALL) and its seed reaches the node two seconds late; node 0 loses its data again, client 1 repairs it, takes tokens 6-8 on nodes 0 and 1, and node 0 loses its data a third time; client 0's seed of 5 then lands, allowed without its marker; client 2, reaching nodes 0 and 2, gets token 6 after 8, a second time",
             seeds_without_marker,
-        ),
+        )
+        },
         Scenario {
             // Client 0's write-back to node 1 arrives 300 ms late: within the node timeout.
+            clients: 3,
+            fencing: Fencing::All,
             timing: Timing {
                 node_timeout: Duration::from_millis(500),
                 ..DEMO_TIMING
@@ -90,26 +97,6 @@ pub(super) fn scenarios() -> Vec<Scenario> {
         )
         },
     ]
-}
-
-fn demo(
-    name: &'static str,
-    breaks: &'static str,
-    caught_as: &'static [&'static str],
-    shows: &'static str,
-    run: crate::scenario::Driver,
-) -> Scenario {
-    Scenario {
-        name,
-        shows,
-        expect: Expect::Violation { breaks, caught_as },
-        setup: THREE,
-        clients: 3,
-        fencing: Fencing::All,
-        timing: DEMO_TIMING,
-        soak: None,
-        run,
-    }
 }
 
 /// A fenced lock of `key` by client `c`, recorded and released: its token.

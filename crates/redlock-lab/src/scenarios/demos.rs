@@ -15,7 +15,7 @@ use crate::lab::{Fencing, Lab, Timing};
 use crate::resource::Resource;
 use crate::scenario::{Expect, Outcome, Scenario};
 
-const THREE: Setup = Setup {
+pub(super) const THREE: Setup = Setup {
     nodes: 3,
     persistent: false,
     fake_clock: false,
@@ -28,7 +28,7 @@ const OVERLAP: &[&str] = &["overlap", "lost update"];
 const TOKEN_BACKWARDS: &[&str] = &["fencing token backwards", "fencing token reused"];
 const FIVE: Setup = Setup { nodes: 5, ..THREE };
 
-fn demo(
+pub(super) fn demo(
     name: &'static str,
     breaks: &'static str,
     caught_as: &'static [&'static str],

@@ -133,9 +133,11 @@ pub enum Command {
     Release(ReleaseArgs),
     /// Show each node's fencing counter, or raise them all after a quorum lost theirs.
     ///
-    /// Fenced locks (`run --fenced`) take their tokens from one counter per node. When a
-    /// quorum of nodes lost their counters (a restart without persistence, FLUSHALL, an
-    /// eviction) while another node kept one, no token can be issued until every counter
+    /// Fenced locks (`run --fenced`) take their tokens from one counter per node. A node
+    /// that lost its counter, or came back from older data (shown as stale), is repaired
+    /// by the clients in the background (shown as a repair in progress). When a quorum of
+    /// nodes lost their counters at once (restarts without persistence, FLUSHALL,
+    /// evictions) while another node kept one, no token can be issued until every counter
     /// is at least the highest token the protected resources have accepted: --raise-to N
     /// sets that (raise-only: a higher counter stays). Exits 0 when fenced locks can get
     /// tokens, 1 when the counters must be raised, 69 when too few nodes answered to tell

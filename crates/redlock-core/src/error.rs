@@ -251,8 +251,9 @@ pub enum Error {
     },
     /// A fenced acquisition won its lock, but no fencing token can be issued until an
     /// operator acts: every node answered, and fewer than a quorum have a fencing counter
-    /// beside some that have one. A quorum lost its counters (a restart without
-    /// persistence, `FLUSHALL`, an eviction), and the highest token handed out may be gone
+    /// beside some that have one. A quorum lost its counters at once (restarts without
+    /// persistence, `FLUSHALL`, evictions; losses of fewer nodes at a time are repaired
+    /// in the background), and the highest token handed out may be gone
     /// with them: starting again lower would let a stale holder's writes through. The lock
     /// has been released again. Retrying does not help (redlock-client's `lock` returns
     /// this at once): raise every node's counter to at least the highest token the
@@ -263,7 +264,7 @@ pub enum Error {
     /// A new node set whose first token's write-back reached fewer than a quorum before
     /// that acquisition gave up ends in the same state (nothing tells it from a loss), and
     /// is mended the same way.
-    #[error("{report}; the lock was won but no fencing token can be issued: {seeded} node(s) have a fencing counter and {missing} have none ({}), fewer than a quorum: a quorum lost its counters (a restart without persistence, FLUSHALL, an eviction; or a new node set's first write-back reached too few nodes) and the highest token handed out may be gone with them; the lock is released again. Retrying does not help: raise every node's counter to at least the highest token your protected resources have accepted (`redlock fence --raise-to N`, or Coordinator::raise_fencing_counters)", names(missing_on))]
+    #[error("{report}; the lock was won but no fencing token can be issued: {seeded} node(s) have a fencing counter and {missing} have none ({}), fewer than a quorum: a quorum lost its counters at once (restarts without persistence, FLUSHALL, evictions; or a new node set's first write-back reached too few nodes) and the highest token handed out may be gone with them; the lock is released again. Retrying does not help: raise every node's counter to at least the highest token your protected resources have accepted (`redlock fence --raise-to N`, or Coordinator::raise_fencing_counters)", names(missing_on))]
     FencingCountersLost {
         /// The acquisition round.
         report: Box<RoundReport>,

@@ -334,3 +334,28 @@ async fn a_repair_is_logged_and_shown_while_it_runs() {
     );
     assert_eq!(logs.count("has no intact fencing counter"), 1, "{text}");
 }
+
+/// Each fault-lab demonstration of the repair's safeguards (`repair_*`, which must be caught
+/// by the token rule with its safeguard switched off) run with the safeguard on: the same
+/// schedule, no violation. So the safeguard is what the demonstration's violation comes
+/// from, not the schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_repair_safeguard_on_keeps_its_demonstrations_schedule_clean() {
+    let controls = redlock_lab::repair_controls();
+    assert_eq!(controls.len(), 3);
+    let results = redlock_lab::run_backend(redlock_lab::BackendKind::Local, &controls).await;
+    assert_eq!(results.len(), 3);
+    for result in &results {
+        assert!(
+            result.passed(),
+            "{}",
+            redlock_lab::summary(std::slice::from_ref(result))
+        );
+        assert!(
+            result.fenced > 3,
+            "{}: {} fenced",
+            result.name,
+            result.fenced
+        );
+    }
+}

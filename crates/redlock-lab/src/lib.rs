@@ -54,6 +54,7 @@ pub use scenario::{
     run, run_with, Driver, Expect, Outcome, RunOptions, Scenario, ScenarioResult, KEY,
 };
 pub use scenarios::all as scenarios;
+pub use scenarios::repair_controls;
 pub use soak::{soak, soak_summary, SoakResult};
 pub use suite::{
     docker_requested, repeat_summary, run_backend, run_repeated, run_repeated_with, summary,

@@ -38,6 +38,51 @@ const DEMO_TIMING: Timing = Timing {
 /// The keys the must-pass run's clients take, each in turn.
 const KEYS: [&str; 3] = [KEY, "resource-b", "resource-c"];
 
+/// Each demonstration's schedule with its safeguard on, as must-pass scenarios: the
+/// safeguard is what keeps the token rule quiet there. Not in the suite (`all`): a soak of
+/// three-token schedules would take ages; `tests/fencing_repair.rs` runs each once.
+pub fn controls() -> Vec<Scenario> {
+    let control = |name, shows, timing, run| Scenario {
+        name,
+        shows,
+        expect: Expect::Safe,
+        setup: THREE,
+        clients: 3,
+        fencing: Fencing::All,
+        timing,
+        soak: None,
+        run,
+    };
+    vec![
+        control(
+            "repair_write_back_seeds_control",
+            "repair_write_back_seeds with the safeguard on: the late write-back finds node 0 without a counter and is refused",
+            DEMO_TIMING,
+            write_back_seeds_control,
+        ),
+        control(
+            "repair_seeds_without_its_marker_control",
+            "repair_seeds_without_its_marker with the safeguard on: client 0's late seed finds its marker gone and is refused",
+            DEMO_TIMING,
+            seeds_without_marker_control,
+        ),
+        control(
+            "repair_reads_without_waiting_control",
+            "repair_reads_without_waiting with the safeguard on: the repair reads after the window, and finds token 4 on node 1",
+            READS_TIMING,
+            reads_without_waiting_control,
+        ),
+    ]
+}
+
+/// `repair_reads_without_waiting`'s timing: client 0's write-back to node 1 arrives 300 ms
+/// late, within the node timeout.
+const READS_TIMING: Timing = Timing {
+    ttl: DEMO_TIMING.ttl,
+    node_timeout: Duration::from_millis(500),
+    run_for: DEMO_TIMING.run_for,
+};
+
 pub(super) fn scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
@@ -80,13 +125,9 @@ pub(super) fn scenarios() -> Vec<Scenario> {
         )
         },
         Scenario {
-            // Client 0's write-back to node 1 arrives 300 ms late: within the node timeout.
             clients: 3,
             fencing: Fencing::All,
-            timing: Timing {
-                node_timeout: Duration::from_millis(500),
-                ..DEMO_TIMING
-            },
+            timing: READS_TIMING,
             ..demo(
             "repair_reads_without_waiting",
             "repair: a repair reads the other nodes only after the write-back window (a token the node acknowledged just before its loss may still be on its way to the others)",
@@ -111,6 +152,49 @@ async fn take(lab: &Lab, client: &Redlock, c: usize, key: &str) -> Result<u64, E
     let token = record_acquired(&lab.history, &name, &guard);
     release(&lab.history, &name, &token, guard).await;
     Ok(fencing)
+}
+
+/// [`take`], giving up after `wait` (a control's last client, which the safeguard may
+/// leave without a token: then `None`).
+async fn take_within(
+    lab: &Lab,
+    client: &Redlock,
+    c: usize,
+    key: &str,
+    wait: Duration,
+) -> Option<u64> {
+    let name = format!("client-{c}");
+    let options = LockOptions {
+        fenced: Some(true),
+        retry: Some(redlock_client::RetryPolicy {
+            max_wait: Some(wait),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let guard = client.lock_with(key, &options).await.ok()?;
+    let fencing = guard.fencing_token().map(|t| t.get());
+    let token = record_acquired(&lab.history, &name, &guard);
+    release(&lab.history, &name, &token, guard).await;
+    fencing
+}
+
+/// The last client's token: in a demonstration it must get one (the one the checker
+/// catches); in a control it may get none (the safeguard held the node out), and one it
+/// gets is judged by the token rule.
+async fn last_take(
+    lab: &Lab,
+    client: &Redlock,
+    key: &str,
+    off: bool,
+    tokens: &mut Vec<(&'static str, u64)>,
+) -> Result<(), LabError> {
+    if off {
+        tokens.push(("client-2", must_take(lab, client, 2, key).await?));
+    } else if let Some(token) = take_within(lab, client, 2, key, Duration::from_secs(1)).await {
+        tokens.push(("client-2", token));
+    }
+    Ok(())
 }
 
 /// [`take`], where failing is a fault of the schedule.
@@ -195,32 +279,43 @@ fn notes(tokens: &[(&str, u64)]) -> Outcome {
 
 /// Trap 1: a late write-back seeds a stale value.
 fn write_back_seeds(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    Box::pin(async move {
-        let clients = connect(lab, 3).await?;
-        let [p, q, z] = [&clients[0], &clients[1], &clients[2]];
+    Box::pin(write_back_seeds_with(lab, true))
+}
+
+/// [`write_back_seeds`] with the safeguard on: the late write-back is refused.
+fn write_back_seeds_control(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(write_back_seeds_with(lab, false))
+}
+
+async fn write_back_seeds_with(lab: &Lab, off: bool) -> Result<Outcome, LabError> {
+    let clients = connect(lab, 3).await?;
+    let [p, q, z] = [&clients[0], &clients[1], &clients[2]];
+    if off {
         p.coordinator()
             .switch_off_fencing_safeguard(Safeguard::NoSeedOnWriteBack);
-        let mut tokens = Vec::new();
-        for _ in 0..3 {
-            tokens.push(("client-1", must_take(lab, q, 1, KEY).await?));
-        }
-        lab.link(1, 2, LinkFault::Blackhole);
-        lab.link(2, 1, LinkFault::Blackhole);
-        lab.link(
-            0,
-            0,
-            LinkFault::Latency {
-                to_server: Duration::from_secs(1),
-                to_client: Duration::ZERO,
-            },
-        );
-        // Decided by nodes 1 and 2; its write-back to node 0 lands a second later.
-        tokens.push(("client-0", must_take(lab, p, 0, "resource-p").await?));
-        for _ in 0..4 {
-            tokens.push(("client-1", must_take(lab, q, 1, KEY).await?));
-        }
-        lab.flush(0).await?;
-        let counter = lab.full_key(FENCING_COUNTER);
+    }
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        tokens.push(("client-1", must_take(lab, q, 1, KEY).await?));
+    }
+    lab.link(1, 2, LinkFault::Blackhole);
+    lab.link(2, 1, LinkFault::Blackhole);
+    lab.link(
+        0,
+        0,
+        LinkFault::Latency {
+            to_server: Duration::from_secs(1),
+            to_client: Duration::ZERO,
+        },
+    );
+    // Decided by nodes 1 and 2; its write-back to node 0 lands a second later.
+    tokens.push(("client-0", must_take(lab, p, 0, "resource-p").await?));
+    for _ in 0..4 {
+        tokens.push(("client-1", must_take(lab, q, 1, KEY).await?));
+    }
+    lab.flush(0).await?;
+    let counter = lab.full_key(FENCING_COUNTER);
+    if off {
         wait_for_key(
             lab,
             0,
@@ -230,55 +325,70 @@ fn write_back_seeds(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
             |v| v.is_some(),
         )
         .await?;
-        tokens.push(("client-2", must_take(lab, z, 2, "resource-z").await?));
-        close(clients).await;
-        Ok(notes(&tokens))
-    })
+    } else {
+        // The late write-back lands and is refused: node 0 stays without a counter.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    last_take(lab, z, "resource-z", off, &mut tokens).await?;
+    close(clients).await;
+    Ok(notes(&tokens))
 }
 
 /// Trap 2: the node loses its data again between the repair's read and its seed.
 fn seeds_without_marker(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    Box::pin(async move {
-        let clients = connect(lab, 3).await?;
-        let [r, w, z] = [&clients[0], &clients[1], &clients[2]];
+    Box::pin(seeds_without_marker_with(lab, true))
+}
+
+/// [`seeds_without_marker`] with the safeguard on: client 0's late seed is refused (its
+/// marker went with the node's data), and its next attempt repairs the node properly.
+fn seeds_without_marker_control(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(seeds_without_marker_with(lab, false))
+}
+
+async fn seeds_without_marker_with(lab: &Lab, off: bool) -> Result<Outcome, LabError> {
+    let clients = connect(lab, 3).await?;
+    let [r, w, z] = [&clients[0], &clients[1], &clients[2]];
+    if off {
         r.coordinator()
             .switch_off_fencing_safeguard(Safeguard::Marker);
-        let counter = lab.full_key(FENCING_COUNTER);
-        let marker = format!("{counter}:repair");
-        let mut tokens = Vec::new();
-        for _ in 0..3 {
-            tokens.push(("client-1", must_take(lab, w, 1, KEY).await?));
-        }
-        lab.flush(0).await?;
-        // Client 0 finds node 0 without its counter and marks it for its repair.
-        marked_by(lab, r, 0, "resource-r", &marker, &mut tokens).await?;
-        // Its seed, due after the repair's wait, lands two seconds late.
-        lab.link(
-            0,
-            0,
-            LinkFault::Latency {
-                to_server: Duration::from_secs(2),
-                to_client: Duration::ZERO,
-            },
-        );
-        lab.flush(0).await?;
-        // Client 1 repairs node 0 properly, then takes tokens on nodes 0 and 1 only.
-        marked_by(lab, w, 1, KEY, &marker, &mut tokens).await?;
-        wait_for_key(
-            lab,
-            0,
-            &counter,
-            REPAIR_WAIT * 3,
-            "client-1's repair",
-            |v| v.is_some(),
-        )
-        .await?;
-        lab.link(1, 2, LinkFault::Blackhole);
-        for _ in 0..3 {
-            tokens.push(("client-1", must_take(lab, w, 1, KEY).await?));
-        }
-        lab.flush(0).await?;
-        // Client 0's late seed.
+    }
+    let counter = lab.full_key(FENCING_COUNTER);
+    let marker = format!("{counter}:repair");
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        tokens.push(("client-1", must_take(lab, w, 1, KEY).await?));
+    }
+    lab.flush(0).await?;
+    // Client 0 finds node 0 without its counter and marks it for its repair.
+    marked_by(lab, r, 0, "resource-r", &marker, &mut tokens).await?;
+    // Its seed, due after the repair's wait, lands two seconds late.
+    lab.link(
+        0,
+        0,
+        LinkFault::Latency {
+            to_server: Duration::from_secs(2),
+            to_client: Duration::ZERO,
+        },
+    );
+    lab.flush(0).await?;
+    // Client 1 repairs node 0 properly, then takes tokens on nodes 0 and 1 only.
+    marked_by(lab, w, 1, KEY, &marker, &mut tokens).await?;
+    wait_for_key(
+        lab,
+        0,
+        &counter,
+        REPAIR_WAIT * 3,
+        "client-1's repair",
+        |v| v.is_some(),
+    )
+    .await?;
+    lab.link(1, 2, LinkFault::Blackhole);
+    for _ in 0..3 {
+        tokens.push(("client-1", must_take(lab, w, 1, KEY).await?));
+    }
+    lab.flush(0).await?;
+    // Client 0's late seed (refused with the safeguard on: then the time it lands).
+    if off {
         wait_for_key(
             lab,
             0,
@@ -288,103 +398,120 @@ fn seeds_without_marker(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
             |v| v.is_some(),
         )
         .await?;
-        lab.link(2, 1, LinkFault::Blackhole);
-        tokens.push(("client-2", must_take(lab, z, 2, "resource-z").await?));
-        close(clients).await;
-        Ok(notes(&tokens))
-    })
+    } else {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+    }
+    lab.link(2, 1, LinkFault::Blackhole);
+    last_take(lab, z, "resource-z", off, &mut tokens).await?;
+    close(clients).await;
+    Ok(notes(&tokens))
 }
 
 /// Trap 3: a token acknowledged by the node just before its loss, the other
 /// acknowledgements still in flight.
 fn reads_without_waiting(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
-    Box::pin(async move {
-        let clients = connect(lab, 3).await?;
-        let [p, r, z] = [&clients[0], &clients[1], &clients[2]];
+    Box::pin(reads_without_waiting_with(lab, true))
+}
+
+/// [`reads_without_waiting`] with the safeguard on: the repair reads after the window,
+/// when client 0's token is on node 1.
+fn reads_without_waiting_control(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError>> {
+    Box::pin(reads_without_waiting_with(lab, false))
+}
+
+async fn reads_without_waiting_with(lab: &Lab, off: bool) -> Result<Outcome, LabError> {
+    let clients = connect(lab, 3).await?;
+    let [p, r, z] = [&clients[0], &clients[1], &clients[2]];
+    if off {
         r.coordinator()
             .switch_off_fencing_safeguard(Safeguard::Wait);
-        let counter = lab.full_key(FENCING_COUNTER);
-        let mut tokens = Vec::new();
-        for _ in 0..3 {
-            tokens.push(("client-1", must_take(lab, r, 1, KEY).await?));
-        }
-        // Client 2 holds another key everywhere: client 1's fenced round on it loses, and
-        // reads the counters all the same (which starts its repair of node 0).
-        let blocker = lab.full_key("blocker");
-        let blocked = [blocker.as_str()];
-        let held = z
-            .coordinator()
-            .acquire_with(Acquisition::new(&blocked, DEMO_TIMING.ttl))
-            .await
-            .map_err(|e| LabError::Schedule(format!("client-2's blocker: {e}")))?;
-        lab.link(0, 2, LinkFault::Blackhole);
-        lab.link(
-            0,
-            1,
-            LinkFault::Latency {
-                to_server: Duration::from_millis(300),
-                to_client: Duration::ZERO,
-            },
-        );
-        // Not the key the observer samples: node 0 loses it before the lock is recorded
-        // as won, which the early-removal rule cannot tell from a theft.
-        let slow = async { take(lab, p, 0, "resource-p").await };
-        let loss = async {
-            wait_for_key(
-                lab,
-                0,
-                &counter,
-                Duration::from_secs(2),
-                "token 4 on node 0",
-                |v| v == Some("4"),
-            )
-            .await?;
-            lab.flush(0).await?;
-            // A lost round is decided once nodes 1 and 2 refused: node 0's answer, which
-            // starts the repair, may come after that. Try again until node 0 is marked.
-            let marker = format!("{counter}:repair");
-            for _ in 0..50 {
-                let lost = r
-                    .coordinator()
-                    .acquire_with(Acquisition {
-                        fenced: true,
-                        ..Acquisition::new(&blocked, DEMO_TIMING.ttl)
-                    })
-                    .await;
-                if let Ok(lock) = lost {
-                    let _ = r.coordinator().release(&lock).await;
-                    return Err(LabError::Schedule(
-                        "client-1 won the key client-2 holds".into(),
-                    ));
-                }
-                if lab.nodes().redis(0).get(&marker).await?.is_some()
-                    || lab.nodes().redis(0).get(&counter).await?.is_some()
-                {
-                    break;
-                }
-            }
-            Ok(())
-        };
-        let (slow, loss) = tokio::join!(slow, loss);
-        loss?;
-        let slow =
-            slow.map_err(|e| LabError::Schedule(format!("client-0's fenced lock failed: {e}")))?;
-        tokens.push(("client-0", slow));
+    }
+    let counter = lab.full_key(FENCING_COUNTER);
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        tokens.push(("client-1", must_take(lab, r, 1, KEY).await?));
+    }
+    // Client 2 holds another key everywhere: client 1's fenced round on it loses, and
+    // reads the counters all the same (which starts its repair of node 0).
+    let blocker = lab.full_key("blocker");
+    let blocked = [blocker.as_str()];
+    let held = z
+        .coordinator()
+        .acquire_with(Acquisition::new(&blocked, DEMO_TIMING.ttl))
+        .await
+        .map_err(|e| LabError::Schedule(format!("client-2's blocker: {e}")))?;
+    lab.link(0, 2, LinkFault::Blackhole);
+    lab.link(
+        0,
+        1,
+        LinkFault::Latency {
+            to_server: Duration::from_millis(300),
+            to_client: Duration::ZERO,
+        },
+    );
+    // Not the key the observer samples: node 0 loses it before the lock is recorded
+    // as won, which the early-removal rule cannot tell from a theft.
+    let slow = async { take(lab, p, 0, "resource-p").await };
+    let loss = async {
         wait_for_key(
             lab,
             0,
             &counter,
-            Duration::from_secs(1),
-            "client-1's repair",
-            |v| v.is_some(),
+            Duration::from_secs(2),
+            "token 4 on node 0",
+            |v| v == Some("4"),
         )
         .await?;
-        let _ = z.coordinator().release(&held).await;
-        lab.link(2, 1, LinkFault::Blackhole);
-        tokens.push(("client-2", must_take(lab, z, 2, "resource-z").await?));
-        close(clients).await;
-        Ok(notes(&tokens))
-    })
+        lab.flush(0).await?;
+        // A lost round is decided once nodes 1 and 2 refused: node 0's answer, which
+        // starts the repair, may come after that. Try again until node 0 is marked.
+        let marker = format!("{counter}:repair");
+        for _ in 0..50 {
+            let lost = r
+                .coordinator()
+                .acquire_with(Acquisition {
+                    fenced: true,
+                    ..Acquisition::new(&blocked, DEMO_TIMING.ttl)
+                })
+                .await;
+            if let Ok(lock) = lost {
+                let _ = r.coordinator().release(&lock).await;
+                return Err(LabError::Schedule(
+                    "client-1 won the key client-2 holds".into(),
+                ));
+            }
+            if lab.nodes().redis(0).get(&marker).await?.is_some()
+                || lab.nodes().redis(0).get(&counter).await?.is_some()
+            {
+                break;
+            }
+        }
+        Ok(())
+    };
+    let (slow, loss) = tokio::join!(slow, loss);
+    loss?;
+    let slow =
+        slow.map_err(|e| LabError::Schedule(format!("client-0's fenced lock failed: {e}")))?;
+    tokens.push(("client-0", slow));
+    wait_for_key(
+        lab,
+        0,
+        &counter,
+        // With the safeguard on, the repair waits the window out first.
+        if off {
+            Duration::from_secs(1)
+        } else {
+            REPAIR_WAIT * 3
+        },
+        "client-1's repair",
+        |v| v.is_some(),
+    )
+    .await?;
+    let _ = z.coordinator().release(&held).await;
+    lab.link(2, 1, LinkFault::Blackhole);
+    last_take(lab, z, "resource-z", off, &mut tokens).await?;
+    close(clients).await;
+    Ok(notes(&tokens))
 }
 
 /// How one node loses its data in the must-pass run. Each keeps the node out of every

@@ -2,6 +2,8 @@
 //! must report a violation, because each breaks an assumption of Redlock).
 
 mod counter_repair;
+
+pub use counter_repair::controls as repair_controls;
 mod demos;
 mod fair_head;
 mod issuer;

@@ -100,44 +100,49 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             soak: None,
             run: counter_losses,
         },
-        Scenario {
-            clients: 3,
-            fencing: Fencing::All,
-            timing: DEMO_TIMING,
-            ..demo(
+        repair_demo(
             "repair_write_back_seeds",
             "repair: ordinary write-backs never give a counter to a node without one (a late write-back would seed a stale value)",
             BACKWARDS_AND_REUSED,
             "client 0's write-back of token 4 reaches node 0 a second late; meanwhile client 1 takes 5-8 on nodes 0 and 1, and node 0 loses its data (FLUSHALL); the late write-back, allowed to seed, gives node 0 counter 4; client 2, reaching nodes 0 and 2, reads 4 and 4 and gets token 5 after 8, a second time",
+            DEMO_TIMING,
             write_back_seeds,
-        )
-        },
-        Scenario {
-            clients: 3,
-            fencing: Fencing::All,
-            timing: DEMO_TIMING,
-            ..demo(
+        ),
+        repair_demo(
             "repair_seeds_without_its_marker",
             "repair: a repair seeds only while its marker on the node holds (the node may have lost its data again since)",
             BACKWARDS_AND_REUSED,
             "client 0 starts repairing node 0 (FLUSHALL) and its seed reaches the node two seconds late; node 0 loses its data again, client 1 repairs it, takes tokens 6-8 on nodes 0 and 1, and node 0 loses its data a third time; client 0's seed of 5 then lands, allowed without its marker; client 2, reaching nodes 0 and 2, gets token 6 after 8, a second time",
+            DEMO_TIMING,
             seeds_without_marker,
-        )
-        },
-        Scenario {
-            clients: 3,
-            fencing: Fencing::All,
-            timing: READS_TIMING,
-            ..demo(
+        ),
+        repair_demo(
             "repair_reads_without_waiting",
             "repair: a repair reads the other nodes only after the write-back window (a token the node acknowledged just before its loss may still be on its way to the others)",
             // The token its write-back quorum reached is the one read again.
             &["fencing token reused"],
             "client 0's token 4 is acknowledged by node 0 at once and by node 1 300 ms later; node 0 loses its data in between and client 1, not waiting out the window, repairs it from nodes 1 and 2 (3 and 3); client 0 gets token 4; client 2, reaching nodes 0 and 2, gets token 4 again",
+            READS_TIMING,
             reads_without_waiting,
-        )
-        },
+        ),
     ]
+}
+
+/// A demonstration of the repair: three fenced clients on three nodes.
+fn repair_demo(
+    name: &'static str,
+    breaks: &'static str,
+    caught_as: &'static [&'static str],
+    shows: &'static str,
+    timing: Timing,
+    run: crate::scenario::Driver,
+) -> Scenario {
+    Scenario {
+        clients: 3,
+        fencing: Fencing::All,
+        timing,
+        ..demo(name, breaks, caught_as, shows, run)
+    }
 }
 
 /// A fenced lock of `key` by client `c`, recorded and released: its token.

@@ -246,7 +246,7 @@ impl Coordinator {
         }
         let counters = counters_in(&decided.values);
         // Won or not, the round read the counters: a node found without one is repaired.
-        self.repair_missing(&counters, -1);
+        self.repair_missing(counters.iter().copied(), -1);
         let lock = self.lock_from(decided, spec, ttl, None)?;
         // From here until the lock is handed out or released again, a dropped future must
         // not leave the won keys behind until their TTL.
@@ -324,7 +324,7 @@ impl Coordinator {
         let mut missing_on = Vec::new();
         let mut read_again = async || {
             let (report, counters) = self.read_counters().await;
-            self.repair_missing(&counters, -2);
+            self.repair_missing(counters.iter().copied(), -2);
             new_set = fence::new_set(&counters);
             missing_on = report
                 .nodes
@@ -400,11 +400,11 @@ impl Coordinator {
                 });
             }
             let recorded = self.record(token, new_set).await;
-            let found = counters_in(&recorded.values);
-            self.repair_missing(&found, -2);
+            self.repair_missing(recorded.values.iter().map(counter_of), -2);
             if recorded.won {
                 break recorded;
             }
+            let found = counters_in(&recorded.values);
             // The counters this round read were passed since: another fenced acquisition
             // (of any key) recorded this token, or a higher one, on nodes this write-back
             // needed. Its token is not ours to share, so go above the highest counter the
@@ -471,13 +471,18 @@ impl Coordinator {
     /// compare the stamp; the acquisition's own read does not), else -1. Only when another
     /// node answered with a counter: a new node set has none anywhere, and its first
     /// token's write-back seeds every node.
-    fn repair_missing(&self, counters: &[Option<i64>], stale_too: i64) {
-        if !counters.iter().any(|c| c.is_some_and(|c| c >= 0)) {
+    fn repair_missing<I>(&self, counters: I, stale_too: i64)
+    where
+        I: IntoIterator<Item = Option<i64>>,
+        I::IntoIter: Clone,
+    {
+        let counters = counters.into_iter();
+        if !counters.clone().any(|c| c.is_some_and(|c| c >= 0)) {
             return;
         }
-        for (node, counter) in counters.iter().enumerate() {
+        for (node, counter) in counters.enumerate() {
             match counter {
-                Some(c) if *c == -1 || *c == stale_too => self.repair_counter(node, *c),
+                Some(c) if c == -1 || c == stale_too => self.repair_counter(node, c),
                 _ => {}
             }
         }
@@ -618,11 +623,13 @@ impl Drop for ReleaseOnDrop<'_> {
 /// The fencing counters the nodes returned (`Some(-1)`: the node has none; `None`: no
 /// answer).
 fn counters_in(values: &[Option<Value>]) -> Vec<Option<i64>> {
-    values
-        .iter()
-        .map(|value| match value {
-            Some(Value::Integer(counter)) => Some(*counter),
-            _ => None,
-        })
-        .collect()
+    values.iter().map(counter_of).collect()
+}
+
+/// One node's counter in [`counters_in`]'s terms.
+fn counter_of(value: &Option<Value>) -> Option<i64> {
+    match value {
+        Some(Value::Integer(counter)) => Some(*counter),
+        _ => None,
+    }
 }

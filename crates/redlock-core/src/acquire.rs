@@ -212,10 +212,13 @@ impl Coordinator {
             return self.acquire_grouped(spec, ttl).await;
         }
         let fence_key = what.fenced.then_some(config.fence_key.as_str());
-        // Before the round's start: the write-back window (suspend counted), and the
-        // highest token handed out before this acquisition began, which its token must pass.
-        let window = Deadline::new(Instant::now() + fence::WRITE_BACK_WINDOW, host_suspended());
-        let floor = self.inner.fencing.handed_out.load(Ordering::SeqCst);
+        // Before the round's start, for a fenced acquisition only: the write-back window
+        // (suspend counted), and the highest token handed out before this acquisition
+        // began, which its token must pass.
+        let bounds = what.fenced.then(|| Bounds {
+            window: Deadline::new(Instant::now() + fence::WRITE_BACK_WINDOW, host_suspended()),
+            floor: self.inner.fencing.handed_out.load(Ordering::SeqCst),
+        });
         let round = Round {
             kind: RoundKind::Acquire,
             command: match &place {
@@ -241,9 +244,9 @@ impl Coordinator {
             drift_factor: config.drift_factor,
         };
         let decided = self.run_one(round).await;
-        if !what.fenced {
+        let Some(bounds) = bounds else {
             return self.lock_from(decided, spec, ttl, None);
-        }
+        };
         let counters = counters_in(&decided.values);
         // Won or not, the round read the counters: a node found without one is repaired.
         self.repair_missing(counters.iter().copied(), -1);
@@ -256,7 +259,7 @@ impl Coordinator {
         };
         // The last time the counters fell short, kept for a deadline that cuts the reads.
         let short = std::sync::Mutex::new(None);
-        let fencing = self.fence(&counters, &lock, &short, Bounds { window, floor });
+        let fencing = self.fence(&counters, &lock, &short, bounds);
         let fenced = match what.deadline {
             None => fencing.await,
             Some(deadline) => match tokio::time::timeout_at(deadline, fencing).await {

@@ -75,6 +75,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod acquire;
 mod builder;
 mod client;
 mod config;

@@ -1,0 +1,112 @@
+//! What one call asks for, with every per-call override resolved and checked before the
+//! first round: nothing about the call's settings can fail after a round won.
+
+use std::time::Duration;
+
+use crate::client::LockOptions;
+use crate::config::LockConfig;
+use crate::error::Error;
+use crate::owner::Owner;
+use crate::retry::RetryPolicy;
+
+/// What a round tries to take.
+#[derive(Clone, Copy)]
+pub(crate) enum Shape<'a> {
+    /// One key.
+    One(&'a str),
+    /// Several keys, all or none.
+    Many(&'a [String]),
+    /// One key, reentrantly for its owner.
+    Reentrant(&'a str, &'a Owner),
+}
+
+impl<'a> Shape<'a> {
+    /// The full keys, in order.
+    pub(super) fn keys(self) -> Vec<String> {
+        match self {
+            Shape::One(key) | Shape::Reentrant(key, _) => vec![key.to_string()],
+            Shape::Many(keys) => keys.to_vec(),
+        }
+    }
+
+    /// The owner of a reentrant hold.
+    pub(super) fn owner(self) -> Option<&'a str> {
+        match self {
+            Shape::Reentrant(_, owner) => Some(owner.as_str()),
+            Shape::One(_) | Shape::Many(_) => None,
+        }
+    }
+}
+
+/// One call's settings.
+pub(super) struct Plan<'a> {
+    pub(super) ttl: Duration,
+    pub(super) renew: bool,
+    pub(super) fenced: bool,
+    pub(super) fair: bool,
+    pub(super) retry: &'a RetryPolicy,
+    /// The least validity a won round must leave (zero: any).
+    pub(super) min_validity: Duration,
+    /// How long a queue entry outlives the waiter's last attempt.
+    pub(super) patience: Duration,
+    /// Whether the call may make more than one attempt.
+    pub(super) waits: bool,
+}
+
+impl<'a> Plan<'a> {
+    /// `options` over `config`, checked as the configuration is at connect.
+    pub(super) fn resolve(config: &'a LockConfig, options: &'a LockOptions) -> Result<Self, Error> {
+        let renew = options.renew.unwrap_or(config.renewal.enabled);
+        let ttl = match options.ttl {
+            // The configured TTL was checked at connect (renewal rule included).
+            None if renew == config.renewal.enabled => config.ttl,
+            // A per-call TTL, or renewal turned on for this call, gets the same checks as
+            // the configuration: a TTL renewal cannot keep up with would be lost on
+            // healthy nodes.
+            ttl => config.check_hold(ttl.unwrap_or(config.ttl), renew)?,
+        };
+        let retry = options.retry.as_ref().unwrap_or(&config.retry);
+        retry.validate()?;
+        let min_validity = options.min_validity.or(config.min_validity);
+        config.check_min_validity(ttl, min_validity)?;
+        Ok(Plan {
+            ttl,
+            renew,
+            fenced: options.fenced.unwrap_or(config.fencing),
+            fair: options.fair.unwrap_or(config.fair),
+            retry,
+            min_validity: min_validity.unwrap_or(Duration::ZERO),
+            patience: config.fair_patience_for(retry),
+            waits: retry.max_attempts != Some(1),
+        })
+    }
+
+    /// Whether the call takes a place in its keys' fair queues (and so needs a waiter id).
+    ///
+    /// A fair call queues from its first attempt, gated. Without `fair`, a call that may
+    /// wait for a lock of one key (fenced or not, not reentrant) still queues from its
+    /// second attempt on, ungated, when wake-ups are on: a release then wakes the client of
+    /// the oldest waiter instead of one waiter in every client (a release announced to
+    /// every client costs each client and each node more than the waiters' rounds do), and
+    /// a release that finds nobody queued is announced to nobody, which spares every
+    /// uncontended lock the messages. A call of one attempt (`try_lock`) never waits, so it
+    /// neither queues nor needs a wake-up unless it is fair.
+    pub(super) fn queues(&self, shape: Shape<'_>, notify: bool) -> bool {
+        self.fair || (self.waits && notify && matches!(shape, Shape::One(_)))
+    }
+
+    /// Whether the call listens for releases: one that waits or queues, and a reentrant
+    /// one, which wakes its owner's other waiters for the key in this client when it wins.
+    /// Registering costs a waiter id and a turn of the registry's lock, which calls that
+    /// never wait are spared.
+    pub(super) fn watches(&self, shape: Shape<'_>) -> bool {
+        self.waits || self.fair || matches!(shape, Shape::Reentrant(..))
+    }
+
+    /// Whether a fair attempt registers a hand-over: only a plain lock of one key is handed
+    /// over (a reentrant hold or a fencing token needs a round); the others are woken and
+    /// run one.
+    pub(super) fn hands_over(&self, shape: Shape<'_>) -> bool {
+        matches!(shape, Shape::One(_)) && !self.fenced
+    }
+}

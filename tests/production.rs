@@ -832,6 +832,49 @@ async fn admin(url: &str, command: &'static str, args: &[&str]) -> fred::types::
     reply
 }
 
+/// The `Debug` of a client, a guard, its handle and the coordinator is a few lines a log
+/// can hold (not every connection's and metric's internals) and shows no password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_debug_of_a_client_a_guard_and_the_coordinator_is_a_few_lines_without_a_password() {
+    let set = NodeSet::start_with(
+        3,
+        NodeOptions {
+            password: Some(SECRET.into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let urls: Vec<String> = (0..set.len())
+        .map(|i| format!("redis://:{SECRET}@127.0.0.1:{}", set.node(i).port()))
+        .collect();
+    let client = connect(builder(urls)).await;
+    let guard = client.lock("debugged").await.unwrap();
+    for (what, shown) in [
+        ("client", format!("{client:?}")),
+        ("guard", format!("{guard:?}")),
+        ("handle", format!("{:?}", guard.handle())),
+        ("coordinator", format!("{:?}", client.coordinator())),
+        ("pretty client", format!("{client:#?}")),
+    ] {
+        assert_no_secret(&shown);
+        assert!(
+            shown.len() < 600,
+            "the {what}'s Debug is {} bytes: {shown}",
+            shown.len()
+        );
+        assert!(shown.lines().count() <= 20, "the {what}'s Debug: {shown}");
+    }
+    let shown = format!("{client:?} {guard:?}");
+    assert!(
+        shown.contains("127.0.0.1") && shown.contains("***"),
+        "{shown}"
+    );
+    assert!(shown.contains("debugged"), "{shown}");
+    guard.release().await.unwrap();
+    client.shutdown().await;
+}
+
 fn assert_no_secret(text: &str) {
     assert!(!text.contains(SECRET), "a password was shown: {text}");
 }

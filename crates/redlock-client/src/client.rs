@@ -58,9 +58,23 @@ pub struct LockOptions {
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Redlock {
     pub(crate) inner: Arc<Inner>,
+}
+
+/// Its coordinator (nodes with passwords masked, quorum), key prefix, TTL and whether
+/// wake-ups are on: a few lines.
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let config = &self.inner.config;
+        f.debug_struct("Redlock")
+            .field("core", &self.inner.core)
+            .field("key_prefix", &config.key_prefix)
+            .field("ttl", &config.ttl)
+            .field("notify", &self.inner.notifier.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]

@@ -14,7 +14,6 @@ use crate::error::{Error, LostReason};
 use crate::metrics;
 
 /// What the guard, its handles and the renewal scheduler share.
-#[derive(Debug)]
 pub(crate) struct HoldState {
     /// The lock as last acquired or extended.
     pub(crate) lock: Mutex<Lock>,
@@ -374,7 +373,6 @@ impl LockHandle {
 ///
 /// Once released (or dropped), the guard's handles report the lock as no longer valid and
 /// their [`lost`](LockHandle::lost) futures complete with [`LostReason::Released`].
-#[derive(Debug)]
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     shared: Arc<HoldState>,
@@ -384,6 +382,34 @@ pub struct LockGuard {
     _client: KeepAlive,
     released: bool,
     attempts: u32,
+}
+
+/// The keys, the token (abbreviated) and the TTL: what a [`LockHandle`] shows.
+impl std::fmt::Debug for HoldState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lock = self.current();
+        f.debug_struct("HoldState")
+            .field("keys", &lock.keys().collect::<Vec<_>>())
+            .field("token", lock.token())
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The keys, the token (abbreviated), the fencing token, the validity left and the
+/// attempts: a few lines, not the client behind it.
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lock = self.shared.current();
+        f.debug_struct("LockGuard")
+            .field("keys", &lock.keys().collect::<Vec<_>>())
+            .field("token", lock.token())
+            .field("fencing_token", &lock.fencing_token())
+            .field("remaining", &self.remaining())
+            .field("attempts", &self.attempts)
+            .field("released", &self.released)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Something kept alive for as long as its holder lives, whatever its type.

@@ -49,9 +49,22 @@ const STARTUP_WAIT: Duration = Duration::from_millis(500);
 /// coordinator.release(&lock).await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Coordinator {
     pub(crate) inner: Arc<Inner>,
+}
+
+/// The nodes (passwords masked), the quorum and whether it is closed: a few lines, not
+/// every connection's internals.
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<&crate::NodeName> = self.inner.connections.iter().map(|c| &c.name).collect();
+        f.debug_struct("Coordinator")
+            .field("nodes", &nodes)
+            .field("quorum", &self.quorum())
+            .field("closed", &self.closed())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use redlock_core::message::{tagged_waiter, waiter_channel, Release};
 use redlock_core::{ConfigError, NodeName};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::{watch, Notify};
@@ -314,7 +315,7 @@ impl Notifier {
         // waiter, and the waiter's id starts with the tag of the client that waits, so the
         // release is published there alone instead of to every client.
         let tag = crate::owner::random_id().to_string();
-        let channels = vec![channel.to_string(), format!("{channel}:{tag}")];
+        let channels = vec![channel.to_string(), waiter_channel(channel, &tag)];
         let closed = watch::Sender::new(false);
         let mut started = Vec::new();
         let mut presences = Vec::new();
@@ -368,7 +369,7 @@ impl Notifier {
 
     /// A fair waiter's id that routes its wake-ups to this client alone.
     pub(crate) fn waiter_id(&self) -> String {
-        format!("{}:{}", self.tag, crate::owner::random_id())
+        tagged_waiter(&self.tag, &crate::owner::random_id().to_string())
     }
 
     /// Registers a waiter for `keys`, with its id in the key's fair queue when it waits in
@@ -548,12 +549,12 @@ async fn dispatch(
                     let Some(text) = message.value.as_string() else {
                         continue;
                     };
-                    let Some(release) = parse_release(&text) else {
+                    let Some(release) = Release::parse(&text) else {
                         continue;
                     };
                     let mut registry = waiters.lock().expect("notifier lock");
                     match release {
-                        Release::Handed { head, handed, key } => registry.handed(node, head, handed, key),
+                        Release::Handed { head, handed, key, .. } => registry.handed(node, head, handed, key),
                         Release::Announced { token, key, head } => registry.wake(node, token, key, head),
                     }
                 }
@@ -575,36 +576,6 @@ async fn dispatch(
             },
         }
     }
-}
-
-/// What a release message says.
-#[derive(Debug, PartialEq, Eq)]
-enum Release<'a> {
-    /// `"<token> <key>"`, or `"<token>\t<next waiter> <key>"`: the key was released (by
-    /// the lock with `token`), and `head` is the queue's next waiter when it has one.
-    Announced {
-        token: &'a str,
-        key: &'a str,
-        head: Option<&'a str>,
-    },
-    /// `"<token>\t<next waiter>\t<hand-over token> <key>"`: the key was handed over to the
-    /// queue's next waiter, a fair one, under `handed`.
-    Handed {
-        head: &'a str,
-        handed: &'a str,
-        key: &'a str,
-    },
-}
-
-/// Parses a release message. Tokens and waiter ids hold no white space; keys may.
-fn parse_release(text: &str) -> Option<Release<'_>> {
-    let (first, key) = text.split_once(' ')?;
-    let mut parts = first.split('\t');
-    let token = parts.next()?;
-    Some(match (parts.next(), parts.next()) {
-        (Some(head), Some(handed)) => Release::Handed { head, handed, key },
-        (head, _) => Release::Announced { token, key, head },
-    })
 }
 
 /// Waits for the connection and subscribes, each step within `timeout`, retrying with a
@@ -749,28 +720,6 @@ mod tests {
             assert!(woken(&head), "{token} did not wake the head");
             take(&head);
         }
-    }
-
-    #[test]
-    fn release_messages_parse_with_and_without_a_next_waiter_or_a_hand_over() {
-        let announced = |token, key, head| Release::Announced { token, key, head };
-        assert_eq!(
-            parse_release("tok a key"),
-            Some(announced("tok", "a key", None))
-        );
-        assert_eq!(
-            parse_release("tok\tw1 a key"),
-            Some(announced("tok", "a key", Some("w1")))
-        );
-        assert_eq!(
-            parse_release("tok\tw1\tw1~3 a key"),
-            Some(Release::Handed {
-                head: "w1",
-                handed: "w1~3",
-                key: "a key"
-            })
-        );
-        assert_eq!(parse_release("nospace"), None);
     }
 
     fn handed_nodes(slot: &WakeUp) -> Vec<usize> {

@@ -55,6 +55,7 @@ use crate::drift::lease;
 use crate::error::{ConfigError, Error, FairPlaceProblem};
 use crate::lock::Lock;
 use crate::lock_spec::channel_arg;
+use crate::message::HANDOVER_MARK;
 use crate::report::{CleanupOutcome, NodeOutcome, NodeReport, RoundKind, RoundReport};
 use crate::round::{try_on, Command};
 use crate::scripts::FAIR_LEAVE;
@@ -166,13 +167,9 @@ pub(crate) fn queue_keys(prefix: &str, key: &str) -> [Key; 3] {
     ]
 }
 
-/// What separates a waiter id from its attempt number in a hand-over token (the scripts
-/// write the same character): neither waiter ids nor callers' tokens may hold it.
-pub(crate) const HANDOVER_MARK: char = '~';
-
 /// The token of the key a release hands over to `waiter` for its attempt `number`.
 pub fn handover_token(waiter: &str, number: u64) -> Token {
-    Token::from_string(format!("{waiter}{HANDOVER_MARK}{number}"))
+    Token::from_string(crate::message::handover_token_text(waiter, number))
 }
 
 /// A lock handed over to a fair waiter by the nodes' release scripts (see

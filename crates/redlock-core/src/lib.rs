@@ -77,6 +77,7 @@ mod health;
 mod inspect;
 mod lock;
 mod lock_spec;
+pub mod message;
 pub mod metrics;
 mod quorum;
 mod report;

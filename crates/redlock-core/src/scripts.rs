@@ -10,6 +10,8 @@ use std::sync::LazyLock;
 use fred::bytes_utils::Str;
 use fred::types::Value;
 
+use crate::message::message_lua;
+
 /// A Lua script with its SHA-1, computed once.
 #[derive(Debug)]
 pub struct Script {
@@ -86,7 +88,7 @@ for _, key in ipairs(KEYS) do
       local passed = false
       if ARGV[3] then passed = pass_on_under(ARGV[3], ARGV[2], ARGV[1], key) end
       if not passed and ARGV[4] ~= "1" then
-        redis.call("PUBLISH", ARGV[2], ARGV[1] .. " " .. key)
+        redis.call("PUBLISH", ARGV[2], release_message(ARGV[1], nil, nil, key))
       end
     end
   end
@@ -111,6 +113,10 @@ end
 
 /// See [`node_time_ms!`].
 const NODE_TIME_MS: &str = node_time_ms!();
+
+/// The release message's Lua (see [`crate::message`]), for scripts that do not include
+/// [`ANNOUNCE`].
+const MESSAGE: &str = message_lua!();
 
 /// The Lua helpers of the scripts that free a key while waiters queue for it (releases, and
 /// a fair waiter leaving): `next_waiter(queue, expiry, handovers)` is the first waiter of
@@ -151,6 +157,7 @@ const NODE_TIME_MS: &str = node_time_ms!();
 /// attempt of the waiter takes such a key on under its round's token instead.
 const ANNOUNCE: &str = concat!(
     node_time_ms!(),
+    message_lua!(),
     r#"local now = nil
 local function dequeue(queue, expiry, handovers, waiter)
   local removed = redis.call("ZREM", queue, waiter)
@@ -181,26 +188,23 @@ end
 local function pass_on(channel, token, key, queue, expiry, handovers)
   local waiter = next_waiter(queue, expiry, handovers)
   if not waiter then return false end
-  local message = token .. "\t" .. waiter
   local registered = redis.call("HGET", handovers, waiter)
   local number, ttl = nil, nil
   if registered then number, ttl = string.match(registered, "^(%S+) (%d+)$") end
+  local handed = nil
   if number then
-    local handed = waiter .. "~" .. number
+    handed = handover_token(waiter, number)
     redis.call("SET", key, handed, "PX", ttl)
     dequeue(queue, expiry, handovers, waiter)
-    message = message .. "\t" .. handed
   end
-  local tag = string.match(waiter, "^([^:]+):")
-  if tag then channel = channel .. ":" .. tag end
-  redis.call("PUBLISH", channel, message .. " " .. key)
+  redis.call("PUBLISH", waiter_channel(channel, waiter), release_message(token, waiter, handed, key))
   return true
 end
 local function pass_on_under(prefix, channel, token, key)
   return pass_on(channel, token, key, prefix .. "queue:" .. key, prefix .. "expiry:" .. key, prefix .. "handover:" .. key)
 end
 local function leave_handed_over(prefix, token, key)
-  local waiter = string.match(token, "^([^~]+)~%d+$")
+  local waiter = handover_waiter(token)
   if waiter then
     dequeue(prefix .. "queue:" .. key, prefix .. "expiry:" .. key, prefix .. "handover:" .. key, waiter)
   end
@@ -271,7 +275,7 @@ if redis.call("HLEN", KEYS[1]) <= 1 then
   if ARGV[3] ~= "" then
     local passed = false
     if ARGV[4] then passed = pass_on_under(ARGV[4], ARGV[3], ARGV[2], KEYS[1]) end
-    if not passed then redis.call("PUBLISH", ARGV[3], ARGV[2] .. " " .. KEYS[1]) end
+    if not passed then redis.call("PUBLISH", ARGV[3], release_message(ARGV[2], nil, nil, KEYS[1])) end
   end
 end
 return 1"#
@@ -613,7 +617,7 @@ pub(crate) static FENCED_FAIR_ACQUIRE_MANY: LazyLock<Script> =
 /// waiter, `take()` is `SET NX`.
 const PLAIN_STEPS: &str = r#"local function held()
   local value = redis.pcall("GET", KEYS[1])
-  if type(value) ~= "string" or string.sub(value, 1, #ARGV[3] + 1) ~= ARGV[3] .. "~" then return false end
+  if not handed_to(value, ARGV[3]) then return false end
   redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
   return true
 end
@@ -670,6 +674,7 @@ fn fair(steps: &str) -> String {
     format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
 {NODE_TIME_MS}
+{MESSAGE}
 local now = node_time_ms()
 local patience = tonumber(ARGV[5])
 {QUEUES}
@@ -759,7 +764,7 @@ now = node_time_ms()
 drop_expired(KEYS[1], KEYS[2], KEYS[4], now)
 local removed = dequeue(KEYS[1], KEYS[2], KEYS[4], ARGV[1])
 local value = redis.pcall("GET", KEYS[3])
-if type(value) == "string" and value ~= ARGV[3] and string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. "~" then
+if handed_to(value, ARGV[1]) and value ~= ARGV[3] then
   local number = tonumber(string.sub(value, #ARGV[1] + 2))
   if ARGV[4] == "" or (number and number <= tonumber(ARGV[4])) then
     redis.call("DEL", KEYS[3])

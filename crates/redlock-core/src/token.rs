@@ -5,7 +5,7 @@ use std::fmt;
 use fred::bytes_utils::Str;
 
 use crate::error::ConfigError;
-use crate::fair::HANDOVER_MARK;
+use crate::message::HANDOVER_MARK;
 
 /// A random value that identifies one acquisition attempt.
 ///

@@ -139,8 +139,8 @@ fn in_terminal_foreground() -> bool {
 
 /// The signals `redlock` passes on (and that end its wait for the lock): each whose default
 /// action would end `redlock` and that a person or a supervisor sends to stop, reload or
-/// poke a program. Registered before the wait starts, so none is lost in between; once
-/// registered, they no longer end `redlock` by default, which is what lets it release the
+/// poke a program. Registered before the wait starts, so none is lost in between; a
+/// registered signal does not end `redlock` by default, which is what lets it release the
 /// lock first (a signal left at its default, SIGUSR1 from a log rotator say, would end
 /// `redlock` at once and leave the command running without renewal).
 pub const PASSED_ON: [Signal; 7] = [
@@ -201,7 +201,7 @@ impl Signals {
 
 /// The signals this process was started with ignored: the `SigIgn` mask of
 /// `/proc/self/status` (bit N-1 for signal N). Where that cannot be read (no `/proc`),
-/// none: every signal is then listened for, as before this check.
+/// none: every signal is then listened for, ignored at start or not.
 fn ignored_signals() -> Vec<Signal> {
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
         return Vec::new();

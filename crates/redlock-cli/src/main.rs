@@ -113,9 +113,9 @@ async fn connect(config: LockConfig) -> Result<Redlock, CliError> {
 #[cfg(test)]
 mod tests {
     /// Built as the README says (`cargo install --path crates/redlock-cli`, no features
-    /// named), the command reaches TLS and unix-socket nodes: it used to be built without
-    /// either (only a workspace build, whose test package turns them on, had them), and
-    /// refused every `rediss://` node of a service's configuration file.
+    /// named), the command reaches TLS and unix-socket nodes. Built without either, it
+    /// would refuse every `rediss://` node of a service's configuration file, and only a
+    /// workspace build (whose test package turns both on) would hide that.
     #[test]
     fn the_command_is_built_with_tls_and_unix_sockets_by_default() {
         let built = [

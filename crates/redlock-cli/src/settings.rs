@@ -396,7 +396,7 @@ mod tests {
             "nodes = [\"redis://h:1\"]\nttl = \"1y\"\n",
         )
         .unwrap();
-        // It used to be refused: longer than the maximum 31536000s (365 days).
+        // humantime's year is 365.25 days: a maximum of 365 days must not refuse it.
         config.validate().unwrap();
     }
 
@@ -413,7 +413,7 @@ mod tests {
             "nodes = [\"redis://:***@h:1\", 'redis://:***@h:2']"
         );
         // An escaped quote in a double-quoted password (TOML), and a user alone: neither
-        // shows. The first used to end the URL early, and the password showed whole.
+        // shows. The escaped quote must not end the URL early, or the password shows whole.
         assert_eq!(
             redact_passwords(r#"nodes = ["redis://:a\"b@h:1", "redis://s3cret@h:2"]"#),
             r#"nodes = ["redis://:***@h:1", "redis://***@h:2"]"#
@@ -424,7 +424,7 @@ mod tests {
             "nodes = [\"redis://u:***@h:1/0\", \"redis://:***@h:2\"]"
         );
         // A character of several bytes just before the scheme (curly quotes pasted from a
-        // document): this used to panic, slicing inside it.
+        // document): the scan must not panic by slicing inside it.
         assert_eq!(
             redact_passwords("1 | nodes = [\u{201c}redis://:pw@h:1\u{201d}]"),
             "1 | nodes = [\u{201c}redis://:***@h:1\u{201d}]"

@@ -58,7 +58,8 @@ pub(crate) fn random_id() -> uuid::fmt::Simple {
 mod tests {
     use super::*;
 
-    /// It used to print the whole identity.
+    /// `Debug` must never print the whole identity: its bearer could enter the owner's
+    /// reentrant locks.
     #[test]
     fn debug_shows_only_the_start_of_the_identity() {
         let owner = Owner::named("job-42-0123456789abcdef");

@@ -335,7 +335,7 @@ mod tests {
 
     /// Finding 1: the spread of a woken waiter comes from the seeded generator, so two
     /// clients with the same seed and the same sequence of delays and wake-ups pause
-    /// alike (it was drawn from `thread_rng` before).
+    /// alike (drawn from `thread_rng`, it would differ between them).
     #[test]
     fn spreads_follow_the_seed_interleaved_with_delays() {
         let run = |seed: u64| {

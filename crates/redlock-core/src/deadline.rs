@@ -29,7 +29,7 @@ pub fn host_suspended() -> Duration {
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn system_suspended() -> Duration {
     use nix::time::{clock_gettime, ClockId};
-    // Through the C library (its vDSO call): rustix's own reader of the vDSO crashed the
+    // Through the C library (its vDSO call): rustix's own reader of the vDSO crashes the
     // process under valgrind (`scripts/instructions.sh`). Clocks that cannot be read
     // (neither can fail on Linux) count no suspend.
     let nanos = |t: nix::sys::time::TimeSpec| {

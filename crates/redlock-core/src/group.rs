@@ -7,9 +7,9 @@
 //! (a larger burst in several such rounds, in flight together), each lock still decided on its
 //! own quorum, with its own validity and rollback, by the round engine, and answered as soon
 //! as it is won (one lock that needs a slow node's answer holds up no other). A lone acquisition
-//! (nothing in flight) is sent at once as `SET NX PX`, exactly as before, so an uncontended
-//! caller pays nothing; under load the commands, and the system calls that the client's
-//! CPU goes to, fall to a fraction per lock.
+//! (nothing in flight) is sent at once as `SET NX PX`, exactly as without grouping, so an
+//! uncontended caller pays nothing; under load the commands, and the system calls that the
+//! client's CPU goes to, fall to a fraction per lock.
 //!
 //! A waiting acquisition's validity is measured from the start of the round that carries
 //! it (its `t0`, read before that round's commands leave), never from when it began

@@ -351,7 +351,7 @@ pub(crate) struct SettlingView {
 }
 
 /// Only what a reader of a report's `{:?}` can use (how many nodes are still to answer or
-/// roll back), not the channel's internals, which used to fill a screen in every error.
+/// roll back), not the channel's internals, which would fill a screen in every error.
 impl fmt::Debug for SettlingView {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let open = self.rx.borrow().open;
@@ -504,7 +504,7 @@ mod tests {
         );
         assert_eq!(NodeName::redacted("redis://h:1").as_str(), "redis://h:1");
         // A user without a password (often a password meant), and a query (fred reads
-        // `sentinelPassword` there): neither shows. They used to be shown as given.
+        // `sentinelPassword` there): neither shows, since either may be a secret.
         assert_eq!(
             NodeName::redacted("redis://s3cret@h:1").as_str(),
             "redis://***@h:1"
@@ -528,7 +528,7 @@ mod tests {
             "redis://***@"
         );
         assert_eq!(NodeName::redacted("a@b://c").as_str(), "<unparsable URL>");
-        // Unparsable with a query: the query goes too (it used to be echoed as given).
+        // Unparsable with a query: the query goes too, never echoed as given.
         assert_eq!(
             NodeName::redacted("redis://h:65536/0?password=s3cret").as_str(),
             "redis://h:65536/0?***"
@@ -552,7 +552,7 @@ mod tests {
     }
 
     /// Only acquisitions and extensions need validity left: a won leave, fence write-back
-    /// or inspection used to read as failed (only a release was exempt).
+    /// or inspection reads as won at its quorum, as a release does, with no validity.
     #[test]
     fn a_round_without_a_ttl_succeeds_at_its_quorum() {
         let report = |kind, accepted, validity| RoundReport {
@@ -637,7 +637,7 @@ mod tests {
     }
 
     /// A release that a node did not answer is sent again, not rolled back: its report says
-    /// so (it used to read "rollback failed" for a release).
+    /// so, and never reads "rollback failed" for a release.
     #[test]
     fn a_release_sent_again_is_not_called_a_rollback() {
         let node = |cleanup| NodeReport {

@@ -404,8 +404,8 @@ mod tests {
         assert!(TlsConfig::default().check().is_ok());
     }
 
-    /// A device or a huge file as a certificate file is a typed error, at once: `/dev/zero`
-    /// used to be read until memory ran out.
+    /// A device or a huge file as a certificate file is a typed error, at once: reading
+    /// `/dev/zero` whole would go on until memory runs out.
     #[cfg(feature = "tls")]
     #[test]
     fn a_device_or_a_huge_file_is_no_certificate_file() {

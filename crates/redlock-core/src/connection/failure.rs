@@ -357,8 +357,9 @@ mod tests {
 
     /// A command fred could not route (its connection had just gone) is a connection error:
     /// a release that met one is sent again, and its report does not point at the server's
-    /// version. It used to be a server error ("EVALSHA refused (error reply): Failed to
-    /// route command.: ... check that the node is a Redis master of version 6.2 or later").
+    /// version. Read as a server error, it would be reported as "EVALSHA refused (error
+    /// reply): Failed to route command.: ... check that the node is a Redis master of
+    /// version 6.2 or later", and the release would not be sent again.
     #[test]
     fn a_command_fred_could_not_route_is_a_connection_error() {
         for kind in [ErrorKind::Unknown, ErrorKind::Routing] {

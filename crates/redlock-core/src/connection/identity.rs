@@ -248,9 +248,10 @@ mod tests {
     use crate::report::ClosedReason;
 
     /// An error reply to `INFO` says the node can never be identified (it then votes, with a
-    /// warning); no answer, or not ready, says "ask again". Only `NOPERM` used to count:
-    /// `INFO` renamed away (`ERR unknown command`) or a reply without `run_id` left a node
-    /// down at start-up "not identified" for ever once back.
+    /// warning); no answer, or not ready, says "ask again". Every error reply counts, not
+    /// only `NOPERM`: otherwise `INFO` renamed away (`ERR unknown command`) or a reply
+    /// without `run_id` would leave a node down at start-up "not identified" for ever once
+    /// back.
     #[test]
     fn only_an_error_reply_makes_a_node_unidentifiable() {
         let reply = |message: &str| NodeOutcome::ServerError(ServerError::new("INFO", message));

@@ -466,9 +466,10 @@ impl Connection {
     ///
     /// fred's future for a command is about 7 KB: it is boxed where it is made, so that the
     /// futures around it (this one, a round's call to one node) stay small. Unboxed, every
-    /// move of each of them copied it whole (into `bounded`, into the timeout, into the
-    /// boxed call of each node): about half of the client's instructions per uncontended
-    /// lock and release went to `memcpy` (callgrind).
+    /// move of each of them would copy it whole (into `bounded`, into the timeout, into the
+    /// boxed call of each node), and those copies would be a large share of the
+    /// instructions of an uncontended lock and release (see `docs/benchmarks.md`,
+    /// "Instructions per cycle").
     async fn custom(&self, name: &'static str, args: Vec<Value>) -> Result<Value, NodeOutcome> {
         self.gate()?;
         self.send_custom(name, args).await
@@ -504,8 +505,8 @@ impl Connection {
     /// still reads it as up for a moment), and fred writes it once the connection is back,
     /// however long after: an acquisition written then sets a key that no rollback deletes,
     /// since every rollback of its round was over by then. This library's own timeout, the
-    /// backstop, used to end a moment before fred's (it starts first) and left such
-    /// commands unmarked.
+    /// backstop, starts first, so it must end a moment after fred's: with the same
+    /// timeout, it would fire first and leave such commands unmarked.
     async fn bounded<T>(
         &self,
         fut: impl std::future::Future<Output = Result<T, FredError>>,
@@ -673,9 +674,9 @@ enum Sending {
     /// rollback, a release sent again), waited for a node timeout, under fred's much
     /// longer [`CLEANUP_WRITE_LIMIT`]. Marked timed out after a node timeout, a rollback
     /// still waiting in fred's queue behind the command it undoes (a lock over many keys is
-    /// megabytes to write) was never written, and that command then set its keys for their
-    /// TTL; every later try met the same fate. Written late, it removes only this round's
-    /// keys, in order after the command it undoes.
+    /// megabytes to write) would never be written, and that command would then set its keys
+    /// for their TTL; every later try would meet the same fate. Written late, it removes
+    /// only this round's keys, in order after the command it undoes.
     Cleanup,
 }
 

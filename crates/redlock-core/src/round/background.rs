@@ -570,8 +570,8 @@ pub(crate) async fn try_on(
 mod tests {
     use super::*;
 
-    /// A node a closed client sent nothing to needs no rollback: it used to get three
-    /// tries, each waiting for a connection that had quit.
+    /// A node a closed client sent nothing to needs no rollback: it must not get three
+    /// tries, each waiting for a connection that has quit.
     #[test]
     fn nothing_sent_needs_no_undo() {
         use crate::report::ClosedReason;

@@ -36,7 +36,7 @@ pub(crate) struct Undo {
     /// For the rollback of a queued acquisition, which puts its waiter back in the queues
     /// where it frees the keys: the index in `args` of the waiter's id. A round abandoned
     /// before its decision (its caller dropped the call) sends "" there instead: the waiter
-    /// no longer waits, and its leave may reach a node before the rollback.
+    /// has stopped waiting, and its leave may reach a node before the rollback.
     pub(crate) waiter_arg: Option<usize>,
 }
 

@@ -173,9 +173,9 @@ mod tests {
     }
 
     /// A step forward brings every node's expiries forward by its size, and no more: it
-    /// explains a token gone that much before its `PTTL` ran out, not earlier. (Any step
-    /// forward used to count as a key loss of any size: a 6 ms step excused a key deleted
-    /// 890 ms early.)
+    /// explains a token gone that much before its `PTTL` ran out, not earlier. A step
+    /// forward must not count as a key loss of any size: a 6 ms step does not excuse a key
+    /// deleted 890 ms early.
     #[test]
     fn a_step_forward_explains_a_token_gone_early_by_its_size_on_every_node() {
         // Seen at 100 with 900 ms left, gone by 111: 890 ms early.

@@ -142,9 +142,10 @@ type Episode = (usize, At, At);
 
 /// Each injected fault of `kind` as an episode on its node: from a fault of `kind` to its
 /// end (a fault of `kind.end()`) when that is the node's next fault of either kind, else
-/// the instant itself; an end with no start before it is an instant too. Any two faults
-/// on a node used to make an episode, so that two unrelated losses far apart (two steps
-/// of the host's clock) excused every removal on that node between them.
+/// the instant itself; an end with no start before it is an instant too. Only a start
+/// and its own end make an episode: any two faults on a node would let two unrelated
+/// losses far apart (two steps of the host's clock) excuse every removal on that node
+/// between them.
 fn episodes_of(events: &[Event], kind: FaultKind) -> Vec<Episode> {
     episodes_where(events, |k| k == kind, kind.end())
         .into_iter()

@@ -57,7 +57,7 @@ mod tests {
     }
 
     /// One won lock handed to two callers (say by a grouped round's answers): two claims
-    /// under one token. They used to be skipped as one holder.
+    /// under one token, which must not be skipped as one holder.
     #[test]
     fn one_token_claimed_twice_at_once_overlaps() {
         let events = vec![acquired("a", "t", 0, 1000), acquired("b", "t", 500, 1500)];

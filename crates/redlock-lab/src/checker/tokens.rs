@@ -253,7 +253,7 @@ mod tests {
             ["token removed early"]
         );
         // Nor are two losses that take no time, one before the samples and one after (two
-        // steps of the host's clock): they used to make one episode over both samples.
+        // steps of the host's clock): they must not make one episode over both samples.
         let apart = vec![
             acquired("a", "ta", 0, 1000),
             fault(50, start),

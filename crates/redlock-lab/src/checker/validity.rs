@@ -169,7 +169,7 @@ mod tests {
     }
 
     /// A node whose clock stepped forward holds the lock that much less, and no less: a
-    /// 5 ms step of the host's clock used to take every node out of judgement.
+    /// 5 ms step of the host's clock must not take every node out of judgement.
     #[test]
     fn a_clock_step_forward_excuses_its_size_only() {
         let step = |by: u64| -> Vec<Event> {

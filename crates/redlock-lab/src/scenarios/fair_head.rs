@@ -7,9 +7,9 @@
 //!
 //! Both judge the same rule besides the checker's: the other clients' locks on the key
 //! while the head's answers came late come at no less than a twentieth of their rate
-//! before and after. With the step-back they came at about half of it in trial runs; with the
-//! client as it was before the step-back at a fortieth or less, and with the naive head
-//! (which heads the queue from its first attempt) at none.
+//! before and after. With the step-back they come at about half of it in trial runs; with a
+//! client that does not step back at a fortieth or less, and with the naive head (which
+//! heads the queue from its first attempt) at none.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,10 +162,10 @@ async fn naive_head(lab: &Lab) -> Result<(Coordinator, LockConfig), LabError> {
 ///
 /// Its place has ticket 1, below any other waiter's (theirs are the wall clock in ms), so it
 /// heads the queue from its first attempt.
-/// Under a place of the window's start it queued behind the waiters already there, who won
-/// the key once or twice before it headed the queue; on a loaded machine, where the others
-/// win less often outside the window too, that was sometimes more than the rule's twentieth
-/// (one run in 20 of the demonstration in CI), and the demonstration proved nothing.
+/// Under a place of the window's start it would queue behind the waiters already there, who
+/// win the key once or twice before it heads the queue; on a loaded machine, where the
+/// others win less often outside the window too, that can be more than the rule's twentieth
+/// (about one demonstration run in 20 in CI), and the demonstration would prove nothing.
 async fn never_step_back(lab: &Lab, core: &Coordinator, config: &LockConfig, to: Instant) {
     let key = lab.full_key(KEY);
     let keys = [key.as_str()];

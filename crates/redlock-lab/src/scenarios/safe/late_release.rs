@@ -111,7 +111,7 @@ pub(in crate::scenarios) async fn late_release(
         // A well-behaved holder (H4): it writes only with validity left. With a soak's
         // 100 ms TTL the waits above can outlast the validity on a busy machine, and an
         // unconditional write would then be a stale write of the schedule's making. The
-        // margin is half the TTL there: a quarter (25 ms) was once outlasted by the write
+        // margin is half the TTL there: a quarter (25 ms) can be outlasted by the write
         // itself (read, then write) on two cores shared by three soaks and the docker set.
         let margin = WRITE_MARGIN.min(lab.timing.ttl / 2);
         if second.remaining().is_some_and(|left| left >= margin) {

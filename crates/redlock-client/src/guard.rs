@@ -113,8 +113,8 @@ impl HoldState {
     /// that was lost, or whose validity ran out before the round's answer was recorded:
     /// its holder may have been told so already (`is_valid`, `health`), and a lock that was
     /// lost stays lost, whoever watched (see `renew_due`), with the lock itself unchanged
-    /// too (it used to take the new validity on, so that `lock().is_valid()` contradicted
-    /// the guard's).
+    /// too (taking the new validity on would make `lock().is_valid()` contradict the
+    /// guard's).
     fn record(
         &self,
         valid_until: Deadline,

@@ -685,10 +685,10 @@ mod tests {
         assert!(!woken(&head), "woken again by the last nodes");
     }
 
-    /// Regression: messages were counted, not nodes. A leave that a node did not answer in
+    /// Nodes count towards the quorum, not messages. A leave that a node did not answer in
     /// time is sent to it again, and where it had run it passes the key on again: copies
-    /// from one node reached the quorum while the key was free on fewer nodes, and the
-    /// real quorum-th node's message then counted past it and woke nobody.
+    /// from one node must not reach the quorum while the key is free on fewer nodes (the
+    /// real quorum-th node's message would then count past it and wake nobody).
     #[test]
     fn copies_of_one_nodes_announcement_count_once() {
         let mut registry = Registry {

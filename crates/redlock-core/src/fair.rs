@@ -5,7 +5,7 @@
 //! itself under that ticket on every node (`ZADD NX`), on every attempt. All nodes order
 //! the entries they hold the same way (ticket, then waiter id), so the oldest waiter is the
 //! head on every node that has its entry; only the head may `SET NX`, the others are told
-//! "not your turn" without writing. Waiters no longer split the votes, and a releasing
+//! "not your turn" without writing. Waiters do not split the votes, and a releasing
 //! holder cannot take the lock straight back while others wait. Mutual exclusion still
 //! rests on `SET NX PX` alone: the queue only decides who tries, so a queue that is lost or
 //! differs between nodes costs fairness, never safety.

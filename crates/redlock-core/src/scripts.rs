@@ -123,7 +123,7 @@ const MESSAGE: &str = message_lua!();
 /// the queue whose entry has not expired by the node's clock (or nil). When the head's
 /// entry has expired (a waiter that died, or left while this node was cut off), it first
 /// drops every expired entry, as an acquisition does, so that a live waiter behind any
-/// number of dead ones is found (it used to look at the first sixteen entries only);
+/// number of dead ones is found;
 /// `pass_on(channel, token, key,
 /// queue, expiry, handovers)` passes the freed key on to that waiter and tells its client,
 /// returning whether there was one. `pass_on_under(prefix, channel, token, key)` does the
@@ -144,7 +144,8 @@ const MESSAGE: &str = message_lua!();
 /// A fair waiter registers a hand-over with each attempt (`"<number> <ttl ms>"` under its
 /// id in the `handovers` hash, see [`FAIR_ACQUIRE`]): `pass_on` then sets the key to
 /// `"<waiter>~<number>"` with that TTL, takes the waiter out of the queue, and publishes
-/// `"<token>\t<waiter>\t<waiter>~<number> <key>"`. The waiter holds the lock once a quorum
+/// `"<token>\t<waiter>\t<waiter>~<number> <key>"` (the wire format is [`crate::message`]'s).
+/// The waiter holds the lock once a quorum
 /// of nodes has told it so, with the validity its attempt `<number>` would have had: that
 /// attempt registered the hand-over before any node set the key, so `t0 + ttl - drift` of
 /// the attempt is a lower bound of every such node's expiry. A waiter that only queues to

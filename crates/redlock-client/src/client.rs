@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use redlock_core::{ConfigError, Coordinator, Inspection, RoundReport, Token};
 
-use crate::acquire::{acquire, Shape};
+use crate::acquire::{acquire, LockOptions, Shape};
 use crate::config::LockConfig;
 use crate::error::{Error, InvalidConfig};
 use crate::guard::{LockGuard, LockHandle};
@@ -17,26 +17,7 @@ use crate::notify::Notifier;
 use crate::owner::Owner;
 use crate::renew::Renewer;
 use crate::retry::RetryPolicy;
-
-/// Per-call overrides of the client's configuration.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LockOptions {
-    /// The TTL for this lock. Defaults to the client's `ttl`.
-    pub ttl: Option<Duration>,
-    /// The retry policy for this call. Defaults to the client's `retry`.
-    pub retry: Option<RetryPolicy>,
-    /// Whether to renew this lock automatically. Defaults to the client's `renewal.enabled`.
-    pub renew: Option<bool>,
-    /// Whether this lock gets a fencing token ([`LockGuard::fencing_token`]). Defaults to
-    /// the client's `fencing`.
-    pub fenced: Option<bool>,
-    /// Whether this lock waits in its keys' fair queues (see [`LockConfig::fair`]). Defaults
-    /// to the client's `fair`.
-    pub fair: Option<bool>,
-    /// The least validity an acquisition must leave for this call (see
-    /// [`LockConfig::min_validity`]). Defaults to the client's `min_validity`.
-    pub min_validity: Option<Duration>,
-}
+use crate::shared::Inner;
 
 /// A Redlock client: share one per node set (it is cheap to clone).
 ///
@@ -77,31 +58,6 @@ impl std::fmt::Debug for Redlock {
     }
 }
 
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) core: Coordinator,
-    pub(crate) config: LockConfig,
-    pub(crate) renewer: Renewer,
-    pub(crate) notifier: Option<Notifier>,
-    /// The runtime it was connected in, whose tasks run its connections.
-    runtime: tokio::runtime::Handle,
-}
-
-impl Drop for Inner {
-    /// The last client handle and the last guard are gone (guards hold the client): close
-    /// the wake-up subscriptions, in the runtime the client was connected in, wherever the
-    /// drop happens (on a plain thread, or in another runtime that is shutting down and
-    /// would drop the task unrun); if that one has shut down, they are gone with it. The
-    /// coordinator closes its own connections, once background work is done, when its
-    /// last copy is gone: a copy the caller kept ([`Redlock::coordinator`]) goes on
-    /// working.
-    fn drop(&mut self) {
-        if let Some(notifier) = self.notifier.take() {
-            self.runtime.spawn(async move { notifier.close().await });
-        }
-    }
-}
-
 impl Redlock {
     /// Validates the configuration and connects. Nodes that are down do not fail this: they
     /// are reconnected in the background and count as failing meanwhile.
@@ -120,13 +76,7 @@ impl Redlock {
             .then(|| Notifier::start(core.subscribers(), &channel, config.node_timeout));
         let renewer = Renewer::start(core.clone());
         Ok(Redlock {
-            inner: Arc::new(Inner {
-                core,
-                config,
-                renewer,
-                notifier,
-                runtime: tokio::runtime::Handle::current(),
-            }),
+            inner: Arc::new(Inner::new(core, config, renewer, notifier)),
         })
     }
 
@@ -199,7 +149,7 @@ impl Redlock {
     /// [`lock`](Self::lock) with per-call overrides.
     pub async fn lock_with(&self, key: &str, options: &LockOptions) -> Result<LockGuard, Error> {
         let full = self.checked_key(key)?;
-        acquire(self, Shape::One(&full), options).await
+        acquire(&self.inner, Shape::One(&full), options).await
     }
 
     /// Acquires several keys all-or-nothing (each node sets all of them or none) and holds
@@ -219,7 +169,7 @@ impl Redlock {
             .iter()
             .map(|k| self.checked_key(k))
             .collect::<Result<Vec<_>, _>>()?;
-        acquire(self, Shape::Many(&full), options).await
+        acquire(&self.inner, Shape::Many(&full), options).await
     }
 
     /// Acquires `key` for `owner`, reentrantly: if `owner` already holds it, this adds a
@@ -232,7 +182,7 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<LockGuard, Error> {
         let full = self.checked_key(key)?;
-        acquire(self, Shape::Reentrant(&full, owner), options).await
+        acquire(&self.inner, Shape::Reentrant(&full, owner), options).await
     }
 
     /// Runs `work` under the lock: acquires `key` (retrying), renews it while `work` runs,
@@ -304,8 +254,8 @@ impl Redlock {
     ///
     /// Idempotent, like [`LockGuard::release`]: `Ok` means a quorum of nodes no longer hold
     /// the key for `token`. Whether this call deleted it shows in the report: nodes that
-    /// did say [`NodeOutcome::Released`], the others
-    /// [`NotHeld`](NodeOutcome::NotHeld) (absent, or held by another token).
+    /// did say [`NodeOutcome::Released`](crate::NodeOutcome::Released), the others
+    /// [`NotHeld`](crate::NodeOutcome::NotHeld) (absent, or held by another token).
     ///
     /// For plain locks of one key (a reentrant hold's release also needs its owner).
     /// Fails with [`Error::InvalidConfig`] for an empty key or an unusable token (nothing

@@ -87,9 +87,11 @@ mod owner;
 mod renew;
 mod resource;
 mod retry;
+mod shared;
 
+pub use acquire::LockOptions;
 pub use builder::LockConfigBuilder;
-pub use client::{LockOptions, Redlock};
+pub use client::Redlock;
 pub use config::LockConfig;
 pub use error::{Error, InvalidConfig, LostReason};
 pub use guard::{HoldHealth, LockGuard, LockHandle};

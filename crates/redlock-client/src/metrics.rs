@@ -14,7 +14,6 @@ use redlock_core::metrics::{
 use tokio::time::Instant;
 
 use crate::error::{Error, LostReason};
-use crate::guard::LockGuard;
 
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
@@ -28,7 +27,7 @@ fn count(name: &'static str, labels: &'static [Label]) {
 }
 
 /// The `outcome` labels of an acquisition that ended (an index into [`OUTCOMES`]).
-fn acquisition_outcome(result: &Result<LockGuard, Error>) -> usize {
+fn acquisition_outcome<T>(result: &Result<T, Error>) -> usize {
     match result {
         Ok(_) => 0,
         Err(Error::NotAcquired { .. }) => 1,
@@ -76,9 +75,9 @@ impl Acquiring {
     }
 
     /// Records the acquisition; returns its outcome label and how long it took.
-    pub(crate) fn finish(
+    pub(crate) fn finish<T>(
         mut self,
-        result: &Result<LockGuard, Error>,
+        result: &Result<T, Error>,
     ) -> (&'static str, std::time::Duration) {
         self.finished = true;
         let labels = &OUTCOMES[acquisition_outcome(result)];
@@ -188,7 +187,7 @@ mod tests {
 
     #[test]
     fn every_outcome_has_its_labels() {
-        let lost = Err(Error::LockLost {
+        let lost: Result<(), Error> = Err(Error::LockLost {
             key: "k".to_string(),
             reason: LostReason::Expired,
         });

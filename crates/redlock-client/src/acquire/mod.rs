@@ -31,21 +31,23 @@ mod plan;
 mod schedule;
 mod verdict;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redlock_core::{Acquisition, FairPlace, Lock, RoundReport};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::{Inner, LockOptions, Redlock};
 use crate::error::Error;
 use crate::guard::{HoldState, KeepAlive, LockGuard};
 use crate::metrics;
 use crate::notify::Waiter;
 use crate::renew::RenewalPlan;
 use crate::retry::Backoff;
+use crate::shared::Inner;
 
 use fair::{Handed, Handover, QueueExit};
+pub use plan::LockOptions;
 use plan::Plan;
 pub(crate) use plan::Shape;
 use schedule::Schedule;
@@ -54,11 +56,11 @@ use verdict::Lost;
 /// Acquires `shape` for `client` under `options`: the body of `lock`, `lock_many` and
 /// `lock_reentrant`.
 pub(crate) async fn acquire(
-    client: &Redlock,
+    client: &Arc<Inner>,
     shape: Shape<'_>,
     options: &LockOptions,
 ) -> Result<LockGuard, Error> {
-    let inner = &*client.inner;
+    let inner = &**client;
     let plan = Plan::resolve(&inner.config, options)?;
     // One waiter id for every attempt of this call: its place in the keys' fair queues.
     let waiter = plan
@@ -112,7 +114,7 @@ struct Ids<'a> {
 
 /// One call in flight: its settings and the state its steps share.
 struct Call<'a> {
-    client: &'a Redlock,
+    client: &'a Arc<Inner>,
     plan: &'a Plan<'a>,
     shape: Shape<'a>,
     ids: Ids<'a>,
@@ -148,8 +150,8 @@ enum Next {
 }
 
 impl<'a> Call<'a> {
-    fn new(client: &'a Redlock, plan: &'a Plan<'a>, shape: Shape<'a>, ids: Ids<'a>) -> Self {
-        let inner = &*client.inner;
+    fn new(client: &'a Arc<Inner>, plan: &'a Plan<'a>, shape: Shape<'a>, ids: Ids<'a>) -> Self {
+        let inner = &**client;
         let start = Instant::now();
         let node_timeout = inner.config.node_timeout;
         let watch = inner
@@ -177,7 +179,7 @@ impl<'a> Call<'a> {
     }
 
     fn inner(&self) -> &'a Inner {
-        &self.client.inner
+        self.client
     }
 
     fn node_timeout(&self) -> Duration {
@@ -404,7 +406,7 @@ impl<'a> Call<'a> {
         if let Some(watch) = &self.watch {
             watch.owner_holds();
         }
-        let inner = &self.client.inner;
+        let inner = self.client;
         let (ttl, config) = (self.plan.ttl, &inner.config);
         let shared = HoldState::new(lock, ttl);
         // `max_hold` counts from the acquisition's `t0`, not from the call: a long wait for

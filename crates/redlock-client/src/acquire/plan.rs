@@ -3,11 +3,30 @@
 
 use std::time::Duration;
 
-use crate::client::LockOptions;
 use crate::config::LockConfig;
 use crate::error::Error;
 use crate::owner::Owner;
 use crate::retry::RetryPolicy;
+
+/// Per-call overrides of the client's configuration.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LockOptions {
+    /// The TTL for this lock. Defaults to the client's `ttl`.
+    pub ttl: Option<Duration>,
+    /// The retry policy for this call. Defaults to the client's `retry`.
+    pub retry: Option<RetryPolicy>,
+    /// Whether to renew this lock automatically. Defaults to the client's `renewal.enabled`.
+    pub renew: Option<bool>,
+    /// Whether this lock gets a fencing token ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)). Defaults to
+    /// the client's `fencing`.
+    pub fenced: Option<bool>,
+    /// Whether this lock waits in its keys' fair queues (see [`LockConfig::fair`]). Defaults
+    /// to the client's `fair`.
+    pub fair: Option<bool>,
+    /// The least validity an acquisition must leave for this call (see
+    /// [`LockConfig::min_validity`]). Defaults to the client's `min_validity`.
+    pub min_validity: Option<Duration>,
+}
 
 /// What a round tries to take.
 #[derive(Clone, Copy)]

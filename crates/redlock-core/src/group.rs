@@ -34,10 +34,10 @@ use tokio::sync::oneshot;
 use crate::coordinator::Coordinator;
 use crate::error::Error;
 use crate::lock::Lock;
-use crate::lock_spec::{channel_arg, LockSpec};
+use crate::lock_spec::LockSpec;
 use crate::report::{ClosedReason, NodeOutcome, NodeReport, RoundKind, RoundReport};
 use crate::round::{self, Command, Request, Round};
-use crate::scripts::{ACQUIRE_BATCH, RELEASE_BATCH};
+use crate::scripts::{channel_arg, ACQUIRE_BATCH, RELEASE_BATCH};
 
 /// The most calls one round carries: a script call of about 10 KB of arguments that runs on
 /// a node in well under a millisecond. More waiting ones go in further rounds of the same

@@ -9,21 +9,16 @@ use fred::types::{Key, Value};
 
 use crate::config::check_key;
 use crate::error::ConfigError;
-use crate::fair::{self, FairPlace};
+use crate::fair::place::{queue_keys, FairPlace};
 use crate::lock::Lock;
 use crate::round::{Command, Request, Undo};
 use crate::scripts::{
-    Script, ACQUIRE_MANY, FAIR_ACQUIRE, FAIR_ACQUIRE_MANY, FAIR_REENTRANT_ACQUIRE,
+    channel_arg, Script, ACQUIRE_MANY, FAIR_ACQUIRE, FAIR_ACQUIRE_MANY, FAIR_REENTRANT_ACQUIRE,
     FAIR_REENTRANT_ROLLBACK, FAIR_ROLLBACK, FENCED_ACQUIRE_MANY, FENCED_ACQUIRE_ONE,
     FENCED_FAIR_ACQUIRE, FENCED_FAIR_ACQUIRE_MANY, FENCED_FAIR_REENTRANT_ACQUIRE,
     FENCED_REENTRANT_ACQUIRE, REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE,
 };
 use crate::token::Token;
-
-/// The release channel as the scripts take it: the channel, or "" for none.
-pub(crate) fn channel_arg(channel: Option<&Value>) -> Value {
-    channel.map_or(Value::String(Str::from_static("")), Value::clone)
-}
 
 /// What a lock's scripts are built from.
 #[derive(Clone)]
@@ -175,7 +170,7 @@ impl LockSpec {
     fn queued_keys(&self, prefix: &str) -> Vec<Key> {
         let mut keys = self.fred_keys();
         for key in self.keys.iter() {
-            keys.extend(fair::queue_keys(prefix, key));
+            keys.extend(queue_keys(prefix, key));
         }
         keys
     }

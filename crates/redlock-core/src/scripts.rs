@@ -45,6 +45,11 @@ impl Script {
     }
 }
 
+/// The release channel as the scripts take it: the channel, or "" for none.
+pub(crate) fn channel_arg(channel: Option<&Value>) -> Value {
+    channel.map_or(Value::String(Str::from_static("")), Value::clone)
+}
+
 /// `KEYS` = the lock's keys, `ARGV[1]` = token, `ARGV[2]` = TTL in ms: set every key, or none
 /// if any exists (all-or-nothing on this node). Returns 1 when set, 0 otherwise.
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_BODY));

@@ -12,7 +12,7 @@ use redlock_client::{Error, InvalidConfig, LockOptions, Redlock, RetryPolicy};
 use redlock_core::{Acquisition, ConfigError, FairPlace, Token};
 use redlock_testkit::NodeSet;
 
-const QUEUE: &str = "redlock:fair-queue:redlock:job";
+const QUEUE: &str = "redlock:fair-queue:{redlock:job}";
 
 /// A fair client: notifications on, a short backoff, patience 2 × 50 ms + 4 × 200 ms.
 async fn fair_client(set: &NodeSet) -> Redlock {
@@ -1253,7 +1253,7 @@ async fn a_release_finds_the_live_waiter_behind_many_dead_ones() {
             };
             for (command, args) in [
                 zadd(QUEUE, i),
-                zadd("redlock:fair-expiry:redlock:job", now_ms + 1_000),
+                zadd("redlock:fair-expiry:{redlock:job}", now_ms + 1_000),
             ] {
                 let _: Value = r.custom(command, args).await.unwrap();
             }
@@ -1287,7 +1287,7 @@ async fn a_head_handed_the_key_by_fewer_than_a_quorum_takes_it_on_at_once() {
     let waiting = start_waiting(&set, &c).await;
     for node in set.iter().skip(1) {
         for key in ["queue", "expiry", "handover"] {
-            node.del(&format!("redlock:fair-{key}:redlock:job"))
+            node.del(&format!("redlock:fair-{key}:{{redlock:job}}"))
                 .await
                 .unwrap();
         }
@@ -1977,7 +1977,7 @@ async fn a_head_that_steps_back_does_not_take_a_hand_over_its_leave_undid() {
     // release now comes before its step-back's leave.
     let third = eventually(Duration::from_secs(10), || async {
         let registered: Option<String> = node
-            .hget("redlock:fair-handover:redlock:job", &head_id)
+            .hget("redlock:fair-handover:{redlock:job}", &head_id)
             .await
             .unwrap();
         registered.is_some_and(|r| r.starts_with("3 "))
@@ -2321,7 +2321,7 @@ async fn queue_length(set: &NodeSet, node: usize, key: &str) -> i64 {
     let reply: Value = r
         .custom(
             CustomCommand::new_static("ZCARD", None, false),
-            vec![format!("redlock:fair-queue:redlock:{key}")],
+            vec![format!("redlock:fair-queue:{{redlock:{key}}}")],
         )
         .await
         .unwrap();
@@ -2419,7 +2419,7 @@ async fn queues(set: &NodeSet) -> Vec<Vec<(String, i64, Option<String>)>> {
         let mut queue = Vec::new();
         for pair in flat.chunks(2) {
             let registered: Option<String> = r
-                .hget("redlock:fair-handover:redlock:job", &pair[0])
+                .hget("redlock:fair-handover:{redlock:job}", &pair[0])
                 .await
                 .unwrap();
             queue.push((pair[0].clone(), pair[1].parse().unwrap(), registered));

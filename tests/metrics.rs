@@ -312,7 +312,7 @@ async fn a_fair_hand_over_is_counted(prometheus: &PrometheusHandle) {
         for node in set.iter() {
             let there: bool = node
                 .redis()
-                .exists("redlock:fair-queue:redlock:fair")
+                .exists("redlock:fair-queue:{redlock:fair}")
                 .await
                 .unwrap();
             if !there {

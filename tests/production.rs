@@ -109,8 +109,8 @@ async fn every_path(client: &Redlock, set: &NodeSet) {
         "redlock:a",
         "redlock:b",
         "redlock:shared",
-        "redlock:fair-queue:redlock:paths",
-        "redlock:fair-expiry:redlock:paths",
+        "redlock:fair-queue:{redlock:paths}",
+        "redlock:fair-expiry:{redlock:paths}",
     ] {
         assert!(set.nodes_holding(key).await.is_empty(), "{key} left behind");
     }

@@ -75,8 +75,9 @@ pub struct Config {
     /// these keys. Defaults to `"redlock:fencing-counter"`.
     pub fence_key: String,
     /// The prefix of the keys of the fair queues (see [`FairPlace`](crate::FairPlace)): the
-    /// queue of lock key `k` is `{fair_prefix}queue:{k}`, its expiry
-    /// `{fair_prefix}expiry:{k}`. No lock key may start with it. Defaults to
+    /// queue of lock key `k` is `<fair_prefix>queue:{k}`, its expiry
+    /// `<fair_prefix>expiry:{k}` (the braces are a hash tag; see [`crate::layout`]). It may
+    /// not hold a brace. No lock key may start with it. Defaults to
     /// `"redlock:fair-"`.
     pub fair_prefix: String,
     /// TLS settings for the `rediss://` nodes (CA, client certificate, name check). `None`:
@@ -212,6 +213,11 @@ impl Config {
         }
         check_key(&self.fence_key)?;
         check_key(&self.fair_prefix)?;
+        if !crate::layout::prefix_has_no_tag(&self.fair_prefix) {
+            return Err(ConfigError::FairPrefixHashTag {
+                prefix: self.fair_prefix.clone(),
+            });
+        }
         if let Some(tls) = &self.tls {
             tls.check()?;
         }
@@ -372,6 +378,21 @@ mod tests {
             nodes: nodes.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_fair_prefix_with_a_brace_is_refused_and_says_why() {
+        let braced = Config {
+            fair_prefix: "redlock:{fair}-".into(),
+            ..config(&["redis://127.0.0.1:6379"])
+        };
+        let error = braced.validate().unwrap_err();
+        assert!(
+            matches!(&error, ConfigError::FairPrefixHashTag { prefix } if prefix == "redlock:{fair}-"),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("without '{' or '}'"), "{error}");
+        assert!(config(&["redis://127.0.0.1:6379"]).validate().is_ok());
     }
 
     #[test]

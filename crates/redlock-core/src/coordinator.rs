@@ -89,7 +89,6 @@ pub(crate) struct Inner {
     /// The release channel (when notifications are on) and the fair queues' prefix, as
     /// the release scripts take them: built once here rather than for every release.
     pub(crate) release_channel: Option<Value>,
-    pub(crate) fair_prefix: Value,
     /// Fencing: the counter's keys, repairs in flight, the highest token handed out.
     pub(crate) fencing: crate::fence::State,
 }
@@ -229,7 +228,6 @@ impl Coordinator {
         Ok(Coordinator {
             inner: Arc::new(Inner {
                 release_channel: config.release_channel.as_deref().map(Value::from),
-                fair_prefix: Value::from(config.fair_prefix.as_str()),
                 fencing: crate::fence::State::new(&config.fence_key, connections.len()),
                 connections,
                 config,
@@ -495,7 +493,10 @@ impl Coordinator {
             // Concurrent releases of plain locks share their rounds (group commit).
             return self.release_grouped(spec).await;
         }
-        let command = spec.release(self.inner.release_channel.as_ref(), &self.inner.fair_prefix);
+        let command = spec.release(
+            self.inner.release_channel.as_ref(),
+            &self.inner.config.fair_prefix,
+        );
         let round = self.untimed_round(RoundKind::Release, command, spec.name.clone());
         self.run_to_quorum(round).await
     }

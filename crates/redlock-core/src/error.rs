@@ -90,6 +90,13 @@ pub enum ConfigError {
     /// The key is empty.
     #[error("the lock key is empty: name the resource the lock protects")]
     EmptyKey,
+    /// The fair queues' prefix holds a brace, which could make a hash tag of its own (see
+    /// `redlock_core::layout`).
+    #[error("the fair queues' prefix {prefix:?} holds a brace: a queue key must take its hash tag from its lock key, so use a prefix without '{{' or '}}'")]
+    FairPrefixHashTag {
+        /// The prefix.
+        prefix: String,
+    },
     /// The key is longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN).
     #[error("the lock key is {len} bytes long, more than the maximum {max}: hash long resource names into a shorter key")]
     KeyTooLong {

@@ -33,6 +33,7 @@ use tokio::sync::oneshot;
 
 use crate::coordinator::Coordinator;
 use crate::error::Error;
+use crate::layout::queue_keys;
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
 use crate::report::{ClosedReason, NodeOutcome, NodeReport, RoundKind, RoundReport};
@@ -488,13 +489,17 @@ impl Coordinator {
         let round = match batch.as_slice() {
             [one] => self.release_round(&one.spec),
             many => {
-                let mut keys = Vec::with_capacity(many.len());
-                let mut args = Vec::with_capacity(many.len() + 2);
+                // The lock keys, then each one's queue, expiry and hand-overs.
+                let mut keys = Vec::with_capacity(many.len() * 4);
+                let mut queues = Vec::with_capacity(many.len() * 3);
+                let mut args = Vec::with_capacity(many.len() + 1);
                 args.push(channel_arg(self.inner.release_channel.as_ref()));
-                args.push(self.inner.fair_prefix.clone());
                 let mut requests = Vec::with_capacity(many.len());
+                let prefix = &self.inner.config.fair_prefix;
                 for waiting in many {
-                    keys.push(Key::from(&*waiting.spec.keys[0]));
+                    let key = &*waiting.spec.keys[0];
+                    keys.push(Key::from(key));
+                    queues.extend(queue_keys(prefix, key));
                     args.push(Value::String(waiting.spec.token.as_fred().clone()));
                     requests.push(Request {
                         name: waiting.spec.name.clone(),
@@ -503,6 +508,7 @@ impl Coordinator {
                         redo: true,
                     });
                 }
+                keys.append(&mut queues);
                 Round {
                     kind: RoundKind::Release,
                     command: Command::Script {
@@ -530,7 +536,10 @@ impl Coordinator {
 
     /// The round of one lock's release: its compare-and-delete script.
     fn release_round(&self, spec: &LockSpec) -> Round {
-        let command = spec.release(self.inner.release_channel.as_ref(), &self.inner.fair_prefix);
+        let command = spec.release(
+            self.inner.release_channel.as_ref(),
+            &self.inner.config.fair_prefix,
+        );
         self.untimed_round(RoundKind::Release, command, spec.name.clone())
     }
 

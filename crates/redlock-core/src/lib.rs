@@ -75,6 +75,7 @@ mod fence;
 mod group;
 mod health;
 mod inspect;
+pub mod layout;
 mod lock;
 mod lock_spec;
 pub mod message;

@@ -9,7 +9,8 @@ use fred::types::{Key, Value};
 
 use crate::config::check_key;
 use crate::error::ConfigError;
-use crate::fair::place::{queue_keys, FairPlace};
+use crate::fair::place::FairPlace;
+use crate::layout::queue_keys;
 use crate::lock::Lock;
 use crate::round::{Command, Request, Undo};
 use crate::scripts::{
@@ -239,18 +240,24 @@ impl LockSpec {
 
     /// The compare-and-delete for this lock, publishing on `channel` when given. The
     /// release also passes each key it frees on to the next live waiter of the key's queue
-    /// (named after `fair_prefix`) when it has one: a fair waiter of a plain lock is handed the
-    /// key, any other waiter is told, on its client's channel alone.
-    pub(crate) fn release(&self, channel: Option<&Value>, fair_prefix: &Value) -> Command {
+    /// (named after `fair_prefix`; its keys follow the lock's) when it has one: a fair
+    /// waiter of a plain lock is handed the key, any other waiter is told, on its client's
+    /// channel alone.
+    pub(crate) fn release(&self, channel: Option<&Value>, fair_prefix: &str) -> Command {
         let (script, mut args) = self.release_script(channel);
-        if channel.is_some() {
-            args.push(fair_prefix.clone());
-            if self.owner.is_none() {
-                let queues = if self.waiters_queue() { "1" } else { "0" };
-                args.push(Value::String(Str::from_static(queues)));
-            }
+        if channel.is_none() {
+            return self.script(script, args);
         }
-        self.script(script, args)
+        args.push(Value::String(Str::from_static("1")));
+        if self.owner.is_none() {
+            let queues = if self.waiters_queue() { "1" } else { "0" };
+            args.push(Value::String(Str::from_static(queues)));
+        }
+        Command::Script {
+            script,
+            keys: self.queued_keys(fair_prefix),
+            args,
+        }
     }
 
     /// Whether every waiter for this lock's key that wants a wake-up queues for it: a lock

@@ -67,31 +67,34 @@ return 1"#;
 /// token lets subscribers of several nodes recognise one release). Returns 1 when something
 /// was deleted, 0 otherwise.
 ///
-/// For a plain lock, `ARGV[3]` is the fair queues' prefix (the key's queue, its expiry and
-/// its hand-overs are named after it, see `pass_on_under` in [`ANNOUNCE`]): when the key's
-/// queue has a live waiter
-/// (fair, or queued only to be woken), the release passes the key on to it (see
-/// `pass_on` in [`ANNOUNCE`]): a fair waiter is handed the key there and then, and either
-/// kind is told on its client's channel alone. When the queue has none, `ARGV[4]` = "1"
-/// publishes nothing: every waiter of a plain lock of one key queues. Tokens and waiter
-/// ids hold no white space, so every form of the message parses. The release of a key
-/// handed over to a fair waiter (a token `"<waiter>~<number>"`) that finds the key not its
-/// own takes that waiter out of the key's queue (`leave_handed_over` in [`ANNOUNCE`]); where
-/// the key is its own, the hand-over took it out already.
+/// With `ARGV[3]` given ("1"), each lock key's queue, expiry and hand-overs follow the lock
+/// keys in `KEYS` (three per key, in the keys' order; see [`crate::layout`]): when a freed
+/// key's queue has a live waiter (fair, or queued only to be woken), the release passes the
+/// key on to it (see `pass_on` in [`ANNOUNCE`]): a fair waiter is handed the key there and
+/// then, and either kind is told on its client's channel alone. When the queue has none,
+/// `ARGV[4]` = "1" publishes nothing: every waiter of a plain lock of one key queues.
+/// Tokens and waiter ids hold no white space, so every form of the message parses. The
+/// release of a key handed over to a fair waiter (a token `"<waiter>~<number>"`) that finds
+/// the key not its own takes that waiter out of the key's queue (`leave_handed_over` in
+/// [`ANNOUNCE`]); where the key is its own, the hand-over took it out already.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(format!(
         r#"if ARGV[3] and redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}
+local n = #KEYS
+if ARGV[3] then n = #KEYS / 4 end
 local deleted = 0
-for _, key in ipairs(KEYS) do
+for i = 1, n do
+  local key = KEYS[i]
+  local queue, expiry, handovers = KEYS[n + 3 * i - 2], KEYS[n + 3 * i - 1], KEYS[n + 3 * i]
   local value = redis.pcall("GET", key)
-  if value ~= ARGV[1] and ARGV[3] then leave_handed_over(ARGV[3], ARGV[1], key) end
+  if value ~= ARGV[1] and ARGV[3] then leave_handed_over(ARGV[1], queue, expiry, handovers) end
   if value == ARGV[1] then
     redis.call("DEL", key)
     deleted = deleted + 1
     if ARGV[2] ~= "" then
       local passed = false
-      if ARGV[3] then passed = pass_on_under(ARGV[3], ARGV[2], ARGV[1], key) end
+      if ARGV[3] then passed = pass_on(ARGV[2], ARGV[1], key, queue, expiry, handovers) end
       if not passed and ARGV[4] ~= "1" then
         redis.call("PUBLISH", ARGV[2], release_message(ARGV[1], nil, nil, key))
       end
@@ -129,16 +132,14 @@ const MESSAGE: &str = message_lua!();
 /// entry has expired (a waiter that died, or left while this node was cut off), it first
 /// drops every expired entry, as an acquisition does, so that a live waiter behind any
 /// number of dead ones is found;
-/// `pass_on(channel, token, key,
-/// queue, expiry, handovers)` passes the freed key on to that waiter and tells its client,
-/// returning whether there was one. `pass_on_under(prefix, channel, token, key)` does the
-/// same for the queue named after the fair queues' prefix: `<prefix>queue:<key>`,
-/// `<prefix>expiry:<key>` and `<prefix>handover:<key>` (one argument for the three).
-/// `leave_handed_over(prefix, token, key)` takes the waiter of a hand-over token out of
-/// those three, for the release of a lock handed over to it on a node where the key is not
-/// the waiter's: there the release came before the releasing holder's (the key is still
-/// the old holder's), and the waiter would otherwise still head the queue when the
-/// holder's release came, and be handed the key again after it had released it, leaving
+/// `pass_on(channel, token, key, queue, expiry, handovers)` passes the freed key on to
+/// that waiter and tells its client, returning whether there was one (the key's queue, its
+/// expiry and its hand-overs come from the script's `KEYS`, see [`crate::layout`]).
+/// `leave_handed_over(token, queue, expiry, handovers)` takes the waiter of a hand-over
+/// token out of the key's queue, for the release of a lock handed over to it on a node where
+/// the key is not the waiter's: there the release came before the releasing holder's (the
+/// key is still the old holder's), and the waiter would otherwise still head the queue when
+/// the holder's release came, and be handed the key again after it had released it, leaving
 /// the key there for a TTL. (Where the key is the waiter's, the hand-over that set it took
 /// the waiter out of the queue, and a later attempt of the waiter that reached the node
 /// would have taken the key on under its own token.)
@@ -206,14 +207,9 @@ local function pass_on(channel, token, key, queue, expiry, handovers)
   redis.call("PUBLISH", waiter_channel(channel, waiter), release_message(token, waiter, handed, key))
   return true
 end
-local function pass_on_under(prefix, channel, token, key)
-  return pass_on(channel, token, key, prefix .. "queue:" .. key, prefix .. "expiry:" .. key, prefix .. "handover:" .. key)
-end
-local function leave_handed_over(prefix, token, key)
+local function leave_handed_over(token, queue, expiry, handovers)
   local waiter = handover_waiter(token)
-  if waiter then
-    dequeue(prefix .. "queue:" .. key, prefix .. "expiry:" .. key, prefix .. "handover:" .. key, waiter)
-  end
+  if waiter then dequeue(queue, expiry, handovers, waiter) end
 end"#
 );
 
@@ -264,9 +260,8 @@ end"#;
 /// drops one hold; deletes the key when it was the last. Returns 1 when the hold was
 /// there, 0 otherwise.
 ///
-/// A key it deletes is passed on, when `ARGV[4]` (the fair queues' prefix) is given and the
-/// key's queue
-/// has a live waiter, as [`RELEASE`] does (a fair waiter of a plain lock is handed the
+/// A key it deletes is passed on, when `ARGV[4]` is given ("1": `KEYS[2..4]` are the key's
+/// queue, expiry and hand-overs) and the key's queue has a live waiter, as [`RELEASE`] does (a fair waiter of a plain lock is handed the
 /// key, any other is told on its client's channel); otherwise the release is published on
 /// the channel for every client (reentrant waiters that are not fair do not queue).
 pub(crate) static REENTRANT_RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -280,7 +275,7 @@ if redis.call("HLEN", KEYS[1]) <= 1 then
   redis.call("DEL", KEYS[1])
   if ARGV[3] ~= "" then
     local passed = false
-    if ARGV[4] then passed = pass_on_under(ARGV[4], ARGV[3], ARGV[2], KEYS[1]) end
+    if ARGV[4] then passed = pass_on(ARGV[3], ARGV[2], KEYS[1], KEYS[2], KEYS[3], KEYS[4]) end
     if not passed then redis.call("PUBLISH", ARGV[3], release_message(ARGV[2], nil, nil, KEYS[1])) end
   end
 end
@@ -352,8 +347,8 @@ return results"#,
 });
 
 /// Releases of distinct plain locks of one key (fenced or not), coalesced into one call per
-/// node: `ARGV[1]` = channel or "", `ARGV[2]` = the fair queues' prefix, then one token per
-/// key. Each
+/// node: `KEYS` = the lock keys, then each one's queue, expiry and hand-overs (three per
+/// key, in the keys' order); `ARGV[1]` = channel or "", then one token per key. Each
 /// key that holds its token is deleted and, when its queue has a live waiter, passed on to
 /// it as [`RELEASE`] does for a plain lock of one key; where a hand-over token does not
 /// hold its key, its waiter leaves the key's queue, as there. Returns one 1 (deleted) or 0
@@ -363,16 +358,18 @@ pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
         r#"if redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}
 local results = {{}}
-for i, key in ipairs(KEYS) do
-  local token = ARGV[i + 2]
+local n = #KEYS / 4
+for i = 1, n do
+  local key, token = KEYS[i], ARGV[i + 1]
+  local queue, expiry, handovers = KEYS[n + 3 * i - 2], KEYS[n + 3 * i - 1], KEYS[n + 3 * i]
   if redis.pcall("GET", key) == token then
     redis.call("DEL", key)
     if ARGV[1] ~= "" then
-      pass_on_under(ARGV[2], ARGV[1], token, key)
+      pass_on(ARGV[1], token, key, queue, expiry, handovers)
     end
     results[i] = 1
   else
-    leave_handed_over(ARGV[2], token, key)
+    leave_handed_over(token, queue, expiry, handovers)
     results[i] = 0
   end
 end

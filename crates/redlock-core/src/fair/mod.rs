@@ -58,7 +58,7 @@ use crate::round::{try_on, Command};
 use crate::scripts::{channel_arg, FAIR_LEAVE};
 use crate::token::Token;
 
-use place::queue_keys;
+use crate::layout::queue_keys;
 pub use place::{handover_token, FairPlace, Handover};
 
 impl Coordinator {

@@ -1,11 +1,11 @@
-//! The fair queue's values: a waiter's place, the keys of a lock key's queue, the token a
+//! The fair queue's values: a waiter's place, the token a
 //! release hands a key over under, and a lock handed over. Nothing here sends a command
 //! (the protocol is in `fair/mod.rs`), so the lock's identity (`lock_spec.rs`) builds on
 //! it from below.
 
 use std::time::Duration;
 
-use fred::types::{Key, Value};
+use fred::types::Value;
 use tokio::time::Instant;
 
 use crate::config::MAX_TTL;
@@ -108,15 +108,6 @@ impl<'a> FairPlace<'a> {
             Value::from(patience),
         ]
     }
-}
-
-/// The keys of lock key `key`'s queue, of the queue's expiry and of its hand-overs.
-pub(crate) fn queue_keys(prefix: &str, key: &str) -> [Key; 3] {
-    [
-        Key::from(format!("{prefix}queue:{key}")),
-        Key::from(format!("{prefix}expiry:{key}")),
-        Key::from(format!("{prefix}handover:{key}")),
-    ]
 }
 
 /// The token of the key a release hands over to `waiter` for its attempt `number`.
@@ -229,13 +220,5 @@ mod tests {
         // After 2020-01-01 and exactly representable as a sorted-set score.
         let now = FairPlace::now("w", Duration::from_secs(1)).ticket;
         assert!(now > 1_577_836_800_000 && now < 1 << 53);
-    }
-
-    #[test]
-    fn queue_keys_never_collide_between_locks() {
-        let [q, e, h] = queue_keys("redlock:fair-", "redlock:a");
-        assert_eq!(q.as_str(), Some("redlock:fair-queue:redlock:a"));
-        assert_eq!(e.as_str(), Some("redlock:fair-expiry:redlock:a"));
-        assert_eq!(h.as_str(), Some("redlock:fair-handover:redlock:a"));
     }
 }

@@ -1,0 +1,100 @@
+//! Where the library keeps what it stores on a node, besides the lock keys themselves:
+//! every key name built from a lock key lives here.
+//!
+//! A lock key `k` that waiters queue for has three companions: its queue (a sorted set of
+//! waiters by ticket), the queue's expiry (waiters by the node time their entry ends) and
+//! the waiters' registered hand-overs (a hash). Each is `<fair prefix><kind>:` followed by
+//! the lock key inside a hash tag, `{k}`, so that it lives in the lock key's hash slot on a
+//! Redis Cluster: a script that touches the key and its companions names keys of one slot.
+//! A lock key that already has a hash tag (`app:{tenant}:job`) keeps it, unwrapped: the
+//! companion's first tag is then the key's own. The fair prefix holds no braces (checked
+//! with the configuration), so it never brings a tag of its own. (A key with a `}` but no
+//! tag, such as `a{}b}`, hashes whole, and no companion that wraps it can: its companions
+//! land in another slot, which matters only on a cluster.)
+//!
+//! Every key a script touches is passed to it in `KEYS`; no script builds a key name.
+
+use fred::types::Key;
+
+/// The hash tag of `key` by Redis Cluster's rule: what lies between the first `{` and the
+/// first `}` after it, when that is not empty. The slot of a key with a tag is the tag's.
+pub fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let close = rest.find('}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+/// The name of lock key `key`'s companion of `kind` under `prefix`, in `key`'s hash slot.
+fn companion(prefix: &str, kind: &str, key: &str) -> String {
+    if hash_tag(key).is_some() {
+        format!("{prefix}{kind}:{key}")
+    } else {
+        format!("{prefix}{kind}:{{{key}}}")
+    }
+}
+
+/// Lock key `key`'s queue, the queue's expiry and its hand-overs, under the fair prefix
+/// `prefix`, in that order (the order the scripts take them in).
+pub(crate) fn queue_keys(prefix: &str, key: &str) -> [Key; 3] {
+    [
+        Key::from(companion(prefix, "queue", key)),
+        Key::from(companion(prefix, "expiry", key)),
+        Key::from(companion(prefix, "handover", key)),
+    ]
+}
+
+/// Whether `prefix` may prefix companion keys: it must not bring a hash tag of its own.
+pub(crate) fn prefix_has_no_tag(prefix: &str) -> bool {
+    !prefix.contains(['{', '}'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hash_tag_is_the_first_non_empty_braced_part() {
+        assert_eq!(hash_tag("plain"), None);
+        assert_eq!(hash_tag("a{b}c"), Some("b"));
+        assert_eq!(hash_tag("{user1000}.following"), Some("user1000"));
+        assert_eq!(
+            hash_tag("foo{}{bar}"),
+            None,
+            "an empty first tag means no tag"
+        );
+        assert_eq!(hash_tag("foo{{bar}}zap"), Some("{bar"));
+        assert_eq!(hash_tag("foo{bar}{zap}"), Some("bar"));
+        assert_eq!(hash_tag("open{only"), None);
+        assert_eq!(hash_tag("close}only{"), None);
+    }
+
+    #[test]
+    fn queue_keys_carry_the_lock_key_as_their_tag_and_never_collide_between_locks() {
+        let [q, e, h] = queue_keys("redlock:fair-", "redlock:a");
+        assert_eq!(q.as_str(), Some("redlock:fair-queue:{redlock:a}"));
+        assert_eq!(e.as_str(), Some("redlock:fair-expiry:{redlock:a}"));
+        assert_eq!(h.as_str(), Some("redlock:fair-handover:{redlock:a}"));
+        for key in [&q, &e, &h] {
+            assert_eq!(hash_tag(key.as_str().unwrap()), Some("redlock:a"));
+        }
+        let [other, ..] = queue_keys("redlock:fair-", "redlock:b");
+        assert_ne!(q, other);
+    }
+
+    #[test]
+    fn a_lock_key_with_its_own_tag_keeps_it() {
+        let [q, e, h] = queue_keys("redlock:fair-", "redlock:{tenant}:job");
+        assert_eq!(q.as_str(), Some("redlock:fair-queue:redlock:{tenant}:job"));
+        for key in [&q, &e, &h] {
+            assert_eq!(hash_tag(key.as_str().unwrap()), Some("tenant"));
+        }
+    }
+
+    #[test]
+    fn a_prefix_with_braces_is_refused() {
+        assert!(prefix_has_no_tag("redlock:fair-"));
+        assert!(!prefix_has_no_tag("redlock:{fair}-"));
+        assert!(!prefix_has_no_tag("x}"));
+    }
+}

@@ -21,6 +21,12 @@
 //!   subscribers that [`Coordinator::subscribers`] hands out); why a connection failed.
 //! - `lock_spec` and `scripts`: a lock's identity and the Lua that takes, extends and
 //!   releases it; `quorum`, `drift`: the arithmetic; `coordinator`: the public API.
+//! - `fair`: the fair queue (`fair/place.rs`, its values: a waiter's place, the hand-over
+//!   token; `fair/mod.rs`, leaving the queue and taking a handed-over lock); `fence`:
+//!   fencing tokens and the repair of lost counters.
+//! - [`message`] and [`layout`], at the bottom: the release channel's wire format (the Lua
+//!   that writes it and the parser the client reads it with) and the name of every key
+//!   stored beside a lock key (hash-tagged to share its slot).
 //! - [`metrics`]: the name of every metric both crates record through the `metrics` facade
 //!   (rounds, node answers, rollbacks here; acquisitions and renewals in the client).
 //!

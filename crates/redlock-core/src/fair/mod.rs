@@ -107,7 +107,7 @@ impl Coordinator {
     }
 
     /// The keys and arguments of the `FAIR_LEAVE` script call (see
-    /// [`leave_command`](Self::leave_command)).
+    /// `leave_command`).
     fn leave_args(
         &self,
         key: &str,

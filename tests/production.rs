@@ -364,15 +364,7 @@ async fn unusable_tls_settings_are_typed_errors_before_anything_connects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_node_works_with_the_password_and_says_what_is_wrong_without_it() {
-    let set = NodeSet::start_with(
-        3,
-        NodeOptions {
-            password: Some(SECRET.into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let set = password_nodes().await;
     assert!(set.urls()[0].contains(SECRET));
     let client = connect(builder(set.urls())).await;
     every_path(&client, &set).await;
@@ -734,15 +726,7 @@ async fn the_health_check_reads_each_node_and_strict_refuses_a_node_that_breaks_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_error_report_or_debug_output_shows_a_password() {
-    let set = NodeSet::start_with(
-        3,
-        NodeOptions {
-            password: Some(SECRET.into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let set = password_nodes().await;
     // One node with the right password, one with a wrong one, one that is down.
     let down = redlock_testkit::NodeSet::start(1).await.unwrap();
     let down_port = down.node(0).port();
@@ -836,19 +820,9 @@ async fn admin(url: &str, command: &'static str, args: &[&str]) -> fred::types::
 /// can hold (not every connection's and metric's internals) and shows no password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_debug_of_a_client_a_guard_and_the_coordinator_is_a_few_lines_without_a_password() {
-    let set = NodeSet::start_with(
-        3,
-        NodeOptions {
-            password: Some(SECRET.into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    let urls: Vec<String> = (0..set.len())
-        .map(|i| format!("redis://:{SECRET}@127.0.0.1:{}", set.node(i).port()))
-        .collect();
-    let client = connect(builder(urls)).await;
+    let set = password_nodes().await;
+    assert!(set.urls()[0].contains(SECRET));
+    let client = connect(builder(set.urls())).await;
     let guard = client.lock("debugged").await.unwrap();
     for (what, shown) in [
         ("client", format!("{client:?}")),
@@ -873,6 +847,19 @@ async fn the_debug_of_a_client_a_guard_and_the_coordinator_is_a_few_lines_withou
     assert!(shown.contains("debugged"), "{shown}");
     guard.release().await.unwrap();
     client.shutdown().await;
+}
+
+/// Three nodes that ask for the password [`SECRET`] (their URLs carry it).
+async fn password_nodes() -> NodeSet {
+    NodeSet::start_with(
+        3,
+        NodeOptions {
+            password: Some(SECRET.into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
 }
 
 fn assert_no_secret(text: &str) {

@@ -24,7 +24,7 @@ use crate::lock_spec::LockSpec;
 /// started together all get their tokens.
 const RECORD_TRIES: u32 = 16;
 use crate::report::{RoundKind, RoundReport};
-use crate::round::{Command, Round};
+use crate::round::{Command, Decided, Round};
 use crate::scripts::{FENCE_READ, FENCE_RECORD};
 use crate::token::Token;
 
@@ -176,17 +176,7 @@ impl Coordinator {
     /// token; extensions keep it.
     pub async fn acquire_with(&self, what: Acquisition<'_>) -> Result<Lock, Error> {
         let config = &self.inner.config;
-        if let Some(owner) = what.owner {
-            if owner.is_empty() {
-                return Err(ConfigError::EmptyOwner.into());
-            }
-            if what.keys.len() != 1 {
-                return Err(ConfigError::ReentrantKeys {
-                    count: what.keys.len(),
-                }
-                .into());
-            }
-        }
+        check_owner(what.owner, what.keys)?;
         // The fair place gates the attempt; a queued one only enqueues it.
         let place = what.fair.or(what.queued);
         if let Some(place) = &place {
@@ -211,7 +201,6 @@ impl Coordinator {
             // Concurrent plain acquisitions share their rounds (group commit).
             return self.acquire_grouped(spec, ttl).await;
         }
-        let fence_key = what.fenced.then_some(config.fence_key.as_str());
         // Before the round's start, for a fenced acquisition only: the write-back window
         // (suspend counted), and the highest token handed out before this acquisition
         // began, which its token must pass.
@@ -219,34 +208,60 @@ impl Coordinator {
             window: Deadline::new(Instant::now() + fence::WRITE_BACK_WINDOW, host_suspended()),
             floor: self.inner.fencing.handed_out.load(Ordering::SeqCst),
         });
-        let round = Round {
+        let fair = what.fair.is_some();
+        let round = self.acquisition_round(&spec, ttl, place.as_ref(), (fair, what.fenced));
+        let decided = self.run_one(round).await;
+        let Some(bounds) = bounds else {
+            return self.lock_from(decided, spec, ttl, None);
+        };
+        self.fenced_lock(decided, spec, ttl, bounds, what.deadline)
+            .await
+    }
+
+    /// The acquisition round of `spec` for `ttl`: in the queues of `place` when it has one
+    /// (gated by it when `fair`), and reading the fencing counters when `fenced`.
+    fn acquisition_round(
+        &self,
+        spec: &LockSpec,
+        ttl: Duration,
+        place: Option<&FairPlace<'_>>,
+        (fair, fenced): (bool, bool),
+    ) -> Round {
+        let config = &self.inner.config;
+        let fence_key = fenced.then_some(config.fence_key.as_str());
+        Round {
             kind: RoundKind::Acquire,
-            command: match &place {
-                Some(place) => spec.acquire_queued(
-                    ttl,
-                    place,
-                    what.fair.is_some(),
-                    &config.fair_prefix,
-                    fence_key,
-                ),
+            command: match place {
+                Some(place) => {
+                    spec.acquire_queued(ttl, place, fair, &config.fair_prefix, fence_key)
+                }
                 None => spec.acquire(ttl, fence_key),
             },
-            requests: vec![match &place {
+            requests: vec![match place {
                 Some(place) => spec.acquire_queued_request(
                     ttl,
                     place,
-                    (what.fair.is_some(), what.fenced),
+                    (fair, fenced),
                     &config.fair_prefix,
                     self.inner.release_channel.as_ref(),
                 ),
                 None => spec.acquire_request(ttl),
             }],
             drift_factor: config.drift_factor,
-        };
-        let decided = self.run_one(round).await;
-        let Some(bounds) = bounds else {
-            return self.lock_from(decided, spec, ttl, None);
-        };
+        }
+    }
+
+    /// A fenced acquisition once its round is decided: the lock with its token, written
+    /// back to a quorum (see [`fence`](Self::fence)) within the caller's `deadline` if it
+    /// has one; otherwise the won lock is released again, and the error says why.
+    async fn fenced_lock(
+        &self,
+        decided: Decided,
+        spec: LockSpec,
+        ttl: Duration,
+        bounds: Bounds,
+        deadline: Option<Instant>,
+    ) -> Result<Lock, Error> {
         let counters = counters_in(&decided.values);
         // Won or not, the round read the counters: a node found without one is repaired.
         self.repair_missing(counters.iter().copied(), -1);
@@ -260,33 +275,13 @@ impl Coordinator {
         // The last time the counters fell short, kept for a deadline that cuts the reads.
         let short = std::sync::Mutex::new(None);
         let fencing = self.fence(&counters, &lock, &short, bounds);
-        let fenced = match what.deadline {
+        let fenced = match deadline {
             None => fencing.await,
             Some(deadline) => match tokio::time::timeout_at(deadline, fencing).await {
                 Ok(fenced) => fenced,
-                Err(_) => {
-                    // The caller's deadline: the rounds still in flight roll back or
-                    // settle in the background, and so does the release of the won lock.
-                    let report = RoundReport::clone(&lock.report);
-                    let short = short.lock().unwrap_or_else(|e| e.into_inner()).take();
-                    let reason = match short {
-                        // Cut while reading the counters again (see `fence`): which of the
-                        // two it is stays unknown.
-                        Some(short) if short.every_node_answered() => format!(
-                            "the call's deadline passed while the fencing counters were read \
-                             again: {short}. Either a new node set's first token is still being \
-                             written back (retry), or a quorum lost its counters, which only an \
-                             operator mends: `redlock fence` shows them, `redlock fence \
-                             --raise-to N` raises them"
-                        ),
-                        _ => "the call's deadline passed while the fencing token was recorded"
-                            .to_string(),
-                    };
-                    return Err(Error::NotFenced {
-                        report: Box::new(report),
-                        reason,
-                    });
-                }
+                // The caller's deadline: the rounds still in flight roll back or settle in
+                // the background, and so does the release of the won lock.
+                Err(_) => return Err(deadline_passed(&lock, &short)),
             },
         };
         match fenced {
@@ -300,7 +295,7 @@ impl Coordinator {
             }
             // Within a caller's deadline, the release runs in the background (`won` is
             // dropped with the lock in it).
-            Err(error) if what.deadline.is_some() => Err(error),
+            Err(error) if deadline.is_some() => Err(error),
             Err(error) => Err(won.unfence(error).await),
         }
     }
@@ -634,5 +629,43 @@ fn counter_of(value: &Option<Value>) -> Option<i64> {
     match value {
         Some(Value::Integer(counter)) => Some(*counter),
         _ => None,
+    }
+}
+
+/// Whether `owner`, for a reentrant lock, goes with `keys`: it may not be empty, and a
+/// reentrant lock has one key.
+fn check_owner(owner: Option<&str>, keys: &[&str]) -> Result<(), Error> {
+    if let Some(owner) = owner {
+        if owner.is_empty() {
+            return Err(ConfigError::EmptyOwner.into());
+        }
+        if keys.len() != 1 {
+            return Err(ConfigError::ReentrantKeys { count: keys.len() }.into());
+        }
+    }
+    Ok(())
+}
+
+/// Why a fenced acquisition whose caller's deadline passed during its fencing step gets
+/// no token: with the acquisition round's report, and the counters' last shortfall (taken
+/// from `short`) when the deadline cut their reads.
+fn deadline_passed(lock: &Lock, short: &std::sync::Mutex<Option<fence::Shortfall>>) -> Error {
+    let report = RoundReport::clone(&lock.report);
+    let short = short.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let reason = match short {
+        // Cut while reading the counters again (see `fence`): which of the two it is stays
+        // unknown.
+        Some(short) if short.every_node_answered() => format!(
+            "the call's deadline passed while the fencing counters were read \
+             again: {short}. Either a new node set's first token is still being \
+             written back (retry), or a quorum lost its counters, which only an \
+             operator mends: `redlock fence` shows them, `redlock fence \
+             --raise-to N` raises them"
+        ),
+        _ => "the call's deadline passed while the fencing token was recorded".to_string(),
+    };
+    Error::NotFenced {
+        report: Box::new(report),
+        reason,
     }
 }

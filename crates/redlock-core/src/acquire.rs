@@ -14,6 +14,7 @@ use crate::fair::FairPlace;
 use crate::fence::{self, FencingCounters, FencingToken, NodeFence, Safeguard};
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
+use crate::report::NodeName;
 
 /// How many write-backs a fenced acquisition tries, each above the counters the last one
 /// found, before it gives up its lock ([`Error::NotFenced`]); it stops sooner when the
@@ -315,32 +316,58 @@ impl Coordinator {
         short: &std::sync::Mutex<Option<fence::Shortfall>>,
         bounds: Bounds,
     ) -> Result<FencingToken, Error> {
-        let mut token = fence::next_token(counters, self.quorum());
-        // Whether the token is a new node set's first: from counters of which none is set.
-        let mut new_set = fence::new_set(counters);
-        // The nodes the last read found without a counter, to name them.
-        let mut missing_on = Vec::new();
-        let mut read_again = async || {
-            let (report, counters) = self.read_counters().await;
-            self.repair_missing(counters.iter().copied(), -2);
-            new_set = fence::new_set(&counters);
-            missing_on = report
-                .nodes
-                .iter()
-                .zip(&counters)
-                .filter(|(_, counter)| **counter == Some(-1))
-                .map(|(node, _)| node.node.clone())
-                .collect();
-            fence::next_token(&counters, self.quorum())
+        let mut read = Reading {
+            token: fence::next_token(counters, self.quorum()),
+            // Whether the token is a new node set's first: from counters of which none is set.
+            new_set: fence::new_set(counters),
+            missing_on: Vec::new(),
         };
-        if token.is_err() && counters.iter().any(Option::is_none) {
+        if read.token.is_err() && counters.iter().any(Option::is_none) {
             // Too few of the nodes that answered before the decision have a counter (a
             // new node set, or a node that lost its data was among the first to answer):
             // the nodes that had not answered yet may make up the quorum. Ask them all
             // (rare: a new node set's first tokens, or nodes that lost their data). A
             // counter read later is never lower, so this read is as good as the round's.
-            token = read_again().await;
+            read = self.read_again().await;
         }
+        let (token, new_set) = self.read_while_short(read, lock, short).await?;
+        // Recording now: a deadline from here on cuts the write-back, not the reads.
+        *short.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let (token, recorded) = self.write_back(token, new_set, lock).await?;
+        in_bounds(token, recorded, lock, bounds)
+    }
+
+    /// Every node's fencing counter read again (a node found without one, or with a stale
+    /// one, is repaired), and what the fencing step makes of them.
+    async fn read_again(&self) -> Reading {
+        let (report, counters) = self.read_counters().await;
+        self.repair_missing(counters.iter().copied(), -2);
+        let new_set = fence::new_set(&counters);
+        let missing_on = report
+            .nodes
+            .iter()
+            .zip(&counters)
+            .filter(|(_, counter)| **counter == Some(-1))
+            .map(|(node, _)| node.node.clone())
+            .collect();
+        Reading {
+            token: fence::next_token(&counters, self.quorum()),
+            new_set,
+            missing_on,
+        }
+    }
+
+    /// The token of the fencing step's last `read`, read again while the counters fall
+    /// short with every node answering and the lock valid, with whether it is a new node
+    /// set's first. `short` keeps each read's shortfall. `Err`: why the lock gets no token
+    /// ([`Error::FencingCountersLost`] once every read fell short, else
+    /// [`Error::NotFenced`]).
+    async fn read_while_short(
+        &self,
+        mut read: Reading,
+        lock: &Lock,
+        short: &std::sync::Mutex<Option<fence::Shortfall>>,
+    ) -> Result<(FencingToken, bool), Error> {
         // Every node answered, and too few have a counter beside some that have one: a
         // quorum lost its counters, which only an operator can mend, or a new node set's
         // first write-back (another acquisition's) is still on its way to the others, and
@@ -351,45 +378,53 @@ impl Coordinator {
         let mut reads = 0;
         for pause in pauses {
             // The last read's shortfall, none once a read gave a token.
-            *short.lock().unwrap_or_else(|e| e.into_inner()) = token.as_ref().err().cloned();
-            match &token {
+            *short.lock().unwrap_or_else(|e| e.into_inner()) = read.token.as_ref().err().cloned();
+            match &read.token {
                 Err(shortfall) if shortfall.every_node_answered() && lock.is_valid() => {
                     tokio::time::sleep(pause).await;
-                    token = read_again().await;
+                    read = self.read_again().await;
                     reads += 1;
                 }
                 _ => break,
             }
         }
         let report = || Box::new(RoundReport::clone(&lock.report));
-        let mut token = match token {
-            Ok(token) => token,
+        match read.token {
+            Ok(token) => Ok((token, read.new_set)),
             // Only after every read: a lock whose validity ran out first says "retry".
             Err(shortfall) if shortfall.every_node_answered() && reads == pauses.len() => {
-                return Err(Error::FencingCountersLost {
+                Err(Error::FencingCountersLost {
                     report: report(),
                     seeded: shortfall.seeded,
                     missing: shortfall.unseeded,
-                    missing_on,
+                    missing_on: read.missing_on,
                 })
             }
-            Err(shortfall) => {
-                return Err(Error::NotFenced {
-                    report: report(),
-                    reason: shortfall.to_string(),
-                })
-            }
-        };
-        // Recording now: a deadline from here on cuts the write-back, not the reads.
-        *short.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            Err(shortfall) => Err(Error::NotFenced {
+                report: report(),
+                reason: shortfall.to_string(),
+            }),
+        }
+    }
+
+    /// `token` written back to the nodes' counters until a quorum records it: each try
+    /// that another fenced acquisition passed goes above the counters it found, up to
+    /// [`RECORD_TRIES`] tries and while the lock is valid. The token recorded, with its
+    /// write-back; `Err` ([`Error::NotFenced`]): why none was.
+    async fn write_back(
+        &self,
+        mut token: FencingToken,
+        mut new_set: bool,
+        lock: &Lock,
+    ) -> Result<(FencingToken, Decided), Error> {
         let mut tries = 1;
-        let recorded = loop {
+        loop {
             // Past 2^53 the nodes' scripts (which count in doubles) cannot tell one token
             // from the next: none is written there (written, it would put every counter
             // out of range, and no later acquisition could get a token).
             if token.get() > fence::MAX_FENCING_COUNTER {
                 return Err(Error::NotFenced {
-                    report: report(),
+                    report: Box::new(RoundReport::clone(&lock.report)),
                     reason: format!(
                         "the fencing counters have reached {} (2^53), the highest token the \
                          nodes can record; no token can be issued above it",
@@ -400,7 +435,7 @@ impl Coordinator {
             let recorded = self.record(token, new_set).await;
             self.repair_missing(recorded.values.iter().map(counter_of), -2);
             if recorded.won {
-                break recorded;
+                return Ok((token, recorded));
             }
             let found = counters_in(&recorded.values);
             // The counters this round read were passed since: another fenced acquisition
@@ -416,52 +451,9 @@ impl Coordinator {
                     new_set = false;
                     tries += 1;
                 }
-                _ => {
-                    // Nodes without an intact counter, which only a repair seeds.
-                    let unseeded = found.iter().filter(|c| matches!(c, Some(-1 | -2))).count();
-                    let reason = format!(
-                        "fewer than a quorum of nodes recorded the token ({tries} write-back(s)); \
-                         other fenced acquisitions raised the counters meanwhile, nodes did \
-                         not answer, or {unseeded} node(s) have no intact counter (they lost \
-                         their data or restarted from older data, and are being repaired in \
-                         the background): retry"
-                    );
-                    return Err(Error::NotFenced {
-                        report: Box::new(recorded.report),
-                        reason,
-                    });
-                }
+                _ => return Err(not_recorded(tries, &found, recorded.report)),
             }
-        };
-        if !lock.is_valid() {
-            let reason = "the lock's validity ran out while the token was recorded".to_string();
-            return Err(Error::NotFenced {
-                report: Box::new(recorded.report),
-                reason,
-            });
         }
-        // A repair of a node that acknowledged this token just before losing its data
-        // waits out this window before it reads the counters (see `fence::repair`).
-        if bounds.window.remaining().is_none() {
-            let reason = format!(
-                "the token's write-back quorum was complete only after the write-back window \
-                 ({:?} from the acquisition's start), when a repair of a node's counter may \
-                 no longer see it: retry",
-                fence::WRITE_BACK_WINDOW
-            );
-            return Err(Error::NotFenced {
-                report: Box::new(recorded.report),
-                reason,
-            });
-        }
-        if token.get() <= bounds.floor {
-            return Err(Error::FencingTokenBehind {
-                report: Box::new(recorded.report),
-                token: token.get(),
-                handed_out: bounds.floor,
-            });
-        }
-        Ok(token)
     }
 
     /// Starts a repair of each node whose counter `counters` shows missing (or stale),
@@ -668,4 +660,71 @@ fn deadline_passed(lock: &Lock, short: &std::sync::Mutex<Option<fence::Shortfall
         report: Box::new(report),
         reason,
     }
+}
+
+/// What a read of the fencing counters gives the fencing step.
+struct Reading {
+    /// The token they give, or why none.
+    token: Result<FencingToken, fence::Shortfall>,
+    /// Whether the token is a new node set's first: from counters of which none is set.
+    new_set: bool,
+    /// The nodes the read found without a counter, to name them.
+    missing_on: Vec<NodeName>,
+}
+
+/// Why a token that `tries` write-backs did not get recorded by a quorum gets none: the
+/// last write-back `found` these counters, with its `report`.
+fn not_recorded(tries: u32, found: &[Option<i64>], report: RoundReport) -> Error {
+    // Nodes without an intact counter, which only a repair seeds.
+    let unseeded = found.iter().filter(|c| matches!(c, Some(-1 | -2))).count();
+    let reason = format!(
+        "fewer than a quorum of nodes recorded the token ({tries} write-back(s)); \
+         other fenced acquisitions raised the counters meanwhile, nodes did \
+         not answer, or {unseeded} node(s) have no intact counter (they lost \
+         their data or restarted from older data, and are being repaired in \
+         the background): retry"
+    );
+    Error::NotFenced {
+        report: Box::new(report),
+        reason,
+    }
+}
+
+/// `token`, recorded by a quorum in `recorded`, if it meets the lock's validity and the
+/// fenced acquisition's `bounds`; else why it is not handed out.
+fn in_bounds(
+    token: FencingToken,
+    recorded: Decided,
+    lock: &Lock,
+    bounds: Bounds,
+) -> Result<FencingToken, Error> {
+    if !lock.is_valid() {
+        let reason = "the lock's validity ran out while the token was recorded".to_string();
+        return Err(Error::NotFenced {
+            report: Box::new(recorded.report),
+            reason,
+        });
+    }
+    // A repair of a node that acknowledged this token just before losing its data
+    // waits out this window before it reads the counters (see `fence::repair`).
+    if bounds.window.remaining().is_none() {
+        let reason = format!(
+            "the token's write-back quorum was complete only after the write-back window \
+             ({:?} from the acquisition's start), when a repair of a node's counter may \
+             no longer see it: retry",
+            fence::WRITE_BACK_WINDOW
+        );
+        return Err(Error::NotFenced {
+            report: Box::new(recorded.report),
+            reason,
+        });
+    }
+    if token.get() <= bounds.floor {
+        return Err(Error::FencingTokenBehind {
+            report: Box::new(recorded.report),
+            token: token.get(),
+            handed_out: bounds.floor,
+        });
+    }
+    Ok(token)
 }

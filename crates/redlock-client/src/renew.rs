@@ -39,20 +39,21 @@ pub(crate) mod policy;
 /// Locks renewed per call of `renew_many` in a tick: half an extension batch (128), so that
 /// a tick has one small batch's commands, replies and records alive at a time, and the
 /// memory allocator's high-water mark stays low (a renewal tick of 10,000 locks is then 79
-/// round trips in a row, which a renewal interval of seconds affords). In the benchmark's
-/// P6 (2-core VMs), 512 locks a slice kept 1.17x the RSS after the hold and 256 1.13x; 128
-/// kept 1.06x, measured on another VM of the same size.
+/// round trips in a row, which a renewal interval of seconds affords). Larger slices leave
+/// the process holding more memory after a hold (the benchmark's P6, in
+/// docs/benchmarks.md).
 const TICK_SLICE: usize = redlock_core::EXTEND_BATCH_LOCKS / 2;
 
 /// The most slices of a tick in flight at once. A tick sends its slices the most urgent
 /// locks first, one after another while each can wait for the round before it, and the
 /// next one at once (up to this many in flight) when its most urgent lock's validity ends
-/// within two node timeouts. Always one after another, a tick's later slices started their
-/// rounds a round (or many) late, while the renewal rule (a renewal starts before the TTL
-/// minus the drift allowance minus a node timeout) leaves room for one round: 129 locks
-/// falling due together as late as the rule allows lost the last one with every node
-/// healthy. Always several at once, a tick kept several slices' records alive, and the
-/// benchmark's P6 held 1.20x the RSS after the hold instead of 1.07x.
+/// within two node timeouts. Always one after another, a tick's later slices would start
+/// their rounds a round (or many) late, while the renewal rule (a renewal starts before the
+/// TTL minus the drift allowance minus a node timeout) leaves room for one round: of 129
+/// locks falling due together as late as the rule allows, the last one would lapse with
+/// every node healthy. Always several at once, a tick keeps several slices' records alive,
+/// and the process holds more memory after a hold (the benchmark's P6, in
+/// docs/benchmarks.md).
 const TICK_SLICES_IN_FLIGHT: usize = 64;
 
 /// How often and for how long one lock is renewed.

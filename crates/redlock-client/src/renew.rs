@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use redlock_core::{ClosedReason, Coordinator, Deadline, Error as CoreError};
+use redlock_core::{ClosedReason, Coordinator, Deadline, Error as CoreError, Renewed};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -39,20 +39,21 @@ pub(crate) mod policy;
 /// Locks renewed per call of `renew_many` in a tick: half an extension batch (128), so that
 /// a tick has one small batch's commands, replies and records alive at a time, and the
 /// memory allocator's high-water mark stays low (a renewal tick of 10,000 locks is then 79
-/// round trips in a row, which a renewal interval of seconds affords). In the benchmark's
-/// P6 (2-core VMs), 512 locks a slice kept 1.17x the RSS after the hold and 256 1.13x; 128
-/// kept 1.06x, measured on another VM of the same size.
+/// round trips in a row, which a renewal interval of seconds affords). Larger slices leave
+/// the process holding more memory after a hold (the benchmark's P6, in
+/// docs/benchmarks.md).
 const TICK_SLICE: usize = redlock_core::EXTEND_BATCH_LOCKS / 2;
 
 /// The most slices of a tick in flight at once. A tick sends its slices the most urgent
 /// locks first, one after another while each can wait for the round before it, and the
 /// next one at once (up to this many in flight) when its most urgent lock's validity ends
-/// within two node timeouts. Always one after another, a tick's later slices started their
-/// rounds a round (or many) late, while the renewal rule (a renewal starts before the TTL
-/// minus the drift allowance minus a node timeout) leaves room for one round: 129 locks
-/// falling due together as late as the rule allows lost the last one with every node
-/// healthy. Always several at once, a tick kept several slices' records alive, and the
-/// benchmark's P6 held 1.20x the RSS after the hold instead of 1.07x.
+/// within two node timeouts. Always one after another, a tick's later slices would start
+/// their rounds a round (or many) late, while the renewal rule (a renewal starts before the
+/// TTL minus the drift allowance minus a node timeout) leaves room for one round: of 129
+/// locks falling due together as late as the rule allows, the last one would lapse with
+/// every node healthy. Always several at once, a tick keeps several slices' records alive,
+/// and the process holds more memory after a hold (the benchmark's P6, in
+/// docs/benchmarks.md).
 const TICK_SLICES_IN_FLIGHT: usize = 64;
 
 /// How often and for how long one lock is renewed.
@@ -236,87 +237,16 @@ fn renewal_ttl(
 
 async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
     let now = Instant::now();
-    entries.retain(|e| {
-        // Its validity ran out before a renewal got through: lost, whether or not anyone
-        // awaits `lost()`, and no longer renewed (a renewal of it would fail every quarter
-        // interval for ever while the nodes stay unreachable, and one that got through
-        // later must not make it valid again).
-        if !e.shared.done.load(Ordering::SeqCst) && e.shared.valid_until() <= now {
-            e.shared.mark_lost(LostReason::Expired);
-        }
-        let held = !e.shared.done.load(Ordering::SeqCst) && e.shared.status.borrow().lost.is_none();
-        // `max_hold` reached, or so nearly that no renewal could leave validity: renewal
-        // stops, and the holder's health says so (the lock ends with its validity).
-        if held && renewal_ttl(core, (&e.shared, &e.plan), now).is_none() {
-            e.shared.renewal_failed(
-                "renewal stopped: the lock has been held for max_hold; it expires at the end \
-                 of its validity"
-                    .to_string(),
-            );
-            return false;
-        }
-        held
-    });
-    // Everything due within a quarter of its own interval rides along: renewing a little
-    // early costs nothing, and it keeps renewals of many locks in few rounds. The most
-    // urgent first (see `TICK_SLICES_IN_FLIGHT`).
-    let mut due: Vec<(Instant, usize)> = (0..entries.len())
-        .filter(|&i| entries[i].due.instant() <= now + entries[i].plan.every / 4)
-        .map(|i| (entries[i].shared.valid_until(), i))
-        .collect();
+    drop_unrenewable(core, entries, now);
+    let mut due = due_entries(entries, now);
     if due.is_empty() {
         return;
     }
+    // The most urgent first (see `TICK_SLICES_IN_FLIGHT`).
     due.sort_unstable();
-    let span = tracing::debug_span!(
-        "redlock.renew",
-        // The key of a tick that renews one lock; a larger tick's keys are in its rounds'
-        // events and in the warnings of the locks that fail.
-        key = tracing::field::Empty,
-        locks = due.len(),
-        nodes = core.config().nodes.len(),
-        renewed = tracing::field::Empty,
-        refused = tracing::field::Empty,
-        failed = tracing::field::Empty,
-        elapsed_us = tracing::field::Empty,
-    );
-    if let [(_, i)] = due.as_slice() {
-        span.record("key", entries[*i].shared.current().key());
-    }
-    let (mut renewed, mut refused, mut failed) = (0u32, 0u32, 0u32);
+    let span = tick_span(core, entries, &due);
+    let mut counts = TickCounts::default();
     let mut after = now;
-    // A slice of the due locks at a time (half an extension batch), a few in flight, so
-    // that a tick holds copies of a few hundred locks at once, not of every lock held.
-    let renew_slice = |slice: Vec<(usize, Arc<HoldState>, RenewalPlan)>| {
-        let span = span.clone();
-        async move {
-            let locks: Vec<_> = slice
-                .iter()
-                .map(|(_, shared, _)| shared.current())
-                .collect();
-            // Each slice's own start: a TTL capped by `max_hold` and counted from the
-            // tick's start would reach past the cap by the rounds before it. Where the cap
-            // came too near meanwhile for a renewal to leave any validity, the lock is not
-            // renewed (`None`): a renewal with the TTL taken at the tick's start, as it
-            // once was, made it valid past the cap by as long as the rounds before it.
-            let slice_start = Instant::now();
-            let ttls: Vec<Option<Duration>> = slice
-                .iter()
-                .map(|(_, shared, plan)| renewal_ttl(core, (shared, plan), slice_start))
-                .collect();
-            let requests: Vec<_> = locks
-                .iter()
-                .zip(&ttls)
-                .filter_map(|(lock, ttl)| ttl.map(|ttl| (lock, ttl)))
-                .collect();
-            let results = if requests.is_empty() {
-                Vec::new()
-            } else {
-                core.renew_many(&requests).instrument(span).await
-            };
-            (slice, results, ttls, Instant::now())
-        }
-    };
     // Two node timeouts: a slice that cannot wait for one more round before its own.
     let urgent_within = core.config().node_timeout * 2;
     let mut waiting = due.chunks(TICK_SLICE).peekable();
@@ -334,72 +264,208 @@ async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {
                 .iter()
                 .map(|&(_, i)| (i, entries[i].shared.clone(), entries[i].plan))
                 .collect();
-            slices.push(renew_slice(slice));
+            slices.push(renew_slice(core, span.clone(), slice));
             waiting.next();
         }
-        let Some((slice, results, ttls, answered)) = slices.next().await else {
+        let Some(renewed) = slices.next().await else {
             break;
         };
-        after = after.max(answered);
-        let mut results = results.into_iter();
-        for (&(i, ..), ttl) in slice.iter().zip(ttls) {
-            let entry = &mut entries[i];
-            let Some(ttl) = ttl else {
-                // `max_hold` came too near while the tick's earlier slices were out: not
-                // renewed. Due at once, so the next tick stops its renewal and says why.
-                entry.due = due_at(answered);
-                continue;
-            };
-            let Some(result) = results.next() else {
-                break;
-            };
-            if entry.shared.done.load(Ordering::SeqCst) {
-                // Released (or dropped) while this tick was in flight: its extension may
-                // have reached a node after the release and found the key gone, which says
-                // nothing about a hold its holder let go. Not a renewal, refused or
-                // otherwise.
-                continue;
-            }
-            match result {
-                Ok(renewal) => {
-                    renewed += 1;
-                    metrics::renewal(Renewal::Renewed);
-                    entry.shared.renewed(&renewal);
-                    entry.due = due_at(next_due(core, &entry.shared, entry.plan.every, answered));
-                    if ttl < entry.shared.ttl {
-                        // The last renewal, up to `max_hold`: the next tick stops renewal.
-                        entry.plan.hold_until = Some(answered);
-                        entry.due = due_at(answered);
-                    }
-                }
-                Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {
-                    refused += 1;
-                    metrics::renewal(Renewal::Refused);
-                    tracing::warn!(parent: &span, report = %report, "renewal refused by a majority: the lock is lost");
-                    entry.shared.mark_lost(LostReason::Refused);
-                }
-                Err(_) if core.closed().is_some() => {
-                    // Closed while this tick was out: still due, so the next tick, at
-                    // once, stops renewal and says why.
-                    failed += 1;
-                    metrics::renewal(Renewal::Failed);
-                }
-                Err(e) => {
-                    failed += 1;
-                    metrics::renewal(Renewal::Failed);
-                    tracing::warn!(parent: &span, error = %e, "renewal failed; retrying while the lock is still valid");
-                    entry.shared.renewal_failed(e.to_string());
-                    entry.due =
-                        due_at(answered + (entry.plan.every / 4).max(Duration::from_millis(10)));
-                }
-            }
-        }
+        after = after.max(renewed.answered);
+        apply_slice(core, entries, &span, renewed, &mut counts);
     }
     drop(slices);
+    let TickCounts {
+        renewed,
+        refused,
+        failed,
+    } = counts;
     span.record("renewed", renewed);
     span.record("refused", refused);
     span.record("failed", failed);
     span.record("elapsed_us", (after - now).as_micros() as u64);
     tracing::debug!(parent: &span, renewed, refused, failed, "renewal tick");
     entries.retain(|e| e.shared.status.borrow().lost.is_none());
+}
+
+/// Drops from `entries` the locks that are not renewed any more at `now`: released, lost
+/// (marked so here when their validity ran out), or at their `max_hold`.
+fn drop_unrenewable(core: &Coordinator, entries: &mut Vec<Entry>, now: Instant) {
+    entries.retain(|e| {
+        // Its validity ran out before a renewal got through: lost, whether or not anyone
+        // awaits `lost()`, and not renewed from then on (a renewal of it would fail every
+        // quarter interval for ever while the nodes stay unreachable, and one that got
+        // through later must not make it valid again).
+        if !e.shared.done.load(Ordering::SeqCst) && e.shared.valid_until() <= now {
+            e.shared.mark_lost(LostReason::Expired);
+        }
+        let held = !e.shared.done.load(Ordering::SeqCst) && e.shared.status.borrow().lost.is_none();
+        // `max_hold` reached, or so nearly that no renewal could leave validity: renewal
+        // stops, and the holder's health says so (the lock ends with its validity).
+        if held && renewal_ttl(core, (&e.shared, &e.plan), now).is_none() {
+            e.shared.renewal_failed(
+                "renewal stopped: the lock has been held for max_hold; it expires at the end \
+                 of its validity"
+                    .to_string(),
+            );
+            return false;
+        }
+        held
+    });
+}
+
+/// The entries due at `now`, by index, each with the end of its validity. Everything due
+/// within a quarter of its own interval rides along: renewing a little early costs
+/// nothing, and it keeps renewals of many locks in few rounds.
+fn due_entries(entries: &[Entry], now: Instant) -> Vec<(Instant, usize)> {
+    (0..entries.len())
+        .filter(|&i| entries[i].due.instant() <= now + entries[i].plan.every / 4)
+        .map(|i| (entries[i].shared.valid_until(), i))
+        .collect()
+}
+
+/// The span of a tick that renews the `due` locks among `entries`.
+fn tick_span(core: &Coordinator, entries: &[Entry], due: &[(Instant, usize)]) -> tracing::Span {
+    let span = tracing::debug_span!(
+        "redlock.renew",
+        // The key of a tick that renews one lock; a larger tick's keys are in its rounds'
+        // events and in the warnings of the locks that fail.
+        key = tracing::field::Empty,
+        locks = due.len(),
+        nodes = core.config().nodes.len(),
+        renewed = tracing::field::Empty,
+        refused = tracing::field::Empty,
+        failed = tracing::field::Empty,
+        elapsed_us = tracing::field::Empty,
+    );
+    if let [(_, i)] = due {
+        span.record("key", entries[*i].shared.current().key());
+    }
+    span
+}
+
+/// Due locks renewed together: each entry's index, its lock and its plan.
+type Slice = Vec<(usize, Arc<HoldState>, RenewalPlan)>;
+
+/// A slice renewed.
+struct SliceRenewed {
+    slice: Slice,
+    /// The results of the locks it renewed, in order.
+    results: Vec<Result<Renewed, CoreError>>,
+    /// Each lock's renewal TTL (`None`: not renewed).
+    ttls: Vec<Option<Duration>>,
+    /// When the answers were in.
+    answered: Instant,
+}
+
+/// Renews a slice of the due locks (half an extension batch), in `span`. A tick has a few
+/// in flight, so that it holds copies of a few hundred locks at once, not of every lock
+/// held.
+async fn renew_slice(core: &Coordinator, span: tracing::Span, slice: Slice) -> SliceRenewed {
+    let locks: Vec<_> = slice
+        .iter()
+        .map(|(_, shared, _)| shared.current())
+        .collect();
+    // Each slice's own start: a TTL capped by `max_hold` and counted from the tick's
+    // start would reach past the cap by the rounds before it. Where the cap comes too
+    // near meanwhile for a renewal to leave any validity, the lock is not renewed
+    // (`None`): a renewal with the TTL taken at the tick's start would make it valid past
+    // the cap by as long as the rounds before it.
+    let slice_start = Instant::now();
+    let ttls: Vec<Option<Duration>> = slice
+        .iter()
+        .map(|(_, shared, plan)| renewal_ttl(core, (shared, plan), slice_start))
+        .collect();
+    let requests: Vec<_> = locks
+        .iter()
+        .zip(&ttls)
+        .filter_map(|(lock, ttl)| ttl.map(|ttl| (lock, ttl)))
+        .collect();
+    let results = if requests.is_empty() {
+        Vec::new()
+    } else {
+        core.renew_many(&requests).instrument(span).await
+    };
+    SliceRenewed {
+        slice,
+        results,
+        ttls,
+        answered: Instant::now(),
+    }
+}
+
+/// How a tick's renewals ended, for its span and log.
+#[derive(Default)]
+struct TickCounts {
+    renewed: u32,
+    refused: u32,
+    failed: u32,
+}
+
+/// Takes a slice's results on: each lock renewed, refused or failed (counted in `counts`),
+/// and its next renewal due.
+fn apply_slice(
+    core: &Coordinator,
+    entries: &mut [Entry],
+    span: &tracing::Span,
+    SliceRenewed {
+        slice,
+        results,
+        ttls,
+        answered,
+    }: SliceRenewed,
+    counts: &mut TickCounts,
+) {
+    let mut results = results.into_iter();
+    for (&(i, ..), ttl) in slice.iter().zip(ttls) {
+        let entry = &mut entries[i];
+        let Some(ttl) = ttl else {
+            // `max_hold` came too near while the tick's earlier slices were out: not
+            // renewed. Due at once, so the next tick stops its renewal and says why.
+            entry.due = due_at(answered);
+            continue;
+        };
+        let Some(result) = results.next() else {
+            break;
+        };
+        if entry.shared.done.load(Ordering::SeqCst) {
+            // Released (or dropped) while this tick was in flight: its extension may
+            // have reached a node after the release and found the key gone, which says
+            // nothing about a hold its holder let go. Not a renewal, refused or
+            // otherwise.
+            continue;
+        }
+        match result {
+            Ok(renewal) => {
+                counts.renewed += 1;
+                metrics::renewal(Renewal::Renewed);
+                entry.shared.renewed(&renewal);
+                entry.due = due_at(next_due(core, &entry.shared, entry.plan.every, answered));
+                if ttl < entry.shared.ttl {
+                    // The last renewal, up to `max_hold`: the next tick stops renewal.
+                    entry.plan.hold_until = Some(answered);
+                    entry.due = due_at(answered);
+                }
+            }
+            Err(CoreError::NoQuorum { report }) if refused_by_majority(&report) => {
+                counts.refused += 1;
+                metrics::renewal(Renewal::Refused);
+                tracing::warn!(parent: span, report = %report, "renewal refused by a majority: the lock is lost");
+                entry.shared.mark_lost(LostReason::Refused);
+            }
+            Err(_) if core.closed().is_some() => {
+                // Closed while this tick was out: still due, so the next tick, at
+                // once, stops renewal and says why.
+                counts.failed += 1;
+                metrics::renewal(Renewal::Failed);
+            }
+            Err(e) => {
+                counts.failed += 1;
+                metrics::renewal(Renewal::Failed);
+                tracing::warn!(parent: span, error = %e, "renewal failed; retrying while the lock is still valid");
+                entry.shared.renewal_failed(e.to_string());
+                entry.due =
+                    due_at(answered + (entry.plan.every / 4).max(Duration::from_millis(10)));
+            }
+        }
+    }
 }

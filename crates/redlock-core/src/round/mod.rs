@@ -142,10 +142,39 @@ async fn run_inner(
         won_early: vec![false; if won_early.is_some() { r } else { 0 }],
     };
     let mut tally = RoundVotes::new(n, r);
-    for i in 0..n {
+    send_all(&mut flight, &mut tally, ttl);
+    let decide = Decide {
+        round: &round,
+        nodes: n,
+        t0,
+        suspended,
+        settling: &settling,
+    };
+    while !tally.done(round.waits_for_all()) {
+        match flight.calls.next().await {
+            Some((i, answers, latency)) => {
+                tally.record(&round, i, &answers);
+                flight.answered[i] = Some((answers, latency));
+                if let Some(won_early) = won_early.as_mut() {
+                    hand_over_won(&mut flight, &tally, &decide, &mut **won_early);
+                }
+            }
+            // Every node has answered, so every request is decided.
+            None => break,
+        }
+    }
+    finish(&mut flight, &mut tally, &decide)
+}
+
+/// Starts the round's command on every node, in node order, with the round's `ttl`;
+/// records the answers that are in at once.
+fn send_all(flight: &mut InFlight, tally: &mut RoundVotes, ttl: Option<Duration>) {
+    let r = flight.round.requests.len();
+    let t0 = flight.t0;
+    for i in 0..flight.connections.len() {
         let mut call: Call = Box::pin(
             {
-                let (connections, round) = (connections.clone(), round.clone());
+                let (connections, round) = (flight.connections.clone(), flight.round.clone());
                 async move {
                     let reply = round.command.send(&connections[i], round.kind, ttl).await;
                     let answers = round.command.read(round.kind, reply, r);
@@ -161,88 +190,57 @@ async fn run_inner(
         let mut cx = Context::from_waker(futures::task::noop_waker_ref());
         match call.as_mut().poll(&mut cx) {
             Poll::Ready((i, answers, latency)) => {
-                tally.record(&round, i, &answers);
+                tally.record(&flight.round, i, &answers);
                 flight.answered[i] = Some((answers, latency));
             }
             Poll::Pending => flight.calls.push(call),
         }
     }
-    let outcome = |j: usize, elapsed: Duration, tally: &RoundVotes| {
-        let request = &round.requests[j];
-        let reached = tally.votes[j].decision() == Some(Decision::Won);
-        // Validity only means something for a request that reached its quorum.
-        // A host suspend during the round counts as time passed, as it will for the lock.
-        let lease = request
-            .ttl
-            .filter(|_| reached)
-            .and_then(|ttl| lease(ttl, round.drift_factor, t0, elapsed))
-            .and_then(|(_, until)| {
-                let deadline = Deadline::new(until, suspended);
-                Some((deadline.remaining_at(t0 + elapsed)?, deadline))
-            });
-        let won = reached && (request.ttl.is_none() || lease.is_some());
-        (tally.votes[j].accepted(), won, lease)
-    };
-    let decided = |j: usize,
-                   (accepted, won, lease): Outcome,
-                   elapsed: Duration,
-                   nodes: Vec<NodeReport>,
-                   values: Vec<Option<Value>>| Decided {
-        report: RoundReport {
-            kind: round.kind,
-            key: round.requests[j].name.clone(),
-            quorum: quorum(n),
-            accepted,
-            nodes,
-            elapsed,
-            validity: lease.map(|(validity, _)| validity),
-            settling: Some(SettlingView {
-                rx: settling.subscribe(),
-                index: j,
-            }),
-        },
-        won,
-        valid_until: lease.map(|(_, deadline)| deadline),
-        values,
-    };
-    while !tally.done(round.waits_for_all()) {
-        match flight.calls.next().await {
-            Some((i, answers, latency)) => {
-                tally.record(&round, i, &answers);
-                flight.answered[i] = Some((answers, latency));
-                if let Some(won_early) = won_early.as_mut() {
-                    // Each request won by now, with validity left now, goes to its caller.
-                    let elapsed = t0.elapsed();
-                    for j in 0..r {
-                        let handed = flight.won_early[j];
-                        if handed || tally.votes[j].decision() != Some(Decision::Won) {
-                            continue;
-                        }
-                        let outcome = outcome(j, elapsed, &tally);
-                        if !outcome.1 {
-                            continue;
-                        }
-                        flight.won_early[j] = true;
-                        let nodes = flight.reports(j);
-                        let values = tally.values[j].clone();
-                        let decided = decided(j, outcome, elapsed, nodes, values);
-                        if r == 1 {
-                            round_decided(&decided);
-                        }
-                        won_early(j, decided);
-                    }
-                }
-            }
-            // Every node has answered, so every request is decided.
-            None => break,
+}
+
+/// Hands each request won by now, with validity left now, to its caller (`won_early`, see
+/// [`run_early`]), once.
+fn hand_over_won(
+    flight: &mut InFlight,
+    tally: &RoundVotes,
+    decide: &Decide<'_>,
+    won_early: WonEarly<'_>,
+) {
+    let r = decide.round.requests.len();
+    let elapsed = decide.t0.elapsed();
+    for j in 0..r {
+        let handed = flight.won_early[j];
+        if handed || tally.votes[j].decision() != Some(Decision::Won) {
+            continue;
         }
+        let outcome = decide.outcome(j, elapsed, tally);
+        if !outcome.1 {
+            continue;
+        }
+        flight.won_early[j] = true;
+        let nodes = flight.reports(j);
+        let values = tally.values[j].clone();
+        let decided = decide.decided(j, outcome, elapsed, nodes, values);
+        if r == 1 {
+            round_decided(&decided);
+        }
+        won_early(j, decided);
     }
-    let elapsed = t0.elapsed();
+}
+
+/// The round's end, once every request is decided (or every node answered): the rollback
+/// of each request lost (not handed over early) handed off with the commands still in
+/// flight, the round's metrics and span, and the results of the requests not handed over,
+/// in order.
+fn finish(flight: &mut InFlight, tally: &mut RoundVotes, decide: &Decide<'_>) -> Vec<Decided> {
+    let round = decide.round;
+    let r = round.requests.len();
+    let elapsed = decide.t0.elapsed();
 
     let mut results = Vec::with_capacity(r);
     let mut roll_back = Vec::with_capacity(r);
     for (j, request) in round.requests.iter().enumerate() {
-        let result = outcome(j, elapsed, &tally);
+        let result = decide.outcome(j, elapsed, tally);
         let early = flight.won_early.get(j).copied().unwrap_or(false);
         roll_back.push(!early && !result.1 && request.undo.is_some());
         results.push((result, early));
@@ -260,8 +258,8 @@ async fn run_inner(
         .enumerate()
         .filter(|(_, ((_, early), _))| !early)
         .map(|(j, ((outcome, _), values))| {
-            let nodes = settling.borrow().requests[j].clone();
-            let decided = decided(j, outcome, elapsed, nodes, values);
+            let nodes = decide.settling.borrow().requests[j].clone();
+            let decided = decide.decided(j, outcome, elapsed, nodes, values);
             if r == 1 {
                 round_decided(&decided);
             }
@@ -273,6 +271,66 @@ async fn run_inner(
     }
     span.record("elapsed_us", elapsed.as_micros() as u64);
     decided
+}
+
+/// What decides a round's requests from its votes: the round and its number of nodes, its
+/// `t0` and the host's suspend by then, and its settling (which each report watches).
+struct Decide<'a> {
+    round: &'a Round,
+    nodes: usize,
+    t0: Instant,
+    suspended: Duration,
+    settling: &'a Arc<watch::Sender<Settling>>,
+}
+
+impl Decide<'_> {
+    /// Request `j`'s outcome `elapsed` after `t0`, by the votes in `tally`.
+    fn outcome(&self, j: usize, elapsed: Duration, tally: &RoundVotes) -> Outcome {
+        let request = &self.round.requests[j];
+        let reached = tally.votes[j].decision() == Some(Decision::Won);
+        // Validity only means something for a request that reached its quorum.
+        // A host suspend during the round counts as time passed, as it will for the lock.
+        let lease = request
+            .ttl
+            .filter(|_| reached)
+            .and_then(|ttl| lease(ttl, self.round.drift_factor, self.t0, elapsed))
+            .and_then(|(_, until)| {
+                let deadline = Deadline::new(until, self.suspended);
+                Some((deadline.remaining_at(self.t0 + elapsed)?, deadline))
+            });
+        let won = reached && (request.ttl.is_none() || lease.is_some());
+        (tally.votes[j].accepted(), won, lease)
+    }
+
+    /// Request `j`'s result: its `outcome` `elapsed` after `t0`, with the node reports and
+    /// values so far.
+    fn decided(
+        &self,
+        j: usize,
+        (accepted, won, lease): Outcome,
+        elapsed: Duration,
+        nodes: Vec<NodeReport>,
+        values: Vec<Option<Value>>,
+    ) -> Decided {
+        Decided {
+            report: RoundReport {
+                kind: self.round.kind,
+                key: self.round.requests[j].name.clone(),
+                quorum: quorum(self.nodes),
+                accepted,
+                nodes,
+                elapsed,
+                validity: lease.map(|(validity, _)| validity),
+                settling: Some(SettlingView {
+                    rx: self.settling.subscribe(),
+                    index: j,
+                }),
+            },
+            won,
+            valid_until: lease.map(|(_, deadline)| deadline),
+            values,
+        }
+    }
 }
 
 /// Records a round of one request's decision on its span, and logs it (debug).

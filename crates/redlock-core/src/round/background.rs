@@ -97,7 +97,7 @@ pub(crate) type Call = Pin<Box<dyn Future<Output = Reply> + Send>>;
 /// Futures polled together, all on the waker of the task that polls the set: a round's
 /// commands (one per node) and its rollbacks. Every poll polls each pending future, which
 /// for a handful costs less than `FuturesUnordered`'s task allocation for each future
-/// pushed (and its own for each set made), three times per node and round before.
+/// pushed (and its own for each set made), which a round would pay several times per node.
 pub(crate) struct Polled<F: Future + Unpin> {
     pending: Vec<F>,
     /// Finished, not yet taken, in the order they were found finished.

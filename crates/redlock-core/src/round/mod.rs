@@ -66,9 +66,9 @@ pub(crate) type WonEarly<'a> = &'a mut (dyn FnMut(usize, Decided) + Send);
 
 /// [`run`] for a round whose requests have callers of their own (a grouped acquisition):
 /// with `won`, each request that wins is handed to it as soon as its quorum is in, with the
-/// validity left then, instead of when the round's last request is decided (one contended
-/// key whose decision needs a slow node's answer held every lock of its batch up that
-/// long, and took its validity). The result holds the rest, in order (those handed over
+/// validity left then, instead of when the round's last request is decided (otherwise one
+/// contended key whose decision needs a slow node's answer would hold every lock of its
+/// batch up that long, and take its validity). The result holds the rest, in order (those handed over
 /// left out).
 /// A request handed over is not rolled back; the others are decided, and rolled back, as
 /// in [`run`].

@@ -86,6 +86,7 @@ mod lock;
 mod lock_spec;
 pub mod message;
 pub mod metrics;
+mod node_name;
 mod quorum;
 mod report;
 mod round;

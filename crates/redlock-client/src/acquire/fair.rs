@@ -10,7 +10,8 @@
 
 use std::time::Duration;
 
-use redlock_core::{handover_token, Coordinator, FairPlace, Lock, NodeOutcome, RoundReport};
+use redlock_core::message::handover_token_text;
+use redlock_core::{Coordinator, FairPlace, Lock, NodeOutcome, RoundReport};
 use tokio::time::Instant;
 
 use super::Call;
@@ -95,10 +96,8 @@ pub(super) async fn settle(
     node_timeout: Duration,
     deadline: Option<Instant>,
 ) -> RoundReport {
-    let mut bound = node_timeout;
-    if let Some(d) = deadline {
-        bound = bound.min(d.saturating_duration_since(Instant::now()));
-    }
+    let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let bound = super::schedule::until(node_timeout, remaining);
     match tokio::time::timeout(bound, report.settled()).await {
         Ok(settled) => settled,
         Err(_) => report.clone(),
@@ -119,7 +118,7 @@ impl<'a> Call<'a> {
                     .filter(|_| self.plan.hands_over(self.shape))
                 {
                     let number = u64::from(self.attempts);
-                    watch.expect(handover_token(place.waiter, number).as_str().into());
+                    watch.expect(handover_token_text(place.waiter, number));
                     // The suspend first: one between the readings then counts.
                     let suspended = redlock_core::host_suspended();
                     self.handover = Some(Handover {

@@ -15,12 +15,13 @@ use crate::error::{ConfigError, Error};
 use crate::group::{Answer, Group, Released};
 use crate::health::NodeHealth;
 use crate::inspect::Inspection;
+use crate::kind::EXTEND_BATCH;
 use crate::lock::{Lock, Renewed};
 use crate::lock_spec::LockSpec;
 use crate::quorum::quorum;
 use crate::report::{ClosedReason, NodeName, RoundKind, RoundReport};
 use crate::round::{self, BackgroundWork, Command, Decided, Request, Round};
-use crate::scripts::{EXTEND_BATCH, INSPECT};
+use crate::scripts::INSPECT;
 use crate::token::Token;
 
 /// The most locks [`Coordinator::extend_many`] sends in one script call per node. At this
@@ -485,11 +486,7 @@ impl Coordinator {
     }
 
     async fn release_spec(&self, spec: LockSpec) -> Result<RoundReport, Error> {
-        if self.inner.config.group_commit
-            && spec.keys.len() == 1
-            && spec.owner.is_none()
-            && !spec.fair
-        {
+        if self.inner.config.group_commit && spec.groups() {
             // Concurrent releases of plain locks share their rounds (group commit).
             return self.release_grouped(spec).await;
         }
@@ -668,7 +665,8 @@ impl Coordinator {
                 keys: spec.keys,
                 name: spec.name,
                 token: spec.token,
-                owner: spec.owner,
+                kind: spec.kind,
+                owner: spec.arg,
                 fair: spec.fair,
                 ttl,
                 valid_until: held_until.map_or(valid_until, |held| held.later(valid_until)),

@@ -3,7 +3,7 @@
 //! While an acquisition round of a plain lock (one key, not fenced, not reentrant, not
 //! fair) is in flight, the plain acquisitions started meanwhile on the same coordinator
 //! wait, and go out together as soon as it is decided: one script call per node
-//! ([`ACQUIRE_BATCH`]) for up to [`GROUP_MAX`] locks instead of one `SET NX PX` per lock
+//! (the kind's grouped acquisition) for up to [`GROUP_MAX`] locks instead of one `SET NX PX` per lock
 //! (a larger burst in several such rounds, in flight together), each lock still decided on its
 //! own quorum, with its own validity and rollback, by the round engine, and answered as soon
 //! as it is won (one lock that needs a slow node's answer holds up no other). A lone acquisition
@@ -38,7 +38,7 @@ use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
 use crate::report::{ClosedReason, NodeOutcome, NodeReport, RoundKind, RoundReport};
 use crate::round::{self, Command, Request, Round};
-use crate::scripts::{channel_arg, ACQUIRE_BATCH, RELEASE_BATCH};
+use crate::scripts::{channel_arg, Script};
 
 /// The most calls one round carries: a script call of about 10 KB of arguments that runs on
 /// a node in well under a millisecond. More waiting ones go in further rounds of the same
@@ -402,7 +402,7 @@ impl Coordinator {
         });
     }
 
-    /// One round for `batch`: `SET NX PX` for one, [`ACQUIRE_BATCH`] for several; each
+    /// One round for `batch`: `SET NX PX` for one, the kind's grouped acquisition for several; each
     /// caller gets its own lock or error.
     async fn acquire_batch(&self, batch: Vec<Waiting<Answer>>) {
         let round = match batch.as_slice() {
@@ -419,7 +419,7 @@ impl Coordinator {
                 Round {
                     kind: RoundKind::Acquire,
                     command: Command::Script {
-                        script: &ACQUIRE_BATCH,
+                        script: &grouped(&many[0].spec).0,
                         keys,
                         args,
                     },
@@ -483,7 +483,7 @@ impl Coordinator {
         }
     }
 
-    /// One release round for `batch`: the release script for one, [`RELEASE_BATCH`] for
+    /// One release round for `batch`: the release script for one, the kind's grouped release for
     /// several; each caller gets its own report.
     async fn release_batch(&self, batch: Vec<Waiting<Released>>) {
         let round = match batch.as_slice() {
@@ -512,7 +512,7 @@ impl Coordinator {
                 Round {
                     kind: RoundKind::Release,
                     command: Command::Script {
-                        script: &RELEASE_BATCH,
+                        script: &grouped(&many[0].spec).1,
                         keys,
                         args,
                     },
@@ -552,4 +552,14 @@ impl Coordinator {
             drift_factor: self.inner.config.drift_factor,
         }
     }
+}
+
+/// The grouped acquisition and release of `spec`'s kind: every lock of a group is of a kind
+/// that has them ([`LockSpec::groups`]).
+fn grouped(spec: &LockSpec) -> &'static (Script, Script) {
+    spec.kind
+        .scripts()
+        .grouped
+        .as_ref()
+        .expect("only a kind with grouped scripts joins a group")
 }

@@ -19,8 +19,11 @@
 //! - `connection`: one node's connection and the commands it sends, each bounded by the
 //!   node timeout; the one place that builds fred clients for lock nodes (also the
 //!   subscribers that [`Coordinator::subscribers`] hands out); why a connection failed.
-//! - `lock_spec` and `scripts`: a lock's identity and the Lua that takes, extends and
-//!   releases it; `quorum`, `drift`: the arithmetic; `coordinator`: the public API.
+//! - `kind`: the lock kinds (a plain lock of one key, several keys, a reentrant hold), each
+//!   the Lua of how a node holds it; `scripts` composes every script a lock needs from a
+//!   kind and the modifiers (fenced, in a fair queue, grouped); `lock_spec`: a lock's
+//!   identity (keys, token, kind) and the commands built from it; `quorum`, `drift`: the
+//!   arithmetic; `coordinator`: the public API.
 //! - `fair`: the fair queue (`fair/place.rs`, its values: a waiter's place, the hand-over
 //!   token; `fair/mod.rs`, leaving the queue and taking a handed-over lock); `fence`:
 //!   fencing tokens and the repair of lost counters.
@@ -81,6 +84,7 @@ mod fence;
 mod group;
 mod health;
 mod inspect;
+mod kind;
 pub mod layout;
 mod lock;
 mod lock_spec;

@@ -22,7 +22,9 @@ pub struct Lock {
     /// The keys as reports name them.
     pub(crate) name: Arc<str>,
     pub(crate) token: Token,
-    /// The owner, for a reentrant lock.
+    /// How the nodes hold it (see [`crate::kind`]).
+    pub(crate) kind: &'static dyn crate::kind::Kind,
+    /// The owner, for a reentrant lock (the kind's argument).
     pub(crate) owner: Option<Arc<str>>,
     /// Won through a fair queue ([`FairPlace`](crate::FairPlace)).
     pub(crate) fair: bool,
@@ -40,6 +42,7 @@ impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lock")
             .field("keys", &self.keys)
+            .field("kind", &self.kind)
             .field("token", &self.token)
             .field(
                 "owner",

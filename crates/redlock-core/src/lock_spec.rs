@@ -10,34 +10,45 @@ use fred::types::{Key, Value};
 use crate::config::check_key;
 use crate::error::ConfigError;
 use crate::fair::place::FairPlace;
+use crate::kind::{self, Kind};
 use crate::layout::queue_keys;
 use crate::lock::Lock;
 use crate::round::{Command, Request, Undo};
-use crate::scripts::{
-    channel_arg, Script, ACQUIRE_MANY, FAIR_ACQUIRE, FAIR_ACQUIRE_MANY, FAIR_REENTRANT_ACQUIRE,
-    FAIR_REENTRANT_ROLLBACK, FAIR_ROLLBACK, FENCED_ACQUIRE_MANY, FENCED_ACQUIRE_ONE,
-    FENCED_FAIR_ACQUIRE, FENCED_FAIR_ACQUIRE_MANY, FENCED_FAIR_REENTRANT_ACQUIRE,
-    FENCED_REENTRANT_ACQUIRE, REENTRANT_ACQUIRE, REENTRANT_RELEASE, RELEASE,
-};
+use crate::scripts::{channel_arg, Script};
 use crate::token::Token;
 
-/// What a lock's scripts are built from.
+/// What a lock's scripts are built from: its keys and token, its kind (whose scripts it
+/// runs, see [`crate::kind`]) and the kind's argument.
 #[derive(Clone)]
 pub(crate) struct LockSpec {
     pub(crate) keys: Arc<[Arc<str>]>,
     pub(crate) name: Arc<str>,
     pub(crate) token: Token,
-    pub(crate) owner: Option<Arc<str>>,
+    pub(crate) kind: &'static dyn Kind,
+    /// The kind's argument: a reentrant lock's owner.
+    pub(crate) arg: Option<Arc<str>>,
     /// Won through a fair queue: its release names the queue's next waiter.
     pub(crate) fair: bool,
 }
 
 impl LockSpec {
-    /// Checks the keys (not empty, none repeated) and the token.
+    /// Checks the keys (not empty, none repeated) and the token; the kind follows from the
+    /// keys and the owner of a reentrant lock ([`kind::of`]).
     pub(crate) fn new(
         keys: &[&str],
         token: Token,
         owner: Option<Arc<str>>,
+    ) -> Result<LockSpec, ConfigError> {
+        let kind = kind::of(owner.is_some(), keys.len());
+        LockSpec::of_kind(kind, keys, token, owner)
+    }
+
+    /// [`new`](Self::new) for a lock of `kind` with its argument `arg`.
+    pub(crate) fn of_kind(
+        kind: &'static dyn Kind,
+        keys: &[&str],
+        token: Token,
+        arg: Option<Arc<str>>,
     ) -> Result<LockSpec, ConfigError> {
         if keys.is_empty() {
             return Err(ConfigError::NoKeys);
@@ -58,7 +69,8 @@ impl LockSpec {
             keys: keys.iter().map(|k| Arc::from(*k)).collect(),
             name: lock_name(keys).into(),
             token,
-            owner,
+            kind,
+            arg,
             fair: false,
         })
     }
@@ -69,7 +81,8 @@ impl LockSpec {
             keys: lock.keys.clone(),
             name: lock.name.clone(),
             token: lock.token.clone(),
-            owner: lock.owner.clone(),
+            kind: lock.kind,
+            arg: lock.owner.clone(),
             fair: lock.fair,
         }
     }
@@ -82,47 +95,43 @@ impl LockSpec {
         Value::String(self.token.as_fred().clone())
     }
 
-    /// The command that takes the lock with `ttl`: `SET NX PX` for one key, a script for
-    /// several keys or a reentrant hold. With `fence_key`, the fenced form of the script,
+    /// The kind's argument, for a kind that has one.
+    fn push_arg(&self, args: &mut Vec<Value>) {
+        if self.kind.has_arg() {
+            args.push(Value::from(self.arg.as_deref().unwrap_or("")));
+        }
+    }
+
+    /// The command that takes the lock with `ttl`: the kind's acquisition, or `SET NX PX`
+    /// for a kind that [`is_set_nx`](Kind::is_set_nx). With `fence_key`, the fenced form,
     /// which also reads the node's fencing counter (its key goes last).
     pub(crate) fn acquire(&self, ttl: Duration, fence_key: Option<&str>) -> Command {
-        let ttl_ms = Value::from(ttl_ms(ttl));
-        let (plain, fenced, args) = match (&self.owner, self.keys.len()) {
-            (Some(owner), _) => (
-                Some(&*REENTRANT_ACQUIRE),
-                &*FENCED_REENTRANT_ACQUIRE,
-                vec![Value::from(&**owner), self.token_value(), ttl_ms],
-            ),
-            (None, 1) => (None, &*FENCED_ACQUIRE_ONE, vec![self.token_value(), ttl_ms]),
-            (None, _) => (
-                Some(&*ACQUIRE_MANY),
-                &*FENCED_ACQUIRE_MANY,
-                vec![self.token_value(), ttl_ms],
-            ),
-        };
-        match (fence_key, plain) {
-            (Some(fence_key), _) => {
+        let scripts = self.kind.scripts();
+        let mut args = vec![self.token_value(), Value::from(ttl_ms(ttl))];
+        self.push_arg(&mut args);
+        match fence_key {
+            Some(fence_key) => {
                 let mut keys = self.fred_keys();
                 keys.push(Key::from(fence_key));
                 Command::Script {
-                    script: fenced,
+                    script: &scripts.fenced,
                     keys,
                     args,
                 }
             }
-            (None, Some(script)) => self.script(script, args),
-            (None, None) => Command::SetNx {
+            None if self.kind.is_set_nx() => Command::SetNx {
                 key: Key::from(&*self.keys[0]),
                 token: self.token_value(),
             },
+            None => self.script(&scripts.acquire, args),
         }
     }
 
-    /// The acquisition of this lock (plain, reentrant or over several keys, fenced with
-    /// `fence_key`) by a waiter with a place in its keys' queues: the queue script, which
-    /// lets only the head of every one of them take the keys when `gated` (a fair
-    /// acquisition, see [`FairPlace`]), and otherwise only enqueues the waiter to be woken.
-    /// Only a plain lock of one key's gated attempt registers the place's hand-over.
+    /// The acquisition of this lock (fenced with `fence_key`) by a waiter with a place in
+    /// its keys' queues: the kind's queued script, which lets only the head of every one
+    /// of them take the keys when `gated` (a fair acquisition, see [`FairPlace`]), and
+    /// otherwise only enqueues the waiter to be woken. Only the gated attempt of a kind
+    /// whose waiters queue registers the place's hand-over.
     pub(crate) fn acquire_queued(
         &self,
         ttl: Duration,
@@ -138,32 +147,27 @@ impl LockSpec {
             self.handover(place, gated, fence_key.is_some())
                 .map_or(Value::from(""), Value::from),
         );
-        if let Some(owner) = &self.owner {
-            args.push(Value::from(&**owner));
-        }
+        self.push_arg(&mut args);
         let mut keys = self.queued_keys(prefix);
-        let script = match (&self.owner, self.keys.len() > 1, fence_key) {
-            (Some(_), _, None) => &*FAIR_REENTRANT_ACQUIRE,
-            (Some(_), _, Some(_)) => &*FENCED_FAIR_REENTRANT_ACQUIRE,
-            (None, false, None) => &*FAIR_ACQUIRE,
-            (None, false, Some(_)) => &*FENCED_FAIR_ACQUIRE,
-            (None, true, None) => &*FAIR_ACQUIRE_MANY,
-            (None, true, Some(_)) => &*FENCED_FAIR_ACQUIRE_MANY,
+        let scripts = self.kind.scripts();
+        let script = match fence_key {
+            Some(fence_key) => {
+                keys.push(Key::from(fence_key));
+                &scripts.fenced_queued
+            }
+            None => &scripts.queued,
         };
-        if let Some(fence_key) = fence_key {
-            keys.push(Key::from(fence_key));
-        }
         Command::Script { script, keys, args }
     }
 
     /// The hand-over number that a queued attempt registers: a hand-over sets the key to a
-    /// string under a token no round chose, so only a gated attempt of a plain lock of one
-    /// key has one: no fencing token (that needs the waiter's own round), no reentrant
-    /// hold.
+    /// string under a token no round chose, so only a gated attempt of a kind whose waiters
+    /// queue (a plain lock of one key) has one, and no fenced one (its fencing token needs
+    /// the waiter's own round).
     fn handover(&self, place: &FairPlace<'_>, gated: bool, fenced: bool) -> Option<i64> {
         place
             .handover
-            .filter(|_| gated && !fenced && self.waiters_queue())
+            .filter(|_| gated && !fenced && self.kind.waiters_queue())
             .map(|number| i64::try_from(number).unwrap_or(i64::MAX))
     }
 
@@ -178,8 +182,8 @@ impl LockSpec {
 
     /// The request of a queued acquisition ([`acquire_queued`](Self::acquire_queued)): it
     /// asks for `ttl`, and its rollback also puts the waiter back in the queues where it
-    /// frees the keys (see `FAIR_ROLLBACK`), as they were before the round took it out; an
-    /// abandoned round's rollback passes the keys it frees on, on `channel`.
+    /// frees the keys (see `scripts::queued_rollback`), as they were before the round took
+    /// it out; an abandoned round's rollback passes the keys it frees on, on `channel`.
     pub(crate) fn acquire_queued_request(
         &self,
         ttl: Duration,
@@ -201,18 +205,12 @@ impl LockSpec {
             handover.into(),
             channel_arg(channel),
         ];
-        let script = match &self.owner {
-            Some(owner) => {
-                args.push(Value::from(&**owner));
-                &*FAIR_REENTRANT_ROLLBACK
-            }
-            None => &*FAIR_ROLLBACK,
-        };
+        self.push_arg(&mut args);
         Request {
             name: self.name.clone(),
             ttl: Some(ttl),
             undo: Some(Undo {
-                script,
+                script: &self.kind.scripts().queued_rollback,
                 keys: self.queued_keys(prefix),
                 args,
                 waiter_arg: Some(1),
@@ -221,38 +219,37 @@ impl LockSpec {
         }
     }
 
-    /// The acquisition's request: it asks for `ttl`, and is undone by a compare-and-delete
-    /// that publishes nothing (nobody held the lock, so nobody waits for its release).
+    /// The acquisition's request: it asks for `ttl`, and is undone by the kind's release
+    /// without a channel, which publishes nothing (nobody held the lock, so nobody waits
+    /// for its release).
     pub(crate) fn acquire_request(&self, ttl: Duration) -> Request {
-        let (script, args) = self.release_script(None);
         Request {
             name: self.name.clone(),
             ttl: Some(ttl),
             undo: Some(Undo {
-                script,
+                script: &self.kind.scripts().release,
                 keys: self.fred_keys(),
-                args,
+                args: self.release_args(None),
                 waiter_arg: None,
             }),
             redo: false,
         }
     }
 
-    /// The compare-and-delete for this lock, publishing on `channel` when given. The
-    /// release also passes each key it frees on to the next live waiter of the key's queue
-    /// (named after `fair_prefix`; its keys follow the lock's) when it has one: a fair
-    /// waiter of a plain lock is handed the key, any other waiter is told, on its client's
+    /// The kind's release of this lock, publishing on `channel` when given. The release
+    /// also passes each key it frees on to the next live waiter of the key's queue (named
+    /// after `fair_prefix`; its keys follow the lock's) when it has one: a fair waiter of a
+    /// plain lock of one key is handed the key, any other waiter is told, on its client's
     /// channel alone.
     pub(crate) fn release(&self, channel: Option<&Value>, fair_prefix: &str) -> Command {
-        let (script, mut args) = self.release_script(channel);
+        let script = &self.kind.scripts().release;
+        let mut args = self.release_args(channel);
         if channel.is_none() {
             return self.script(script, args);
         }
         args.push(Value::String(Str::from_static("1")));
-        if self.owner.is_none() {
-            let queues = if self.waiters_queue() { "1" } else { "0" };
-            args.push(Value::String(Str::from_static(queues)));
-        }
+        let quiet = if self.kind.waiters_queue() { "1" } else { "0" };
+        args.push(Value::String(Str::from_static(quiet)));
         Command::Script {
             script,
             keys: self.queued_keys(fair_prefix),
@@ -260,15 +257,13 @@ impl LockSpec {
         }
     }
 
-    /// Whether every waiter for this lock's key that wants a wake-up queues for it: a lock
-    /// of one key, not reentrant, fenced or not (whose waiters queue from their second
-    /// attempt, which follows the first after at most a node timeout). Its release with
-    /// nobody queued is announced to nobody.
-    pub(crate) fn waiters_queue(&self) -> bool {
-        self.keys.len() == 1 && self.owner.is_none()
+    /// Whether concurrent acquisitions and releases of this lock may share rounds with
+    /// other locks' (group commit): a kind that is `SET NX PX`, outside the fair queue.
+    pub(crate) fn groups(&self) -> bool {
+        self.kind.is_set_nx() && !self.fair
     }
 
-    /// One plain lock's two arguments to the grouped acquisition script: token, TTL.
+    /// One lock's two arguments to the grouped acquisition script: token, TTL.
     pub(crate) fn batch_args(&self, ttl: Duration, args: &mut Vec<Value>) {
         args.push(self.token_value());
         args.push(Value::from(ttl_ms(ttl)));
@@ -276,22 +271,20 @@ impl LockSpec {
 
     /// One lock's five arguments to the batch extension script.
     pub(crate) fn extend_args(&self, ttl: Duration, args: &mut Vec<Value>) {
-        args.push(Value::from(if self.owner.is_some() { "r" } else { "e" }));
+        args.push(Value::from(self.kind.tag()));
         args.push(Value::from(self.keys.len() as i64));
         args.push(self.token_value());
-        args.push(Value::from(self.owner.as_deref().unwrap_or("")));
+        args.push(Value::from(self.arg.as_deref().unwrap_or("")));
         args.push(Value::from(ttl_ms(ttl)));
     }
 
-    fn release_script(&self, channel: Option<&Value>) -> (&'static Script, Vec<Value>) {
-        let channel = channel_arg(channel);
-        match &self.owner {
-            Some(owner) => (
-                &REENTRANT_RELEASE,
-                vec![Value::from(&**owner), self.token_value(), channel],
-            ),
-            None => (&RELEASE, vec![self.token_value(), channel]),
-        }
+    /// The release's first arguments: token, channel (or ""), the kind's argument.
+    fn release_args(&self, channel: Option<&Value>) -> Vec<Value> {
+        // Room for the queue flags that a release with a channel adds.
+        let mut args = Vec::with_capacity(5);
+        args.extend([self.token_value(), channel_arg(channel)]);
+        self.push_arg(&mut args);
+        args
     }
 
     fn script(&self, script: &'static Script, args: Vec<Value>) -> Command {

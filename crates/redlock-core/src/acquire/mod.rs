@@ -185,30 +185,37 @@ impl Coordinator {
             .into());
         }
         let ttl = config.check_ttl(what.ttl)?;
-        if config.group_commit
-            && what.keys.len() == 1
-            && what.owner.is_none()
-            && !what.fenced
-            && place.is_none()
-        {
+        self.acquire_spec(spec, ttl, place, what.fenced, what.deadline)
+            .await
+    }
+
+    /// The acquisition of `spec` (checked) for `ttl` (checked), in the queues of `place`
+    /// when it has one, fenced when `fenced`: one round, or a place in a grouped one.
+    pub(crate) async fn acquire_spec(
+        &self,
+        spec: LockSpec,
+        ttl: Duration,
+        place: Option<FairPlace<'_>>,
+        fenced: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Lock, Error> {
+        if self.inner.config.group_commit && spec.groups() && !fenced && place.is_none() {
             // Concurrent plain acquisitions share their rounds (group commit).
             return self.acquire_grouped(spec, ttl).await;
         }
         // Before the round's start, for a fenced acquisition only: the write-back window
         // (suspend counted), and the highest token handed out before this acquisition
         // began, which its token must pass.
-        let bounds = what.fenced.then(|| Bounds {
+        let bounds = fenced.then(|| Bounds {
             window: Deadline::new(Instant::now() + fence::WRITE_BACK_WINDOW, host_suspended()),
             floor: self.inner.fencing.handed_out.load(Ordering::SeqCst),
         });
-        let fair = what.fair.is_some();
-        let round = self.acquisition_round(&spec, ttl, place.as_ref(), (fair, what.fenced));
+        let round = self.acquisition_round(&spec, ttl, place.as_ref(), (spec.fair, fenced));
         let decided = self.run_one(round).await;
         let Some(bounds) = bounds else {
             return self.lock_from(decided, spec, ttl, None);
         };
-        self.fenced_lock(decided, spec, ttl, bounds, what.deadline)
-            .await
+        self.fenced_lock(decided, spec, ttl, bounds, deadline).await
     }
 
     /// The acquisition round of `spec` for `ttl`: in the queues of `place` when it has one

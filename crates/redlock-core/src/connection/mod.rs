@@ -582,7 +582,7 @@ async fn load_scripts(cmd: &WithOptions<Client>) -> Result<(), String> {
     let command = || CustomCommand::new_static("SCRIPT", None, false);
     // Each of fred's futures (about 7 KB) boxed where it is made, never an array of them
     // on the stack.
-    let loads = crate::scripts::all().into_iter().map(|script| {
+    let loads = crate::kind::every_script().into_iter().map(|script| {
         boxed(
             Box::new_uninit(),
             cmd.custom::<Value, Value>(

@@ -284,6 +284,7 @@ impl Coordinator {
             keys: Arc::from([key.clone()]),
             name: key,
             token: handover_token(handover.waiter, handover.number),
+            kind: &crate::kind::ONE,
             owner: None,
             fair: true,
             ttl,

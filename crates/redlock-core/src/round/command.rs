@@ -164,7 +164,7 @@ mod tests {
 
     fn script() -> Command {
         Command::Script {
-            script: &crate::scripts::EXTEND_BATCH,
+            script: &crate::kind::EXTEND_BATCH,
             keys: Vec::new(),
             args: Vec::new(),
         }

@@ -3,8 +3,7 @@
 
 use std::sync::LazyLock;
 
-use super::fence::fenced;
-use super::reentrant::REENTRANT_STEPS;
+use super::plain::arg_at;
 use super::release::ANNOUNCE;
 use super::{Script, MESSAGE, NODE_TIME_MS};
 
@@ -16,8 +15,9 @@ use super::{Script, MESSAGE, NODE_TIME_MS};
 /// `ARGV[1]` = token, `ARGV[2]` = TTL in ms, `ARGV[3]` = waiter, `ARGV[4]` = ticket,
 /// `ARGV[5]` = patience in ms, `ARGV[6]` = "1" for a gated (fair) attempt, "0" for a waiter
 /// that only queues to be woken, `ARGV[7]` = the attempt's hand-over number or "" (a plain
-/// lock of one key's only), and for a reentrant lock ([`FAIR_REENTRANT_ACQUIRE`])
-/// `ARGV[8]` = its owner.
+/// lock of one key's only), and for a kind with an argument of its own `ARGV[8]` = that
+/// argument (a reentrant lock's owner). The kind's `held` and `take` (see [`crate::kind`])
+/// decide whether the waiter holds the lock already and take it.
 ///
 /// Drops the entries whose waiters stopped refreshing them. When no key has a queue (nobody
 /// waits) and the keys are free, takes them at once without queuing. Otherwise enqueues
@@ -37,50 +37,9 @@ use super::{Script, MESSAGE, NODE_TIME_MS};
 /// Mutual exclusion still rests on `SET NX PX` (and the release's compare-and-set) alone:
 /// the queue only decides who tries. The queues' keys live at most `patience` past their
 /// last use. Returns 1 (taken), 0 (a key is held), or `{0, 1}` (gated, and not the head).
-pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(fair(PLAIN_STEPS)));
-/// [`FAIR_ACQUIRE`] for a reentrant lock (the steps of [`REENTRANT_ACQUIRE`](super::REENTRANT_ACQUIRE)).
-pub(crate) static FAIR_REENTRANT_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(fair(FAIR_REENTRANT_STEPS.as_str())));
-/// [`FAIR_ACQUIRE`] for a lock over several keys: all of them or none (as [`ACQUIRE_MANY`](super::ACQUIRE_MANY)).
-pub(crate) static FAIR_ACQUIRE_MANY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(fair(MANY_STEPS)));
-/// [`FAIR_ACQUIRE`], fenced: the node's fencing counter is read in the same call.
-pub(crate) static FENCED_FAIR_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| fenced(&fair(PLAIN_STEPS)));
-/// [`FAIR_REENTRANT_ACQUIRE`], fenced.
-pub(crate) static FENCED_FAIR_REENTRANT_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| fenced(&fair(FAIR_REENTRANT_STEPS.as_str())));
-/// [`FAIR_ACQUIRE_MANY`], fenced.
-pub(crate) static FENCED_FAIR_ACQUIRE_MANY: LazyLock<Script> =
-    LazyLock::new(|| fenced(&fair(MANY_STEPS)));
-
-/// A plain lock's steps in a fair acquisition: `held()` takes on a key handed over to the
-/// waiter, `take()` is `SET NX`.
-pub(super) const PLAIN_STEPS: &str = r#"local function held()
-  local value = redis.pcall("GET", KEYS[1])
-  if not handed_to(value, ARGV[3]) then return false end
-  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
-  return true
-end
-local function take()
-  if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return true end
-  return false
-end"#;
-
-/// A lock over several keys' steps in a fair acquisition: nothing is held without a turn,
-/// and `take()` sets every key or none.
-pub(super) const MANY_STEPS: &str = r#"local function held() return false end
-local function take()
-  for i = 1, n do
-    if redis.call("EXISTS", KEYS[i]) == 1 then return false end
-  end
-  for i = 1, n do redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2]) end
-  return true
-end"#;
-
-pub(super) static FAIR_REENTRANT_STEPS: LazyLock<String> = LazyLock::new(|| {
-    format!("local owner, token, ttl = ARGV[8], ARGV[1], ARGV[2]\n{REENTRANT_STEPS}")
-});
+pub(crate) fn queued(lua: &str, has_arg: bool) -> String {
+    fair(lua, &arg_at(has_arg, 8))
+}
 
 /// `drop_expired(queue, expiry, handovers, now)`: takes the waiters whose entries expired by
 /// `now` (node time in ms) out of a key's queue and hand-overs.
@@ -108,10 +67,9 @@ local function keep_queues(patience)
   end
 end"#;
 
-/// The body of a fair acquisition whose `steps` define `held()` (the waiter holds the key
-/// already: no turn needed) and `take()` (take the free keys), each returning whether it
-/// did, over the lock's `n` keys (see [`FAIR_ACQUIRE`]).
-pub(super) fn fair(steps: &str) -> String {
+/// The body of [`queued`] for a kind's `lua` (which defines `held` and `take`, see
+/// [`crate::kind`]), with `arg` binding the kind's argument.
+fn fair(lua: &str, arg: &str) -> String {
     format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
 {NODE_TIME_MS}
@@ -132,8 +90,11 @@ local function leave()
     redis.call("HDEL", handovers, ARGV[3])
   end
 end
-{steps}
-if held() then
+{lua}
+{arg}
+local function held_here() return held(1, n, ARGV[1], ARGV[2], ARGV[3], arg) end
+local function take_here() return take(1, n, ARGV[1], ARGV[2], arg) end
+if held_here() then
   leave()
   return 1
 end
@@ -143,7 +104,7 @@ for i = 1, n do
 end
 -- Nobody queues for any of the keys: no turn to wait for, so a free lock is taken
 -- without entering (and leaving) the queues.
-if not queued and take() then return 1 end
+if not queued and take_here() then return 1 end
 local result = 0
 do
   local head = true
@@ -162,7 +123,7 @@ do
   end
   if ARGV[6] == "1" and not head then
     result = {{0, 1}}
-  elseif queued and take() then
+  elseif queued and take_here() then
     leave()
     result = 1
   end
@@ -219,7 +180,7 @@ return 1"#
     ))
 });
 
-/// The rollback of a queued acquisition ([`FAIR_ACQUIRE`] and its forms) that was not won:
+/// The rollback of a queued acquisition ([`queued`], fenced or not) that was not won:
 /// deletes what the round set and, where that freed the lock's keys, puts the waiter back
 /// in their queues as it was before the round (its ticket, its expiry refreshed, and its
 /// hand-over when the attempt registered one and no later attempt did), since the winning
@@ -231,52 +192,39 @@ return 1"#
 /// that reaches a node after the waiter's next round there changes nothing of that round's.
 ///
 /// `KEYS` = the lock's `n` keys, then each key's queue, expiry and hand-overs (as
-/// [`FAIR_ACQUIRE`]'s), `ARGV[1]` = the round's token, `ARGV[2]` = waiter (or "" to restore
+/// [`queued`]'s), `ARGV[1]` = the round's token, `ARGV[2]` = waiter (or "" to restore
 /// nothing: the round was abandoned, and its waiter's leave may come first), `ARGV[3]` =
 /// ticket, `ARGV[4]` = patience in ms, `ARGV[5]` = the hand-over registration
-/// (`"<number> <ttl ms>"`) or "", `ARGV[6]` = the release channel or "". Returns 1 when it
-/// deleted something, 0 otherwise.
+/// (`"<number> <ttl ms>"`) or "", `ARGV[6]` = the release channel or "", and for a kind
+/// with an argument of its own `ARGV[7]` = that argument. The kind's `free` (see
+/// [`crate::kind`]) drops the round's hold: a reentrant owner's other holds keep the key.
+/// Returns 1 when it deleted something, 0 otherwise.
 ///
 /// An abandoned round's rollback that frees a key passes it on to the queue's next live
 /// waiter, as a release would (`pass_on`, see [`ANNOUNCE`], with the round's token as the
 /// message's token): the round's script took its waiter out of the queue, and the waiter's
 /// leave, sent when its call was dropped, may have reached the node before this rollback,
 /// found the key held and passed nothing on; nobody else would tell the next waiter.
-pub(crate) static FAIR_ROLLBACK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(fair_rollback(
-        r#"local function undo()
-  local freed = false
+pub(crate) fn queued_rollback(lua: &str, has_arg: bool) -> String {
+    let arg = arg_at(has_arg, 7);
+    fair_rollback(&format!(
+        r#"{lua}
+{arg}
+local function undo()
+  local removed, freed = 0, false
   for i = 1, n do
-    if redis.pcall("GET", KEYS[i]) == ARGV[1] then
-      redis.call("DEL", KEYS[i])
-      freed = true
-    end
+    local held, free_now = free(KEYS[i], ARGV[1], arg)
+    if held then removed = 1 end
+    if free_now then freed = true end
   end
-  if freed then return 1, true end
-  return 0, false
-end"#,
+  return removed, freed
+end"#
     ))
-});
-
-/// [`FAIR_ROLLBACK`] for a reentrant lock: drops the round's hold (`ARGV[7]` = the owner),
-/// and restores the waiter's place only where that was the key's last hold.
-pub(crate) static FAIR_REENTRANT_ROLLBACK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(fair_rollback(
-        r#"local function undo()
-  if redis.pcall("HGET", KEYS[1], "owner") ~= ARGV[7] then return 0, false end
-  if redis.call("HDEL", KEYS[1], "hold:" .. ARGV[1]) == 0 then return 0, false end
-  if redis.call("HLEN", KEYS[1]) <= 1 then
-    redis.call("DEL", KEYS[1])
-    return 1, true
-  end
-  return 1, false
-end"#,
-    ))
-});
+}
 
 /// The body of a queued acquisition's rollback whose `undo` step returns what the script
-/// returns and whether it freed the keys (see [`FAIR_ROLLBACK`]).
-pub(super) fn fair_rollback(undo: &str) -> String {
+/// returns and whether it freed the keys (see [`queued_rollback`]).
+fn fair_rollback(undo: &str) -> String {
     format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}

@@ -1,16 +1,9 @@
-//! Fencing: the fenced forms of the acquisitions, and the reads and writes of a node's
+//! Fencing: the fenced form of an acquisition, and the reads and writes of a node's
 //! fencing counter (see `crate::fence`).
 
 use std::sync::LazyLock;
 
-use super::plain::ACQUIRE_MANY_BODY;
-use super::reentrant::REENTRANT_ACQUIRE_BODY;
 use super::Script;
-
-/// `SET KEYS[1] ARGV[1] NX PX ARGV[2]` as a script body, for the fenced acquisition of one
-/// key (a plain one sends the command itself).
-pub(super) const ACQUIRE_ONE_BODY: &str = r#"if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end
-return 0"#;
 
 /// Lua: `in_range(counter)`, a counter read from a node as the scripts answer it: as is
 /// from 0 to 2^62, else (set by hand: negative, 2^63 or more, not a number) 2^62, which the
@@ -28,7 +21,7 @@ end"#;
 /// `{done, counter}` (`done` 0 also for a fair waiter that is not the head), `counter`
 /// being -1 when the node has no counter (never fenced, or it lost its data): such a node
 /// is not counted, and no acquisition's write-back gives it one (see [`FENCE_RECORD`]).
-pub(super) fn fenced(body: &str) -> Script {
+pub(crate) fn fenced(body: &str) -> Script {
     Script::new(format!(
         r#"{IN_RANGE}
 local fence_key = table.remove(KEYS)
@@ -42,12 +35,6 @@ if type(counter) ~= "string" or not tonumber(counter) then return {{done, -1}} e
 return {{done, in_range(tonumber(counter))}}"#
     ))
 }
-
-pub(crate) static FENCED_ACQUIRE_ONE: LazyLock<Script> = LazyLock::new(|| fenced(ACQUIRE_ONE_BODY));
-pub(crate) static FENCED_ACQUIRE_MANY: LazyLock<Script> =
-    LazyLock::new(|| fenced(ACQUIRE_MANY_BODY));
-pub(crate) static FENCED_REENTRANT_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| fenced(&REENTRANT_ACQUIRE_BODY));
 
 /// Lua: `server_run_id()`, the `run_id` of the server the script runs on (it changes
 /// with every start of the server process), and `intact_counter(counter_key, stamp_key,

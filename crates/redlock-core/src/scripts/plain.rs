@@ -1,27 +1,61 @@
-//! Plain locks: several keys taken all or none, and the batches of group commit
-//! (acquisitions and extensions of many locks in one call per node).
+//! A kind's acquisition (see [`crate::kind`] for the Lua it is composed from), the batches of
+//! group commit (acquisitions of many locks of one key each in one call per node), and
+//! the extension of many locks of any kind in one call.
 
-use std::sync::LazyLock;
+use super::MESSAGE;
 
-use super::Script;
+/// How a script composed for a kind binds the kind's argument: `ARGV[at]` for a kind that
+/// has one, nil otherwise.
+pub(super) fn arg_at(has_arg: bool, at: usize) -> String {
+    if has_arg {
+        format!("local arg = ARGV[{at}]")
+    } else {
+        "local arg = nil".to_string()
+    }
+}
 
-/// `KEYS` = the lock's keys, `ARGV[1]` = token, `ARGV[2]` = TTL in ms: set every key, or none
-/// if any exists (all-or-nothing on this node). Returns 1 when set, 0 otherwise.
-pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_BODY));
+/// A kind's acquisition: `KEYS` = the lock's keys, `ARGV[1]` = token, `ARGV[2]` = TTL in
+/// ms, `ARGV[3]` = the kind's argument (a reentrant lock's owner) when it has one. Renews a
+/// hold the caller has already (`held`) or takes the free keys (`take`), all or none.
+/// Returns 1 when it did, 0 otherwise.
+pub(crate) fn acquire(lua: &str, has_arg: bool) -> String {
+    let arg = arg_at(has_arg, 3);
+    format!(
+        r#"{MESSAGE}
+{lua}
+local token, ttl = ARGV[1], ARGV[2]
+{arg}
+if held(1, #KEYS, token, ttl, nil, arg) or take(1, #KEYS, token, ttl, arg) then return 1 end
+return 0"#
+    )
+}
 
-pub(super) const ACQUIRE_MANY_BODY: &str = r#"for _, key in ipairs(KEYS) do
-  if redis.call("EXISTS", key) == 1 then return 0 end
+/// Acquisitions of distinct locks of one key each, of a kind without an argument,
+/// coalesced into one call per node (group commit, see `group`): `KEYS[i]` taken with
+/// token `ARGV[2i-1]` and TTL `ARGV[2i]` ms, each on its own (not all or nothing). Returns
+/// one 1 (taken) or 0 (held) per key, in order.
+pub(crate) fn grouped_acquire(lua: &str) -> String {
+    format!(
+        r#"{MESSAGE}
+{lua}
+local results = {{}}
+for i = 1, #KEYS do
+  if take(i, i, ARGV[2 * i - 1], ARGV[2 * i], nil) then
+    results[i] = 1
+  else
+    results[i] = 0
+  end
 end
-for _, key in ipairs(KEYS) do
-  redis.call("SET", key, ARGV[1], "PX", ARGV[2])
-end
-return 1"#;
+return results"#
+    )
+}
 
-/// Extends several locks in one call. `ARGV[1]` is ignored (reserved); then five arguments
-/// per lock: kind (`e` exclusive, `r` reentrant), number of keys, token, owner (or ""), TTL
-/// in ms. `KEYS` holds each lock's keys in the same order. A lock is extended (all its keys)
-/// only if every key still holds its token; `PEXPIRE` never recreates a missing key.
-/// Returns one 1 or 0 per lock.
+/// Extends locks of any of `kinds` (each a tag and its Lua) in one call. `ARGV[1]` is
+/// ignored (reserved); then five arguments per lock: its kind's tag, its number of keys,
+/// token, the kind's argument (or ""), TTL in ms. `KEYS` holds each lock's keys in the
+/// same order. A lock is extended (all its keys) only if its token holds every one of them
+/// (the kind's `holds`); `PEXPIRE` never recreates a missing key. Returns one 1 or 0 per
+/// lock.
 ///
 /// An extension only ever lengthens: a key whose TTL is already at least the one asked for
 /// keeps it (the rule of `PEXPIRE ... GT`, written out so that servers older than Redis 7
@@ -29,8 +63,12 @@ return 1"#;
 /// move a node's expiry before a validity that a guard reports: not another holder's of a
 /// shared reentrant hold, not a longer manual extension's that renewal follows, and not
 /// the validity a failed extension leaves in place.
-pub(crate) static EXTEND_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+pub(crate) fn extend_batch(kinds: &[(&str, &str)]) -> String {
+    let mut script = format!("{MESSAGE}\nlocal kinds = {{}}\n");
+    for (tag, lua) in kinds {
+        script.push_str(&format!("do\n{lua}\nkinds[\"{tag}\"] = holds\nend\n"));
+    }
+    script.push_str(
         r#"local function lengthen(key, ttl)
   if redis.call("PTTL", key) < tonumber(ttl) then redis.call("PEXPIRE", key, ttl) end
 end
@@ -38,44 +76,19 @@ local results = {}
 local k = 1
 local a = 2
 while a + 4 <= #ARGV do
-  local kind, n, token, owner, ttl = ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local holds, n, token, arg, ttl = kinds[ARGV[a]], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   a = a + 5
   local ok = 1
-  if kind == "r" then
-    local key = KEYS[k]
-    if redis.pcall("HGET", key, "owner") == owner and redis.call("HEXISTS", key, "hold:" .. token) == 1 then
-      lengthen(key, ttl)
-    else
-      ok = 0
-    end
-  else
-    for i = k, k + n - 1 do
-      if redis.pcall("GET", KEYS[i]) ~= token then ok = 0 end
-    end
-    if ok == 1 then
-      for i = k, k + n - 1 do lengthen(KEYS[i], ttl) end
-    end
+  for i = k, k + n - 1 do
+    if not holds(KEYS[i], token, arg) then ok = 0 end
+  end
+  if ok == 1 then
+    for i = k, k + n - 1 do lengthen(KEYS[i], ttl) end
   end
   k = k + n
   results[#results + 1] = ok
 end
 return results"#,
-    )
-});
-
-/// Plain acquisitions of distinct locks, coalesced into one call per node (group commit,
-/// see `group`): `SET KEYS[i] ARGV[2i-1] NX PX ARGV[2i]` for each key, each on its own (not
-/// all or nothing). Returns one 1 (set) or 0 (held) per key, in order.
-pub(crate) static ACQUIRE_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"local results = {}
-for i, key in ipairs(KEYS) do
-  if redis.call("SET", key, ARGV[2 * i - 1], "NX", "PX", ARGV[2 * i]) then
-    results[i] = 1
-  else
-    results[i] = 0
-  end
-end
-return results"#,
-    )
-});
+    );
+    script
+}

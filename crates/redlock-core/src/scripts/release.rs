@@ -1,10 +1,8 @@
-//! Releases: compare-and-delete of a lock's keys (one lock, a reentrant hold, or a
-//! batch), passing each freed key on to the next live waiter of its queue, and the Lua
-//! helpers they share with a fair waiter's leave.
+//! Releases: a kind's release of a lock's keys (one lock, or a batch), passing each freed
+//! key on to the next live waiter of its queue, and the Lua helpers they share with a fair
+//! waiter's leave.
 
-use std::sync::LazyLock;
-
-use super::Script;
+use super::plain::arg_at;
 use crate::message::message_lua;
 
 /// The Lua helpers of the scripts that free a key while waiters queue for it (releases, and
@@ -29,7 +27,7 @@ use crate::message::message_lua;
 /// expiry and its hand-overs, returning 1 when it was queued.
 ///
 /// A fair waiter registers a hand-over with each attempt (`"<number> <ttl ms>"` under its
-/// id in the `handovers` hash, see [`FAIR_ACQUIRE`](super::FAIR_ACQUIRE)): `pass_on` then sets the key to
+/// id in the `handovers` hash, see [`queued`](super::queued)): `pass_on` then sets the key to
 /// `"<waiter>~<number>"` with that TTL, takes the waiter out of the queue, and publishes
 /// `"<token>\t<waiter>\t<waiter>~<number> <key>"` (the wire format is [`crate::message`]'s).
 /// The waiter holds the lock once a quorum
@@ -94,96 +92,80 @@ local function leave_handed_over(token, queue, expiry, handovers)
 end"#
 );
 
-/// `KEYS` = the lock's keys, `ARGV[1]` = token, `ARGV[2]` = channel or "": delete every key
-/// that holds the token, publishing `"<token> <key>"` on the channel when one is given (the
-/// token lets subscribers of several nodes recognise one release). Returns 1 when something
-/// was deleted, 0 otherwise.
+/// A kind's release (see [`crate::kind`]): `KEYS` = the lock's keys, `ARGV[1]` = token,
+/// `ARGV[2]` = channel or "", then the kind's argument when it has one (a reentrant lock's
+/// owner). Drops the token's hold of every key (the kind's `free`), publishing
+/// `"<token> <key>"` on the channel, when one is given, for each key that is free then (the
+/// token lets subscribers of several nodes recognise one release). Returns 1 when a hold
+/// was there, 0 otherwise. Without a channel, it is also the rollback of an acquisition
+/// outside the fair queues: nobody held the lock, so nobody waits for its release.
 ///
-/// With `ARGV[3]` given ("1"), each lock key's queue, expiry and hand-overs follow the lock
-/// keys in `KEYS` (three per key, in the keys' order; see [`crate::layout`]): when a freed
-/// key's queue has a live waiter (fair, or queued only to be woken), the release passes the
-/// key on to it (see `pass_on` in [`ANNOUNCE`]): a fair waiter is handed the key there and
-/// then, and either kind is told on its client's channel alone. When the queue has none,
-/// `ARGV[4]` = "1" publishes nothing: every waiter of a plain lock of one key queues.
-/// Tokens and waiter ids hold no white space, so every form of the message parses. The
-/// release of a key handed over to a fair waiter (a token `"<waiter>~<number>"`) that finds
-/// the key not its own takes that waiter out of the key's queue (`leave_handed_over` in
-/// [`ANNOUNCE`]); where the key is its own, the hand-over took it out already.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(format!(
-        r#"if ARGV[3] and redis.replicate_commands then redis.replicate_commands() end
+/// With the queue flag "1" after those (`ARGV[3]`, or `ARGV[4]` after an argument), each
+/// lock key's queue, expiry and hand-overs follow the lock keys in `KEYS` (three per key,
+/// in the keys' order; see [`crate::layout`]): when a freed key's queue has a live waiter
+/// (fair, or queued only to be woken), the release passes the key on to it (see `pass_on`
+/// in [`ANNOUNCE`]): a fair waiter is handed the key there and then, and either kind is
+/// told on its client's channel alone. When the queue has none, the next flag "1" publishes
+/// nothing: every waiter of the kind queues (see `Kind::waiters_queue`). Tokens and waiter
+/// ids hold no white space, so every form of the message parses. The release of a key
+/// handed over to a fair waiter (a token `"<waiter>~<number>"`) that finds the key not its
+/// own takes that waiter out of the key's queue (`leave_handed_over` in [`ANNOUNCE`]);
+/// where the key is its own, the hand-over took it out already.
+pub(crate) fn release(lua: &str, has_arg: bool) -> String {
+    let (arg, flags) = (arg_at(has_arg, 3), if has_arg { 4 } else { 3 });
+    format!(
+        r#"local queued = ARGV[{flags}] ~= nil
+local quiet = ARGV[{flags} + 1] == "1"
+if queued and redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}
+{lua}
+local token, channel = ARGV[1], ARGV[2]
+{arg}
 local n = #KEYS
-if ARGV[3] then n = #KEYS / 4 end
+if queued then n = #KEYS / 4 end
 local deleted = 0
 for i = 1, n do
   local key = KEYS[i]
   local queue, expiry, handovers = KEYS[n + 3 * i - 2], KEYS[n + 3 * i - 1], KEYS[n + 3 * i]
-  local value = redis.pcall("GET", key)
-  if value ~= ARGV[1] and ARGV[3] then leave_handed_over(ARGV[1], queue, expiry, handovers) end
-  if value == ARGV[1] then
-    redis.call("DEL", key)
+  local removed, freed = free(key, token, arg)
+  if removed then
     deleted = deleted + 1
-    if ARGV[2] ~= "" then
-      local passed = false
-      if ARGV[3] then passed = pass_on(ARGV[2], ARGV[1], key, queue, expiry, handovers) end
-      if not passed and ARGV[4] ~= "1" then
-        redis.call("PUBLISH", ARGV[2], release_message(ARGV[1], nil, nil, key))
-      end
+  elseif queued then
+    leave_handed_over(token, queue, expiry, handovers)
+  end
+  if freed and channel ~= "" then
+    local passed = false
+    if queued then passed = pass_on(channel, token, key, queue, expiry, handovers) end
+    if not passed and not quiet then
+      redis.call("PUBLISH", channel, release_message(token, nil, nil, key))
     end
   end
 end
 if deleted > 0 then return 1 end
 return 0"#
-    ))
-});
+    )
+}
 
-/// `KEYS[1]` = key, `ARGV[1]` = owner, `ARGV[2]` = hold token, `ARGV[3]` = channel or "":
-/// drops one hold; deletes the key when it was the last. Returns 1 when the hold was
-/// there, 0 otherwise.
-///
-/// A key it deletes is passed on, when `ARGV[4]` is given ("1": `KEYS[2..4]` are the key's
-/// queue, expiry and hand-overs) and the key's queue has a live waiter, as [`RELEASE`] does (a fair waiter of a plain lock is handed the
-/// key, any other is told on its client's channel); otherwise the release is published on
-/// the channel for every client (reentrant waiters that are not fair do not queue).
-pub(crate) static REENTRANT_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(format!(
-        r#"if ARGV[4] and redis.replicate_commands then redis.replicate_commands() end
-{ANNOUNCE}
-local owner = redis.pcall("HGET", KEYS[1], "owner")
-if owner ~= ARGV[1] then return 0 end
-if redis.call("HDEL", KEYS[1], "hold:" .. ARGV[2]) == 0 then return 0 end
-if redis.call("HLEN", KEYS[1]) <= 1 then
-  redis.call("DEL", KEYS[1])
-  if ARGV[3] ~= "" then
-    local passed = false
-    if ARGV[4] then passed = pass_on(ARGV[3], ARGV[2], KEYS[1], KEYS[2], KEYS[3], KEYS[4]) end
-    if not passed then redis.call("PUBLISH", ARGV[3], release_message(ARGV[2], nil, nil, KEYS[1])) end
-  end
-end
-return 1"#
-    ))
-});
-
-/// Releases of distinct plain locks of one key (fenced or not), coalesced into one call per
-/// node: `KEYS` = the lock keys, then each one's queue, expiry and hand-overs (three per
-/// key, in the keys' order); `ARGV[1]` = channel or "", then one token per key. Each
-/// key that holds its token is deleted and, when its queue has a live waiter, passed on to
-/// it as [`RELEASE`] does for a plain lock of one key; where a hand-over token does not
-/// hold its key, its waiter leaves the key's queue, as there. Returns one 1 (deleted) or 0
-/// (not held) per key, in order.
-pub(crate) static RELEASE_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(format!(
+/// Releases of distinct locks of one key each, of a kind without an argument, coalesced
+/// into one call per node (group commit): `KEYS` = the lock keys, then each one's queue,
+/// expiry and hand-overs (three per key, in the keys' order); `ARGV[1]` = channel or "",
+/// then one token per key. Each key that holds its token is freed and, when its queue has
+/// a live waiter, passed on to it as [`release`] does; where a token does not hold its key
+/// (a hand-over token whose key is not the waiter's), its waiter leaves the key's queue,
+/// as there. Returns one 1 (freed) or 0 (not held) per key, in order.
+pub(crate) fn grouped_release(lua: &str) -> String {
+    format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}
+{lua}
 local results = {{}}
 local n = #KEYS / 4
 for i = 1, n do
   local key, token = KEYS[i], ARGV[i + 1]
   local queue, expiry, handovers = KEYS[n + 3 * i - 2], KEYS[n + 3 * i - 1], KEYS[n + 3 * i]
-  if redis.pcall("GET", key) == token then
-    redis.call("DEL", key)
-    if ARGV[1] ~= "" then
+  local removed, freed = free(key, token, nil)
+  if removed then
+    if freed and ARGV[1] ~= "" then
       pass_on(ARGV[1], token, key, queue, expiry, handovers)
     end
     results[i] = 1
@@ -193,5 +175,5 @@ for i = 1, n do
   end
 end
 return results"#
-    ))
-});
+    )
+}

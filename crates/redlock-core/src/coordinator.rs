@@ -12,7 +12,7 @@ use crate::connection::{self, Connection, Liveness};
 use crate::deadline::Deadline;
 use crate::drift::drift;
 use crate::error::{ConfigError, Error};
-use crate::group::{Answer, Group, Released};
+use crate::group::queue::{Answer, Group, Released, Unclaimed};
 use crate::health::NodeHealth;
 use crate::inspect::Inspection;
 use crate::kind::EXTEND_BATCH;
@@ -92,6 +92,12 @@ pub(crate) struct Inner {
     pub(crate) release_channel: Option<Value>,
     /// Fencing: the counter's keys, repairs in flight, the highest token handed out.
     pub(crate) fencing: crate::fence::State,
+}
+
+impl Unclaimed for Inner {
+    fn release_in_background(self: Arc<Self>, lock: Lock) {
+        Coordinator { inner: self }.release_in_background(lock);
+    }
 }
 
 /// A coordinator dropped without [`Coordinator::close`] (its last clone gone): fred's

@@ -16,7 +16,7 @@ use super::{Script, MESSAGE, NODE_TIME_MS};
 /// `ARGV[5]` = patience in ms, `ARGV[6]` = "1" for a gated (fair) attempt, "0" for a waiter
 /// that only queues to be woken, `ARGV[7]` = the attempt's hand-over number or "" (a plain
 /// lock of one key's only), and for a kind with an argument of its own `ARGV[8]` = that
-/// argument (a reentrant lock's owner). The kind's `held` and `take` (see [`crate::kind`])
+/// argument (a reentrant lock's owner). The kind's `held` and `take` (see the `kind` module)
 /// decide whether the waiter holds the lock already and take it.
 ///
 /// Drops the entries whose waiters stopped refreshing them. When no key has a queue (nobody
@@ -68,7 +68,7 @@ local function keep_queues(patience)
 end"#;
 
 /// The body of [`queued`] for a kind's `lua` (which defines `held` and `take`, see
-/// [`crate::kind`]), with `arg` binding the kind's argument.
+/// the `kind` module), with `arg` binding the kind's argument.
 fn fair(lua: &str, arg: &str) -> String {
     format!(
         r#"if redis.replicate_commands then redis.replicate_commands() end
@@ -197,7 +197,7 @@ return 1"#
 /// ticket, `ARGV[4]` = patience in ms, `ARGV[5]` = the hand-over registration
 /// (`"<number> <ttl ms>"`) or "", `ARGV[6]` = the release channel or "", and for a kind
 /// with an argument of its own `ARGV[7]` = that argument. The kind's `free` (see
-/// [`crate::kind`]) drops the round's hold: a reentrant owner's other holds keep the key.
+/// the `kind` module) drops the round's hold: a reentrant owner's other holds keep the key.
 /// Returns 1 when it deleted something, 0 otherwise.
 ///
 /// An abandoned round's rollback that frees a key passes it on to the queue's next live

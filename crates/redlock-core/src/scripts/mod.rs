@@ -4,7 +4,7 @@
 //! a string is expected, or the reverse) go through `redis.pcall`, so they count as "not
 //! ours" instead of failing the whole script.
 //!
-//! A lock kind (see [`crate::kind`]) brings the Lua that differs between kinds; the
+//! A lock kind (see the `kind` module) brings the Lua that differs between kinds; the
 //! functions here compose it into each script a lock needs, one file per concern:
 //! `plain.rs` (the acquisition, group commit's batches, the extension), `release.rs`
 //! (releases and the helpers that pass a freed key on), `fence.rs` (the fenced form and

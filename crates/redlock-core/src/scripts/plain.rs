@@ -1,6 +1,6 @@
-//! A kind's acquisition (see [`crate::kind`] for the Lua it is composed from), the batches of
-//! group commit (acquisitions of many locks of one key each in one call per node), and
-//! the extension of many locks of any kind in one call.
+//! A kind's acquisition (see the `kind` module for the Lua it is composed from), the
+//! batches of group commit (acquisitions of many locks of one key each in one call per
+//! node), and the extension of many locks of any kind in one call.
 
 use super::MESSAGE;
 

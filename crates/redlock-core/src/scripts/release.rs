@@ -92,7 +92,7 @@ local function leave_handed_over(token, queue, expiry, handovers)
 end"#
 );
 
-/// A kind's release (see [`crate::kind`]): `KEYS` = the lock's keys, `ARGV[1]` = token,
+/// A kind's release (see the `kind` module): `KEYS` = the lock's keys, `ARGV[1]` = token,
 /// `ARGV[2]` = channel or "", then the kind's argument when it has one (a reentrant lock's
 /// owner). Drops the token's hold of every key (the kind's `free`), publishing
 /// `"<token> <key>"` on the channel, when one is given, for each key that is free then (the

@@ -2,11 +2,12 @@
 //!
 //! While an acquisition round of a plain lock (one key, not fenced, not reentrant, not
 //! fair) is in flight, the plain acquisitions started meanwhile on the same coordinator
-//! wait, and go out together as soon as it is decided: one script call per node
-//! (the kind's grouped acquisition) for up to [`GROUP_MAX`] locks instead of one `SET NX PX` per lock
-//! (a larger burst in several such rounds, in flight together), each lock still decided on its
-//! own quorum, with its own validity and rollback, by the round engine, and answered as soon
-//! as it is won (one lock that needs a slow node's answer holds up no other). A lone acquisition
+//! wait, and go out together as soon as it is decided: one script call per node (the
+//! kind's grouped acquisition) for up to [`GROUP_MAX`](queue::GROUP_MAX) locks instead of
+//! one `SET NX PX` per lock (a larger burst in several such rounds, in flight together),
+//! each lock still decided on its own quorum, with its own validity and rollback, by the
+//! round engine, and answered as soon as it is won (one lock that needs a slow node's
+//! answer holds up no other). A lone acquisition
 //! (nothing in flight) is sent at once as `SET NX PX`, exactly as without grouping, so an
 //! uncontended caller pays nothing; under load the commands, and the system calls that the
 //! client's CPU goes to, fall to a fraction per lock.
@@ -24,7 +25,9 @@
 //! round's bound); still not sent by then, it leaves the group and sends a round of its
 //! own.
 
-use std::sync::{Arc, Mutex, PoisonError};
+pub(crate) mod queue;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
@@ -33,6 +36,7 @@ use tokio::sync::oneshot;
 
 use crate::coordinator::Coordinator;
 use crate::error::Error;
+use crate::group::queue::{chunks, Answer, Group, Released, Turn, Waiting};
 use crate::layout::queue_keys;
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
@@ -40,144 +44,9 @@ use crate::report::{ClosedReason, NodeOutcome, NodeReport, RoundKind, RoundRepor
 use crate::round::{self, Command, Request, Round};
 use crate::scripts::{channel_arg, Script};
 
-/// The most calls one round carries: a script call of about 10 KB of arguments that runs on
-/// a node in well under a millisecond. More waiting ones go in further rounds of the same
-/// wave, in flight together.
-pub(crate) const GROUP_MAX: usize = 128;
-
 /// How long past one node timeout (the bound of the lead round) a call waits for the group
 /// before it sends a round of its own (see the module's documentation).
 const GROUP_WAIT_MARGIN: Duration = Duration::from_millis(50);
-
-/// The calls (acquisitions, or releases) waiting for the round in flight, per coordinator;
-/// `A` is what each caller gets back.
-pub(crate) struct Group<A> {
-    state: Mutex<State<A>>,
-}
-
-impl<A> std::fmt::Debug for Group<A> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = self.state();
-        f.debug_struct("Group")
-            .field("busy", &state.busy)
-            .field("waiting", &state.waiting)
-            .finish()
-    }
-}
-
-impl<A> Default for Group<A> {
-    fn default() -> Self {
-        Group {
-            state: Mutex::new(State {
-                busy: false,
-                waiting: Vec::new(),
-                next_id: 0,
-            }),
-        }
-    }
-}
-
-struct State<A> {
-    /// A round of this kind is in flight, or a group task is running them.
-    busy: bool,
-    waiting: Vec<Waiting<A>>,
-    /// The id of the next call to wait.
-    next_id: u64,
-}
-
-/// One call waiting for the next round.
-struct Waiting<A> {
-    /// Which call it is, for [`Group::withdraw`].
-    id: u64,
-    spec: LockSpec,
-    ttl: Duration,
-    answer: oneshot::Sender<A>,
-}
-
-impl<A> std::fmt::Debug for Waiting<A> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Waiting")
-            .field("key", &self.spec.name)
-            .field("ttl", &self.ttl)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a call does now: send its own round, or wait for the group's.
-enum Turn<A> {
-    Lead,
-    /// The answer, and the call's id in the group.
-    Wait(oneshot::Receiver<A>, u64),
-}
-
-impl<A> Group<A> {
-    fn state(&self) -> std::sync::MutexGuard<'_, State<A>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Leads when nothing is in flight; waits for the next round otherwise.
-    fn join(&self, spec: &LockSpec, ttl: Duration) -> Turn<A> {
-        let mut state = self.state();
-        if !state.busy {
-            state.busy = true;
-            return Turn::Lead;
-        }
-        let (answer, rx) = oneshot::channel();
-        let id = state.next_id;
-        state.next_id = id.wrapping_add(1);
-        state.waiting.push(Waiting {
-            id,
-            spec: spec.clone(),
-            ttl,
-            answer,
-        });
-        Turn::Wait(rx, id)
-    }
-
-    /// Takes the call `id` out of the group if no round took it yet: `true` when it was
-    /// still waiting (nothing was sent for it), `false` when a round carries it.
-    fn withdraw(&self, id: u64) -> bool {
-        let mut state = self.state();
-        let before = state.waiting.len();
-        state.waiting.retain(|w| w.id != id);
-        state.waiting.len() < before
-    }
-
-    /// Every call waiting now, oldest first, for the next wave of rounds; `None`, and no
-    /// longer busy, when none waits.
-    fn next(&self) -> Option<Vec<Waiting<A>>> {
-        let mut state = self.state();
-        if state.waiting.is_empty() {
-            state.busy = false;
-            return None;
-        }
-        Some(std::mem::take(&mut state.waiting))
-    }
-}
-
-/// A grouped acquisition's result on its way to its caller. A won lock that nobody takes
-/// (the caller's future was dropped meanwhile) is released in the background.
-pub(crate) struct Answer {
-    result: Option<Result<Lock, Error>>,
-    coordinator: Coordinator,
-}
-
-impl Answer {
-    fn take(mut self) -> Result<Lock, Error> {
-        self.result.take().expect("an answer is taken once")
-    }
-}
-
-impl Drop for Answer {
-    fn drop(&mut self) {
-        if let Some(Ok(lock)) = self.result.take() {
-            self.coordinator.release_in_background(lock);
-        }
-    }
-}
-
-/// What a grouped release's caller gets back.
-pub(crate) type Released = Result<RoundReport, Error>;
 
 /// What is grouped: acquisitions (answered with [`Answer`]) or releases (answered with
 /// [`Released`]). Each kind has its group and sends a batch its own way.
@@ -264,21 +133,6 @@ impl<A: Grouped> Drop for Unfinished<A> {
             while A::group(&self.coordinator).next().is_some() {}
         }
     }
-}
-
-/// A wave of waiting calls as rounds of at most [`GROUP_MAX`] each, oldest first: the
-/// rounds of one wave are in flight together, so a burst of a thousand calls costs two
-/// round trips (the lead round, then the wave), not one per [`GROUP_MAX`].
-fn chunks<A>(mut wave: Vec<Waiting<A>>) -> impl Iterator<Item = Vec<Waiting<A>>> {
-    let mut batches = Vec::with_capacity(wave.len().div_ceil(GROUP_MAX));
-    while wave.len() > GROUP_MAX {
-        let rest = wave.split_off(GROUP_MAX);
-        batches.push(std::mem::replace(&mut wave, rest));
-    }
-    if !wave.is_empty() {
-        batches.push(wave);
-    }
-    batches.into_iter()
 }
 
 impl Coordinator {
@@ -369,7 +223,7 @@ impl Coordinator {
 
     /// Sends the calls that waited for the round just decided, if any, from a task of
     /// their own (counted as background work): all of them at once, in rounds of up to
-    /// [`GROUP_MAX`], and again until none waits.
+    /// [`GROUP_MAX`](queue::GROUP_MAX), and again until none waits.
     fn hand_on<A: Grouped>(&self) {
         let Some(first) = A::group(self).next() else {
             return;
@@ -437,7 +291,7 @@ impl Coordinator {
             // A caller gone meanwhile drops the answer, which releases a won lock.
             let _ = waiting.answer.send(Answer {
                 result: Some(result),
-                coordinator: self.clone(),
+                unclaimed: self.inner.clone(),
             });
         };
         let mut early = |j: usize, decided: round::Decided| {

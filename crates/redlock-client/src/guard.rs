@@ -607,5 +607,5 @@ pub(crate) fn refused_by_majority(report: &redlock_core::RoundReport) -> bool {
         .iter()
         .filter(|n| n.outcome == NodeOutcome::NotHeld)
         .count();
-    refused > report.nodes.len() - report.quorum
+    report.out_of_reach(refused)
 }

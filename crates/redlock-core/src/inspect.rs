@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use fred::types::Value;
 
-use crate::quorum::quorum;
+use crate::quorum::{out_of_reach, quorum};
 use crate::report::{NodeName, NodeOutcome, RoundReport};
 use crate::server_error::{ServerError, ServerErrorKind};
 use crate::token::Token;
@@ -178,7 +178,7 @@ fn decide(yes: usize, no: usize, n: usize) -> Option<bool> {
     let q = quorum(n);
     if yes >= q {
         Some(true)
-    } else if no > n - q {
+    } else if out_of_reach(n, no) {
         Some(false)
     } else {
         None

@@ -14,6 +14,14 @@ pub fn quorum(n: usize) -> usize {
     n / 2 + 1
 }
 
+/// Whether `against` nodes of `n` that will not accept leave fewer than a quorum that can:
+/// more than `n - quorum(n)` of them. The one rule by which a round is lost early, an
+/// inspection reads a key as free, and a client gives up on nodes that refuse (through
+/// [`RoundReport::out_of_reach`](crate::RoundReport::out_of_reach)).
+pub(crate) fn out_of_reach(n: usize, against: usize) -> bool {
+    against > n.saturating_sub(quorum(n))
+}
+
 /// How a round ended, decided as early as the replies allow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Decision {
@@ -59,7 +67,7 @@ impl Votes {
     pub(crate) fn decision(&self) -> Option<Decision> {
         if self.accepted >= self.quorum {
             Some(Decision::Won)
-        } else if self.failed > self.n - self.quorum {
+        } else if out_of_reach(self.n, self.failed) {
             Some(Decision::Lost)
         } else {
             None
@@ -74,6 +82,16 @@ impl Votes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quorum_is_out_of_reach_once_more_than_n_minus_quorum_are_against() {
+        for (n, most) in [(1, 0), (2, 0), (3, 1), (4, 1), (5, 2), (6, 2), (7, 3)] {
+            assert!(!out_of_reach(n, most), "{n}");
+            assert!(out_of_reach(n, most + 1), "{n}");
+        }
+        assert!(out_of_reach(0, 1));
+        assert!(!out_of_reach(0, 0));
+    }
 
     #[test]
     fn quorum_is_a_strict_majority() {

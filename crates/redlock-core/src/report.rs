@@ -294,6 +294,21 @@ pub struct RoundReport {
 }
 
 impl RoundReport {
+    /// Whether `against` of this round's nodes that will not accept (counted however the
+    /// caller counts them: refusals that need a change, "not ours" answers) leave fewer
+    /// than a quorum that can: more than `nodes - quorum`.
+    ///
+    /// ```
+    /// # use redlock_core::RoundReport;
+    /// # fn check(report: &RoundReport) {
+    /// // Of five nodes, three against leave two: a quorum of three is out of reach.
+    /// assert_eq!(report.out_of_reach(3), report.nodes.len() == 5);
+    /// # }
+    /// ```
+    pub fn out_of_reach(&self, against: usize) -> bool {
+        crate::quorum::out_of_reach(self.nodes.len(), against)
+    }
+
     /// Whether a quorum accepted and (for rounds with a TTL: acquisitions and extensions)
     /// validity was left.
     pub fn succeeded(&self) -> bool {

@@ -126,7 +126,7 @@ pub(super) fn refused_until_changed(report: &RoundReport) -> bool {
         .iter()
         .filter(|n| matches!(&n.outcome, NodeOutcome::ServerError(e) if e.kind.needs_a_change()))
         .count();
-    refused > report.nodes.len().saturating_sub(report.quorum)
+    report.out_of_reach(refused)
 }
 
 /// Whether no node refused a lost round: none held the keys for someone else, or said

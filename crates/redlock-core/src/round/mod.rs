@@ -5,7 +5,7 @@
 //!
 //! Every round of the crate runs here: single-key, multi-key and reentrant acquisitions,
 //! extensions (one or a batch), releases and inspections. What differs between them is the
-//! [`Command`] sent and the [`RoundKind`], which says which answers count.
+//! [`Command`] sent and the [`RoundKind`](crate::RoundKind), which says which answers count.
 //!
 //! The round's own task drives every node's command until the decision, with no task or
 //! channel in between (each command is handed to its node's connection before the round

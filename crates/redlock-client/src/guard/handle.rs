@@ -68,7 +68,7 @@ impl LockHandle {
         self.shared.health()
     }
 
-    /// A future that completes as soon as the lock is no longer [`HoldHealth::Healthy`]:
+    /// A future that completes as soon as the lock leaves [`HoldHealth::Healthy`]:
     /// renewal started failing, or the lock was lost. Race it against work to stop early.
     pub fn suspended(&self) -> impl Future<Output = HoldHealth> + Send + 'static {
         suspended(self.shared.clone())

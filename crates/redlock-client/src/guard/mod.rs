@@ -33,7 +33,7 @@ use state::{lost, suspended};
 /// [`Redlock`](crate::Redlock) handle while guards live does not stop their renewal. Connections close
 /// once the last client handle and the last guard are gone.
 ///
-/// Once released (or dropped), the guard's handles report the lock as no longer valid and
+/// Once released (or dropped), the guard's handles report the lock as not valid and
 /// their [`lost`](LockHandle::lost) futures complete with [`LostReason::Released`].
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
@@ -158,7 +158,7 @@ impl LockGuard {
         self.shared.health()
     }
 
-    /// Completes as soon as the lock is no longer [`HoldHealth::Healthy`] (see
+    /// Completes as soon as the lock leaves [`HoldHealth::Healthy`] (see
     /// [`LockHandle::suspended`]).
     pub fn suspended(&self) -> impl Future<Output = HoldHealth> + Send + 'static {
         suspended(self.shared.clone())
@@ -171,7 +171,7 @@ impl LockGuard {
     /// the validity never moves back (a shorter `ttl` than the validity left changes
     /// nothing). On failure the lock keeps the validity it had, which the nodes still
     /// hold, because a failed extension only ever lengthened keys; when a majority of nodes
-    /// answered that the key is no longer ours, the lock is marked lost
+    /// answered that the key is not ours, the lock is marked lost
     /// ([`LostReason::Refused`]) at once. A lock that was lost already, or whose validity
     /// ran out before the extension's answer came, stays lost: [`Error::LockLost`], even
     /// when the nodes accepted the extension (its keys then expire with it).

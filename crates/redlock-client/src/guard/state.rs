@@ -65,7 +65,7 @@ pub enum HoldHealth {
         /// Why the last renewal failed (its round's report).
         last_error: String,
     },
-    /// No longer held, for this reason. Final: a lock whose validity ran out is not renewed
+    /// Not held, for this reason. Final: a lock whose validity ran out is not renewed
     /// again, and a renewal that was in flight then does not make it valid again.
     Lost(LostReason),
 }
@@ -115,7 +115,7 @@ impl HoldState {
     }
 
     /// The status after a successful extension or renewal: valid until at least
-    /// `valid_until`, no longer failing, and `update` applied to the lock. Not for a lock
+    /// `valid_until`, not failing, and `update` applied to the lock. Not for a lock
     /// that was lost, or whose validity ran out before the round's answer was recorded:
     /// its holder may have been told so already (`is_valid`, `health`), and a lock that was
     /// lost stays lost, whoever watched (see `renew_due`), with the lock itself unchanged
@@ -171,7 +171,7 @@ impl HoldState {
         health(&self.status.borrow())
     }
 
-    /// Marks the lock no longer held, for `reason`; only the first call counts.
+    /// Marks the lock not held, for `reason`; only the first call counts.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
         let mut ended = None;
         // Held while the loss is marked and until the lock the guard hands out is ended
@@ -196,7 +196,7 @@ impl HoldState {
             return;
         };
         // The lock the guard hands out says so too: code given `lock()` must stop using
-        // the resource when a majority said the key is no longer ours.
+        // the resource when a majority said the key is not ours.
         lock.expire();
         drop(lock);
         metrics::lock_ended();
@@ -247,7 +247,7 @@ fn health(status: &Status) -> HoldHealth {
     }
 }
 
-/// Completes when the lock is no longer [`HoldHealth::Healthy`], with its health then.
+/// Completes when the lock leaves [`HoldHealth::Healthy`], with its health then.
 pub(super) async fn suspended(shared: Arc<HoldState>) -> HoldHealth {
     let mut rx = shared.status.subscribe();
     let mut suspend = redlock_core::suspend_watch();
@@ -274,7 +274,7 @@ pub(super) async fn suspended(shared: Arc<HoldState>) -> HoldHealth {
     }
 }
 
-/// Completes when the lock is no longer held: a majority of nodes refused a renewal or an
+/// Completes when the hold ends: a majority of nodes refused a renewal or an
 /// extension, the validity ran out before a renewal succeeded, or the holder released it
 /// (or dropped its guard).
 pub(super) async fn lost(shared: Arc<HoldState>) -> LostReason {

@@ -10,7 +10,7 @@ use crate::error::InvalidConfig;
 use crate::renew::policy::RenewalPolicy;
 use crate::retry::RetryPolicy;
 
-// Here rather than in config.rs, so that the configuration does not depend on its builder.
+// Here rather than in config/, so that the configuration does not depend on its builder.
 impl LockConfig {
     /// A builder starting from the defaults.
     pub fn builder() -> LockConfigBuilder {

@@ -252,7 +252,7 @@ impl Redlock {
     /// [`LockGuard::release`]: a key that holds another token is left alone, so a stale
     /// token never releases a newer holder.
     ///
-    /// Idempotent, like [`LockGuard::release`]: `Ok` means a quorum of nodes no longer hold
+    /// Idempotent, like [`LockGuard::release`]: `Ok` means a quorum of nodes do not hold
     /// the key for `token`. Whether this call deleted it shows in the report: nodes that
     /// did say [`NodeOutcome::Released`](crate::NodeOutcome::Released), the others
     /// [`NotHeld`](crate::NodeOutcome::NotHeld) (absent, or held by another token).

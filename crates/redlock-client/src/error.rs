@@ -17,10 +17,10 @@ pub enum LostReason {
     /// The validity ran out before a renewal succeeded (renewal off, capped by `max_hold`,
     /// or every renewal attempt failed to reach a quorum in time).
     Expired,
-    /// A majority of nodes answered that the key is no longer ours (deleted, expired or
+    /// A majority of nodes answered that the key is not ours (deleted, expired or
     /// taken over); renewal stopped at once.
     Refused,
-    /// The holder released the lock (or dropped its guard): it is no longer held.
+    /// The holder released the lock (or dropped its guard): it is not held.
     Released,
 }
 

@@ -26,7 +26,7 @@
 //!
 //! Read the guarantees and assumptions (H1-H4) in [`redlock_core`]'s documentation: in short,
 //! independent masters with persistence or delayed restarts, sane clocks, and a holder that
-//! stops using the resource when its lock is no longer valid.
+//! stops using the resource as soon as its lock is not valid.
 //!
 //! ```no_run
 //! use redlock_client::{LockConfig, Redlock};

@@ -53,7 +53,7 @@ fn system_suspended() -> Duration {
     Duration::ZERO
 }
 
-/// Suspend time added by [`simulate_host_suspend`], in nanoseconds.
+/// Suspend time added by `simulate_host_suspend` (feature `test-util`), in nanoseconds.
 static SIMULATED: AtomicU64 = AtomicU64::new(0);
 
 /// Tests only (feature `test-util`): makes [`host_suspended`] report `by` more, as if the

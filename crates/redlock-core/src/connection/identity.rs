@@ -1,6 +1,6 @@
 //! Which server each node is. Two nodes that reach one server (another name, address or
 //! database of it) would cast two votes for one failure domain: `Coordinator::connect`
-//! refuses such a configuration when it can tell ([`super::check_distinct`]), but it can
+//! refuses such a configuration when it can tell ([`check_distinct`]), but it can
 //! tell only for the nodes it identified then. A node it could not identify (down, or its
 //! `INFO` not answered in time) casts no vote until it is: its commands are refused,
 //! unsent, with [`ServerErrorKind::NotIdentified`], and it is identified as soon as it is
@@ -21,11 +21,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::interfaces::ClientLike;
+use fred::types::Value;
 use futures::future::join_all;
 use tokio::sync::watch;
 
 use super::Connection;
-use crate::report::NodeOutcome;
+use crate::error::ConfigError;
+use crate::report::{NodeName, NodeOutcome};
 use crate::server_error::{ServerError, ServerErrorKind};
 
 /// Whether a node may take part in rounds.
@@ -106,6 +108,38 @@ impl Identity {
 /// task.
 pub(crate) type Reconnections = watch::Sender<u64>;
 
+impl Connection {
+    /// The server's identity: the `run_id` field of `INFO server`, under the node timeout.
+    /// Random per server process, and the same for every database of one server and under
+    /// every name or address that reaches it; two nodes reporting the same `run_id` are one
+    /// server, one failure domain.
+    pub(crate) async fn server_id(&self) -> Result<String, NodeOutcome> {
+        // Not gated: it is how a node gets through the gate (see `identity`).
+        let reply = self
+            .send_custom("INFO", vec![Value::from("server")])
+            .await?;
+        reply
+            .as_str()
+            .and_then(|text| run_id(&text))
+            .ok_or_else(|| {
+                NodeOutcome::ServerError(ServerError::of_kind(
+                    ServerErrorKind::Unknown,
+                    "INFO",
+                    "INFO server reported no run_id",
+                ))
+            })
+    }
+}
+
+/// The `run_id` field of an `INFO` reply.
+fn run_id(info: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("run_id:"))
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(str::to_string)
+}
+
 /// What identifying a node with `INFO` gave.
 enum Seen {
     /// Its server's `run_id`.
@@ -129,6 +163,60 @@ async fn seen(node: &Connection) -> Seen {
 /// identified (see [`Seen::Unidentifiable`]).
 pub(crate) fn unidentifiable(outcome: &NodeOutcome) -> bool {
     matches!(outcome, NodeOutcome::ServerError(e) if e.kind != ServerErrorKind::NotReady)
+}
+
+/// Fails when two connected nodes are one server: reached under two names, addresses or
+/// databases, it would cast two votes. Compares the servers' identities (`run_id`), not the
+/// URLs, so two databases of one server are rejected too (one process, one failure
+/// domain). Only the nodes connected now can be identified; the others (down, or refusing
+/// the password or database) are identified when they connect (see [`identity`](self)), and a
+/// warning names them.
+pub(crate) async fn check_distinct(
+    connections: &[Connection],
+    connected: &[Result<(), String>],
+) -> Result<Vec<usize>, ConfigError> {
+    let ids = futures::future::join_all(connections.iter().zip(connected).map(
+        |(connection, connected)| async move {
+            match connected {
+                Ok(()) => Some(connection.server_id().await),
+                Err(_) => None,
+            }
+        },
+    ))
+    .await;
+    let mut seen: std::collections::HashMap<&str, &NodeName> = Default::default();
+    let mut unchecked = Vec::new();
+    // Those that may be identified later (see `identity`): down, or `INFO` unanswered. A
+    // node that answers `INFO` with an error (an ACL user without it) never can be.
+    let mut later = Vec::new();
+    for (i, (connection, id)) in connections.iter().zip(&ids).enumerate() {
+        let id = match id {
+            Some(Ok(id)) => id,
+            // It answered with an error: it cannot be identified (see `identity`).
+            Some(Err(outcome)) if unidentifiable(outcome) => {
+                unchecked.push(connection.name.to_string());
+                continue;
+            }
+            _ => {
+                unchecked.push(connection.name.to_string());
+                later.push(i);
+                continue;
+            }
+        };
+        if let Some(first) = seen.insert(id, &connection.name) {
+            return Err(ConfigError::DuplicateServer {
+                first: first.to_string(),
+                second: connection.name.to_string(),
+            });
+        }
+    }
+    if !unchecked.is_empty() {
+        tracing::warn!(
+            nodes = %unchecked.join(", "),
+            "nodes not identified at start-up were not checked for being the same server as another node: each that is down or did not answer INFO in time casts no vote until it is identified once it does; make sure every URL names a distinct master"
+        );
+    }
+    Ok(later)
 }
 
 /// Starts the task that identifies node `i` of `connections`: while it is pending (not
@@ -275,5 +363,13 @@ mod tests {
         ] {
             assert!(!unidentifiable(&unanswered), "{unanswered}");
         }
+    }
+
+    #[test]
+    fn run_id_is_read_from_info_server() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:3f1c0a\r\ntcp_port:6379\r\n";
+        assert_eq!(run_id(info).as_deref(), Some("3f1c0a"));
+        assert_eq!(run_id("# Server\r\nrun_id:\r\n"), None);
+        assert_eq!(run_id(""), None);
     }
 }

@@ -1,27 +1,29 @@
 //! The part of a round that outlives its decision: commands still in flight, whose late
 //! answers are recorded, and the rollback of what a round that is not kept may have set.
 //! A round dropped before its decision hands everything here with the verdict "roll back"
-//! (deadpool's drop-guard idea), so an abandoned round leaves no key behind either.
+//! (deadpool's drop-guard idea), so an abandoned round leaves no key behind either. The
+//! hand-off itself is `in_flight`'s, the set of futures polled together is `polled`, and
+//! the count of background work that callers wait for is `work`.
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use fred::bytes_utils::Str;
 use fred::types::{Key, Value};
 
 use super::command::{Answer, Command};
 use super::plan::{Request, Round, Undo};
+use super::polled::Polled;
+use super::work::WorkGuard;
 use crate::connection::Connection;
-use crate::report::{CleanupOutcome, NodeOutcome, NodeReport, Settling};
+use crate::report::{CleanupOutcome, NodeOutcome, Settling};
 use crate::scripts::Script;
 use crate::server_error::ServerErrorKind;
 
@@ -38,233 +40,10 @@ pub(crate) const ROLLBACK_ATTEMPTS: u32 = 3;
 /// whose connection is down is then waited for, up to the node timeout.
 const ROLLBACK_PAUSE: Duration = Duration::from_millis(10);
 
-/// Counts a coordinator's background work (commands still in flight, rollbacks,
-/// background releases), so that callers can wait for it to drain, and runs it in the
-/// runtime the coordinator was connected in.
-#[derive(Debug, Clone)]
-pub(crate) struct BackgroundWork(Arc<watch::Sender<usize>>, tokio::runtime::Handle);
-
-impl BackgroundWork {
-    /// Background work run in `runtime`: the coordinator's, whose tasks its connections
-    /// are.
-    pub(crate) fn new(runtime: tokio::runtime::Handle) -> Self {
-        BackgroundWork(Arc::new(watch::Sender::new(0)), runtime)
-    }
-
-    /// Runs `task` in the coordinator's runtime, not the caller's: a caller may run in
-    /// another runtime, one shutting down (its tasks dropping their guards and rounds),
-    /// which would drop the task unrun. Dropped too if the coordinator's runtime has shut
-    /// down (its connections are gone with it).
-    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        drop(self.1.spawn(task));
-    }
-
-    /// Counts one piece of work until the returned guard is dropped.
-    ///
-    /// Only the count's return to zero notifies: [`idle`](Self::idle) is the one waiter,
-    /// and each notification of a `watch` takes eight locks (its wake lists), on every
-    /// round's hand-off.
-    pub(crate) fn enter(&self) -> WorkGuard {
-        self.0.send_if_modified(|n| {
-            *n += 1;
-            false
-        });
-        WorkGuard(self.0.clone())
-    }
-
-    pub(crate) async fn idle(&self) {
-        let _ = self.0.subscribe().wait_for(|n| *n == 0).await;
-    }
-}
-
-/// One piece of background work, counted while it lives.
-pub(crate) struct WorkGuard(Arc<watch::Sender<usize>>);
-
-impl Drop for WorkGuard {
-    fn drop(&mut self) {
-        self.0.send_if_modified(|n| {
-            *n -= 1;
-            *n == 0
-        });
-    }
-}
-
 /// One node's command: its index, what it answered for each request, and when (from the
 /// round's start).
 pub(crate) type Reply = (usize, Vec<Answer>, Duration);
 pub(crate) type Call = Pin<Box<dyn Future<Output = Reply> + Send>>;
-
-/// Futures polled together, all on the waker of the task that polls the set: a round's
-/// commands (one per node) and its rollbacks. Every poll polls each pending future, which
-/// for a handful costs less than `FuturesUnordered`'s task allocation for each future
-/// pushed (and its own for each set made), which a round would pay several times per node.
-pub(crate) struct Polled<F: Future + Unpin> {
-    pending: Vec<F>,
-    /// Finished, not yet taken, in the order they were found finished.
-    ready: VecDeque<F::Output>,
-}
-
-impl<F: Future + Unpin> Polled<F> {
-    pub(crate) fn new() -> Self {
-        Polled::with_capacity(0)
-    }
-
-    /// A set for up to `n` futures without growing.
-    pub(crate) fn with_capacity(n: usize) -> Self {
-        Polled {
-            pending: Vec::with_capacity(n),
-            ready: VecDeque::with_capacity(n),
-        }
-    }
-
-    pub(crate) fn push(&mut self, future: F) {
-        self.pending.push(future);
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.pending.is_empty() && self.ready.is_empty()
-    }
-
-    /// Polls every pending future (so that each is registered with this task's waker,
-    /// also right after the set moved to another task), then yields one finished
-    /// output; `None` once none is left.
-    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
-        let mut i = 0;
-        while i < self.pending.len() {
-            match Pin::new(&mut self.pending[i]).poll(cx) {
-                Poll::Ready(output) => {
-                    self.ready.push_back(output);
-                    drop(self.pending.swap_remove(i));
-                }
-                Poll::Pending => i += 1,
-            }
-        }
-        match self.ready.pop_front() {
-            Some(output) => Poll::Ready(Some(output)),
-            None if self.pending.is_empty() => Poll::Ready(None),
-            None => Poll::Pending,
-        }
-    }
-
-    pub(crate) async fn next(&mut self) -> Option<F::Output> {
-        std::future::poll_fn(|cx| self.poll_next(cx)).await
-    }
-}
-
-/// A round's commands and answers until the decision; dropped undecided, it rolls back.
-pub(crate) struct InFlight {
-    pub(crate) connections: Arc<[Connection]>,
-    pub(crate) round: Arc<Round>,
-    pub(crate) t0: Instant,
-    pub(crate) settling: Arc<watch::Sender<Settling>>,
-    pub(crate) work: BackgroundWork,
-    pub(crate) calls: Polled<Call>,
-    pub(crate) answered: Vec<Option<(Vec<Answer>, Duration)>>,
-    pub(crate) handed_off: bool,
-    /// By request, those already handed to their callers as won (see `round::run_early`;
-    /// empty without): never rolled back, even by a drop before the decision.
-    pub(crate) won_early: Vec<bool>,
-}
-
-impl InFlight {
-    /// Request `j`'s node reports as answered so far (the others pending): the report of a
-    /// request decided before the round's end.
-    pub(crate) fn reports(&self, j: usize) -> Vec<NodeReport> {
-        self.connections
-            .iter()
-            .zip(&self.answered)
-            .map(|(connection, answer)| {
-                let mut report = NodeReport::pending(connection.name.clone());
-                if let Some((answer, latency)) = answer
-                    .as_ref()
-                    .and_then(|(answers, latency)| answers.get(j).map(|answer| (answer, latency)))
-                {
-                    report.outcome = answer.outcome.clone();
-                    report.latency = Some(*latency);
-                }
-                report
-            })
-            .collect()
-    }
-
-    /// Records the answers so far in the settling, then hands what is left to a background
-    /// task: the commands still in flight, and the rollback of every request in
-    /// `roll_back` on every node that may hold its key. `abandoned`: the round's future was
-    /// dropped before its decision (see `Undo::waiter_arg`).
-    pub(crate) fn hand_off(&mut self, roll_back: Vec<bool>, abandoned: bool) {
-        self.handed_off = true;
-        let answered = std::mem::take(&mut self.answered);
-        let calls = std::mem::replace(&mut self.calls, Polled::new());
-        let round = &self.round;
-        for (i, answer) in answered.iter().enumerate() {
-            if let Some((answers, latency)) = answer {
-                let outcomes = answers.iter().map(|a| &a.outcome);
-                let node = &self.connections[i].metrics;
-                node.answered(round.kind, outcomes, *latency, false);
-            }
-        }
-        let mut to_undo = Vec::new();
-        update(&self.settling, |settling| {
-            for (i, answer) in answered.into_iter().enumerate() {
-                let Some((answers, latency)) = answer else {
-                    continue;
-                };
-                let mut undo_here = false;
-                for (j, answer) in answers.iter().enumerate() {
-                    let report = &mut settling.requests[j][i];
-                    report.latency = Some(latency);
-                    report.outcome = answer.outcome.clone();
-                    if round.requests[j].redo && needs_redo(&answer.outcome) {
-                        undo_here = true;
-                    } else if roll_back[j] {
-                        if needs_undo(&answer.outcome) {
-                            undo_here = true;
-                        } else {
-                            // A refusal set nothing: our key is not there (the token is new).
-                            report.cleanup = Some(CleanupOutcome::NotPresent);
-                        }
-                    }
-                }
-                if undo_here {
-                    to_undo.push((i, answers));
-                } else {
-                    settling.open -= 1;
-                }
-            }
-        });
-        if calls.is_empty() && to_undo.is_empty() {
-            return;
-        }
-        let work = Background {
-            connections: self.connections.clone(),
-            round: round.clone(),
-            t0: self.t0,
-            settling: self.settling.clone(),
-            roll_back,
-            abandoned,
-            _work: self.work.enter(),
-        };
-        self.work.spawn(work.run(calls, to_undo).in_current_span());
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if !self.handed_off {
-            // The round's future was dropped before it decided: nothing may be kept but
-            // the locks its callers already hold (a wave task that unwinds from another
-            // batch's panic drops this one).
-            let roll_back = self
-                .round
-                .requests
-                .iter()
-                .enumerate()
-                .map(|(j, r)| r.undo.is_some() && !self.won_early.get(j).copied().unwrap_or(false))
-                .collect();
-            self.hand_off(roll_back, true);
-        }
-    }
-}
 
 /// Updates a round's settling. Only its closing (every node answered or timed out, every
 /// rollback over) notifies: the one waiter is [`RoundReport::settled`], which waits for
@@ -282,7 +61,7 @@ pub(crate) fn update(settling: &watch::Sender<Settling>, f: impl FnOnce(&mut Set
 /// Whether a node's answer leaves our key possibly set there: everything but a refusal,
 /// a script the node did not know (see `OnNoScript::Refuse`), a node not ready for the
 /// command (`LOADING`, `BUSY`) and a client that sent nothing (closed): nothing ran.
-fn needs_undo(outcome: &NodeOutcome) -> bool {
+pub(super) fn needs_undo(outcome: &NodeOutcome) -> bool {
     match outcome {
         NodeOutcome::HeldByOther | NodeOutcome::Closed(_) => false,
         // Nothing was sent to a node that casts no vote.
@@ -309,7 +88,7 @@ fn not_ready(outcome: &NodeOutcome) -> bool {
 /// Whether a command that removes what is ours ([`Request::redo`](super::Request)) must be
 /// sent again on a node: it did not answer, so it may not have run there, or the node was
 /// not ready for it (`LOADING`, `BUSY`: it did not run).
-fn needs_redo(outcome: &NodeOutcome) -> bool {
+pub(super) fn needs_redo(outcome: &NodeOutcome) -> bool {
     matches!(
         outcome,
         NodeOutcome::TimedOut | NodeOutcome::ConnectionError(_)
@@ -317,19 +96,19 @@ fn needs_redo(outcome: &NodeOutcome) -> bool {
 }
 
 /// What outlives the decision.
-struct Background {
-    connections: Arc<[Connection]>,
-    round: Arc<Round>,
-    t0: Instant,
-    settling: Arc<watch::Sender<Settling>>,
-    roll_back: Vec<bool>,
+pub(super) struct Background {
+    pub(super) connections: Arc<[Connection]>,
+    pub(super) round: Arc<Round>,
+    pub(super) t0: Instant,
+    pub(super) settling: Arc<watch::Sender<Settling>>,
+    pub(super) roll_back: Vec<bool>,
     /// Dropped before its decision: nobody waits for the keys any more.
-    abandoned: bool,
-    _work: WorkGuard,
+    pub(super) abandoned: bool,
+    pub(super) _work: WorkGuard,
 }
 
 impl Background {
-    async fn run(self, mut calls: Polled<Call>, answered: Vec<(usize, Vec<Answer>)>) {
+    pub(super) async fn run(self, mut calls: Polled<Call>, answered: Vec<(usize, Vec<Answer>)>) {
         let this = &self;
         let mut finishing: Polled<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = Polled::new();
         for (i, answers) in answered {
@@ -582,38 +361,5 @@ mod tests {
         assert!(!needs_undo(&NodeOutcome::HeldByOther));
         assert!(needs_undo(&NodeOutcome::TimedOut));
         assert!(needs_undo(&NodeOutcome::Acquired));
-    }
-
-    /// A set first polled on one task (a round, with a no-op waker) and then driven by
-    /// another (the background task) is woken by whichever future finishes, the last one
-    /// pushed too: each poll registers every pending future with the current waker.
-    #[tokio::test]
-    async fn a_set_moved_to_another_task_is_woken_by_any_of_its_futures() {
-        let (senders, receivers): (Vec<_>, Vec<_>) = (0..3)
-            .map(|_| tokio::sync::oneshot::channel::<usize>())
-            .unzip();
-        let mut set = Polled::with_capacity(3);
-        for receiver in receivers {
-            set.push(receiver);
-        }
-        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-        assert!(set.poll_next(&mut cx).is_pending());
-        let task = tokio::spawn(async move {
-            let mut got = Vec::new();
-            while let Some(value) = set.next().await {
-                got.push(value.unwrap());
-            }
-            got
-        });
-        // The last first, after the task has waited: the others are still pending then.
-        for (i, sender) in senders.into_iter().enumerate().rev() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            sender.send(i).unwrap();
-        }
-        let got = tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .expect("a finished future never woke the set")
-            .unwrap();
-        assert_eq!(got, vec![2, 1, 0]);
     }
 }

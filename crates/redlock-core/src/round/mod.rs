@@ -5,7 +5,7 @@
 //!
 //! Every round of the crate runs here: single-key, multi-key and reentrant acquisitions,
 //! extensions (one or a batch), releases and inspections. What differs between them is the
-//! [`Command`] sent and the [`RoundKind`], which says which answers count.
+//! [`Command`] sent and the [`RoundKind`](crate::RoundKind), which says which answers count.
 //!
 //! The round's own task drives every node's command until the decision, with no task or
 //! channel in between (each command is handed to its node's connection before the round
@@ -14,7 +14,10 @@
 
 mod background;
 mod command;
+mod in_flight;
 mod plan;
+mod polled;
+mod work;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -32,11 +35,14 @@ use crate::metrics;
 use crate::quorum::{quorum, Decision, Votes};
 use crate::report::{NodeReport, RoundReport, Settling, SettlingView};
 
-pub(crate) use background::{try_on, BackgroundWork};
-use background::{Call, InFlight, Polled};
+pub(crate) use background::try_on;
+use background::Call;
 use command::Answer;
 pub(crate) use command::Command;
+use in_flight::InFlight;
 pub(crate) use plan::{Request, Round, Undo};
+use polled::Polled;
+pub(crate) use work::BackgroundWork;
 
 /// How one request of a round ended.
 #[derive(Debug)]

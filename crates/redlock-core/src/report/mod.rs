@@ -1,4 +1,10 @@
 //! What each node did in a round, and how the round ended.
+//!
+//! This file holds the round as a whole: its kind, its report and the settling that late
+//! answers and rollbacks keep filling in; `node` holds one node's part (its answer and
+//! cleanup).
+
+mod node;
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 pub use crate::node_name::NodeName;
-use crate::server_error::ServerError;
+pub use node::{CleanupOutcome, ClosedReason, NodeOutcome, NodeReport};
 
 /// Which kind of round a report describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -37,214 +43,6 @@ impl fmt::Display for RoundKind {
             RoundKind::Fence => "record fencing token",
             RoundKind::Leave => "leave fair queue",
         })
-    }
-}
-
-/// What one node answered in one round.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum NodeOutcome {
-    /// The node set our key.
-    Acquired,
-    /// The key is held by another owner (acquire).
-    HeldByOther,
-    /// The node extended our key.
-    Extended,
-    /// The node deleted our key.
-    Released,
-    /// The node holds the key (inspect).
-    Held,
-    /// The node recorded the fencing token (its counter is now the token).
-    Recorded,
-    /// The node's fencing counter was already at or above the token: another fenced
-    /// acquisition recorded it (or a higher one) after this one read the counters. The
-    /// acquisition tries again above it while its lock is valid.
-    CounterAhead,
-    /// The key is not ours on this node: absent, expired or held by another owner
-    /// (extend, release). A release counts it as done; an extension as failed.
-    NotHeld,
-    /// No answer within the per-node timeout. The command may still run on the node later,
-    /// which is why failed acquisitions are rolled back on every node.
-    TimedOut,
-    /// The connection failed or is down; the node is reconnected in the background.
-    ConnectionError(String),
-    /// The node answered with an error (for example `NOAUTH`, `NOPERM`, `OOM`,
-    /// `READONLY`): its kind, the command it refused, and what to do.
-    ServerError(ServerError),
-    /// The round was decided before this node answered; see
-    /// [`RoundReport::settled`] for what it answered later.
-    Pending,
-    /// Nothing was sent: this client is closed (see [`ClosedReason`]).
-    Closed(ClosedReason),
-}
-
-/// Why a client can send nothing any more ([`NodeOutcome::Closed`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ClosedReason {
-    /// It was closed ([`Coordinator::close`](crate::Coordinator::close), the client's
-    /// `shutdown`).
-    Shutdown,
-    /// The tokio runtime it was connected in has shut down, and its connections' tasks
-    /// with it: a client works only in the runtime that connected it (a client kept in a
-    /// `static` across `#[tokio::test]`s, each with its own runtime, meets this).
-    RuntimeStopped,
-}
-
-impl fmt::Display for ClosedReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ClosedReason::Shutdown => "the client was shut down",
-            ClosedReason::RuntimeStopped => {
-                "the tokio runtime this client was connected in has shut down, and its \
-                 connections with it (a client works only in the runtime that connected it)"
-            }
-        })
-    }
-}
-
-impl NodeOutcome {
-    /// Whether the node reached the server and got a definite answer about the key.
-    pub fn is_answer(&self) -> bool {
-        matches!(
-            self,
-            NodeOutcome::Acquired
-                | NodeOutcome::HeldByOther
-                | NodeOutcome::Extended
-                | NodeOutcome::Released
-                | NodeOutcome::Held
-                | NodeOutcome::Recorded
-                | NodeOutcome::CounterAhead
-                | NodeOutcome::NotHeld
-        )
-    }
-
-    fn is_unreachable(&self) -> bool {
-        matches!(
-            self,
-            NodeOutcome::TimedOut | NodeOutcome::ConnectionError(_)
-        )
-    }
-}
-
-impl fmt::Display for NodeOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NodeOutcome::Acquired => f.write_str("acquired"),
-            NodeOutcome::HeldByOther => f.write_str("held by another owner"),
-            NodeOutcome::Extended => f.write_str("extended"),
-            NodeOutcome::Released => f.write_str("released"),
-            NodeOutcome::Held => f.write_str("holds the key"),
-            NodeOutcome::Recorded => f.write_str("recorded the fencing token"),
-            NodeOutcome::CounterAhead => {
-                f.write_str("its fencing counter was already at or above the token")
-            }
-            NodeOutcome::NotHeld => f.write_str("not held by us"),
-            NodeOutcome::TimedOut => f.write_str("timed out"),
-            NodeOutcome::ConnectionError(e) => write!(f, "connection error: {e}"),
-            NodeOutcome::ServerError(e) => write!(f, "server error: {e}"),
-            NodeOutcome::Pending => f.write_str("no answer yet when the round was decided"),
-            NodeOutcome::Closed(reason) => write!(f, "not sent: {reason}"),
-        }
-    }
-}
-
-/// What the rollback of a failed acquisition did on one node; for a release (or a fair
-/// waiter leaving its queue) that a node did not answer, what sending it again did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CleanupOutcome {
-    /// Our key was there and was deleted.
-    Removed,
-    /// Our key was not there (never set, or already gone); nothing to do.
-    NotPresent,
-    /// The delete could not be confirmed before the key's own TTL ran out; the key (if it
-    /// was set) expires by itself by then.
-    Failed(String),
-}
-
-impl fmt::Display for CleanupOutcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_in(f, RoundKind::Acquire)
-    }
-}
-
-impl CleanupOutcome {
-    /// Worded for a round of `kind`: a release or a leave is not rolled back but sent
-    /// again where the node did not answer it.
-    fn fmt_in(&self, f: &mut fmt::Formatter<'_>, kind: RoundKind) -> fmt::Result {
-        let sent_again = matches!(kind, RoundKind::Release | RoundKind::Leave);
-        match (self, sent_again) {
-            (CleanupOutcome::Removed, false) => f.write_str("rolled back"),
-            (CleanupOutcome::NotPresent, false) => f.write_str("nothing to roll back"),
-            (CleanupOutcome::Failed(e), false) => {
-                write!(f, "rollback failed ({e}); the key expires with its TTL")
-            }
-            (CleanupOutcome::Removed, true) if kind == RoundKind::Leave => {
-                f.write_str("sent again: left the queue")
-            }
-            (CleanupOutcome::Removed, true) => f.write_str("sent again: released"),
-            (CleanupOutcome::NotPresent, true) => {
-                f.write_str("sent again: nothing of ours was left there")
-            }
-            (CleanupOutcome::Failed(e), true) => write!(
-                f,
-                "sent again, and that failed too ({e}); the key expires with its TTL"
-            ),
-        }
-    }
-}
-
-/// One node's part in a round.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeReport {
-    /// The node.
-    pub node: NodeName,
-    /// What it answered.
-    pub outcome: NodeOutcome,
-    /// Time from the start of the round to the answer (`None` while pending).
-    pub latency: Option<Duration>,
-    /// The answer arrived after the round had been decided.
-    pub late: bool,
-    /// What the rollback did, for a rolled-back acquisition; for a release (or a leave) the
-    /// node did not answer, what sending it again did.
-    pub cleanup: Option<CleanupOutcome>,
-}
-
-impl NodeReport {
-    /// A node that has not answered yet.
-    pub(crate) fn pending(node: NodeName) -> Self {
-        NodeReport {
-            node,
-            outcome: NodeOutcome::Pending,
-            latency: None,
-            late: false,
-            cleanup: None,
-        }
-    }
-}
-
-impl fmt::Display for NodeReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_in(f, RoundKind::Acquire)
-    }
-}
-
-impl NodeReport {
-    /// Worded for a round of `kind` (see [`CleanupOutcome::fmt_in`]).
-    fn fmt_in(&self, f: &mut fmt::Formatter<'_>, kind: RoundKind) -> fmt::Result {
-        write!(f, "{}: {}", self.node, self.outcome)?;
-        if let Some(latency) = self.latency {
-            write!(f, " after {latency:.1?}")?;
-        }
-        if self.late {
-            f.write_str(" (late)")?;
-        }
-        if let Some(cleanup) = &self.cleanup {
-            f.write_str(", ")?;
-            cleanup.fmt_in(f, kind)?;
-        }
-        Ok(())
     }
 }
 

@@ -1,0 +1,216 @@
+//! The commands a round sends to a node: `SET NX PX`, a script by its SHA-1 (with its
+//! `EVAL` fallback, or a refusal, when the node does not know it), and any other command,
+//! each through the node's identity gate. How each is bounded in time is in `sending`.
+
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use fred::bytes_utils::Str;
+use fred::interfaces::ClientLike;
+use fred::types::{CustomCommand, Key, Value};
+use tokio::time::Instant;
+
+use super::script_cache::reload_scripts;
+use super::sending::{cleanup_options, command_options, Sending};
+use super::Connection;
+use crate::report::NodeOutcome;
+use crate::scripts::Script;
+
+/// What [`Connection::eval`] does when the node does not know the script (`NOSCRIPT`: the
+/// node restarted, or someone ran `SCRIPT FLUSH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnNoScript {
+    /// Sends it again with its source (`EVAL`): for commands whose order against the
+    /// caller's later commands does not matter (releases, extensions, records, reads).
+    Resend,
+    /// Answers [`ServerErrorKind::ScriptNotLoaded`] (nothing ran) and loads the scripts
+    /// again in the background: for acquisitions. Their `EVAL` would be a second command,
+    /// written after whatever the caller sent the node meanwhile: a release of the lock,
+    /// once the other nodes made a quorum, would then find nothing to delete there, and
+    /// the acquisition, run after it, would leave the key for its TTL. Until the scripts
+    /// are loaded, later acquisitions on the node are sent as `EVAL` with the source from
+    /// the start (one command).
+    ///
+    /// [`ServerErrorKind::ScriptNotLoaded`]: crate::ServerErrorKind::ScriptNotLoaded
+    Refuse,
+}
+
+impl Connection {
+    /// `SET key token NX PX ttl`: the raw reply (`OK` when set, nil when the key exists).
+    pub(crate) async fn set_nx_px(
+        &self,
+        key: Key,
+        token: Value,
+        ttl: Duration,
+    ) -> Result<Value, NodeOutcome> {
+        // TTLs are checked to be at most a year before any round, so this never saturates.
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        // Static arguments: no copy per command.
+        let (nx, px) = (Str::from_static("NX"), Str::from_static("PX"));
+        let args = vec![key.into(), token, nx.into(), px.into(), ttl_ms.into()];
+        self.custom("SET", args).await
+    }
+
+    /// Runs a script by its SHA-1. When the node does not know it (`NOSCRIPT`: a
+    /// restarted node, or `SCRIPT FLUSH`), `on_no_script` says whether it is sent again with
+    /// its source (`EVAL`; both steps share one timeout) or refused (see [`OnNoScript`]).
+    pub(crate) async fn eval(
+        &self,
+        script: &Script,
+        keys: &[Key],
+        args: &[Value],
+        on_no_script: OnNoScript,
+    ) -> Result<Value, NodeOutcome> {
+        self.eval_as(script, keys, args, on_no_script, Sending::Round)
+            .await
+    }
+
+    /// [`eval`](Self::eval) for a command that removes what is ours (a rollback, a release
+    /// sent again), sent as [`Sending::Cleanup`], with the `EVAL` fallback.
+    pub(crate) async fn eval_cleanup(
+        &self,
+        script: &Script,
+        keys: &[Key],
+        args: &[Value],
+    ) -> Result<Value, NodeOutcome> {
+        self.eval_as(script, keys, args, OnNoScript::Resend, Sending::Cleanup)
+            .await
+    }
+
+    async fn eval_as(
+        &self,
+        script: &Script,
+        keys: &[Key],
+        args: &[Value],
+        on_no_script: OnNoScript,
+        sending: Sending,
+    ) -> Result<Value, NodeOutcome> {
+        self.gate()?;
+        let cmd = match sending {
+            Sending::Round => &*self.cmd,
+            Sending::Cleanup => &self.cleanup,
+        };
+        let whole = on_no_script == OnNoScript::Refuse || sending == Sending::Cleanup;
+        if whole && self.scripts.missing.load(Ordering::SeqCst) {
+            // The node may not know the script: one command with its source, in order. An
+            // acquisition may not be sent twice (`OnNoScript::Refuse`); a cleanup command's
+            // `NOSCRIPT` comes after what it undoes has run, often after its wait, when the
+            // `EVAL` that would follow it is never sent.
+            let args = script_args(Value::from(script.source()), keys, args);
+            let eval = CustomCommand::new_static("EVAL", None, false);
+            let fut = boxed(Box::new_uninit(), cmd.custom::<Value, Value>(eval, args));
+            return self.bounded_as(fut, "EVAL", sending).await;
+        }
+        let mut sent = "EVALSHA";
+        let outcome = self
+            .bounded_as(
+                async {
+                    let evalsha = CustomCommand::new_static("EVALSHA", None, false);
+                    let start = Instant::now();
+                    // Boxed where made, as in `custom`.
+                    match boxed(
+                        Box::new_uninit(),
+                        cmd.custom::<Value, Value>(
+                            evalsha,
+                            script_args(script.sha_arg(), keys, args),
+                        ),
+                    )
+                    .await
+                    {
+                        Err(e)
+                            if e.details().starts_with("NOSCRIPT")
+                                && on_no_script == OnNoScript::Refuse =>
+                        {
+                            self.scripts.missing.store(true, Ordering::SeqCst);
+                            reload_scripts(&self.cmd, &self.scripts);
+                            Err(e)
+                        }
+                        Err(e) if e.details().starts_with("NOSCRIPT") => {
+                            sent = "EVAL";
+                            let eval = CustomCommand::new_static("EVAL", None, false);
+                            // fred's own timeout for the second step ends with the first's
+                            // (see `bounded`): the time left, at least a millisecond.
+                            let left = self
+                                .timeout
+                                .saturating_sub(start.elapsed())
+                                .max(Duration::from_millis(1));
+                            let options = match sending {
+                                Sending::Round => command_options(left),
+                                Sending::Cleanup => cleanup_options(),
+                            };
+                            let client = self.client.with_options(&options);
+                            Box::pin(client.custom::<Value, Value>(
+                                eval,
+                                script_args(Value::from(script.source()), keys, args),
+                            ))
+                            .await
+                        }
+                        other => other,
+                    }
+                },
+                "EVALSHA",
+                sending,
+            )
+            .await;
+        // Name the command that failed: the retry with the source when it was sent.
+        outcome.map_err(|failure| match failure {
+            NodeOutcome::ServerError(mut e) => {
+                e.command = sent.into();
+                NodeOutcome::ServerError(e)
+            }
+            other => other,
+        })
+    }
+
+    /// One command with the per-command options, under the node timeout.
+    ///
+    /// fred's future for a command is about 7 KB: it is boxed where it is made, so that the
+    /// futures around it (this one, a round's call to one node) stay small. Unboxed, every
+    /// move of each of them would copy it whole (into `bounded`, into the timeout, into the
+    /// boxed call of each node), and those copies would be a large share of the
+    /// instructions of an uncontended lock and release (see `docs/benchmarks.md`,
+    /// "Instructions per cycle").
+    async fn custom(&self, name: &'static str, args: Vec<Value>) -> Result<Value, NodeOutcome> {
+        self.gate()?;
+        self.send_custom(name, args).await
+    }
+
+    /// Whether the node's commands may be sent: `Err` with why not, for a node not yet
+    /// identified or found to be another node's server (see [`identity`](super::identity)).
+    fn gate(&self) -> Result<(), NodeOutcome> {
+        self.identity
+            .gate(|| self.connect_failure().map(|failure| failure.outcome()))
+    }
+
+    /// [`custom`](Self::custom) whatever the node's identity.
+    pub(super) async fn send_custom(
+        &self,
+        name: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Value, NodeOutcome> {
+        let command = CustomCommand::new_static(name, None, false);
+        let fut = boxed(
+            Box::new_uninit(),
+            self.cmd.custom::<Value, Value>(command, args),
+        );
+        self.bounded(fut, name).await
+    }
+}
+
+/// `future`, pinned in `slot`. The slot is allocated before the future is made, so that
+/// the future (fred's is about 7 KB) can be written there directly; `Box::pin(future)` makes
+/// it on the stack first and then copies it whole.
+#[inline(always)]
+pub(super) fn boxed<F>(slot: Box<std::mem::MaybeUninit<F>>, future: F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(slot, future))
+}
+
+fn script_args(head: Value, keys: &[Key], args: &[Value]) -> Vec<Value> {
+    let mut all = Vec::with_capacity(2 + keys.len() + args.len());
+    all.push(head);
+    all.push((keys.len() as i64).into());
+    all.extend(keys.iter().cloned().map(Value::from));
+    all.extend(args.iter().cloned());
+    all
+}

@@ -1,0 +1,104 @@
+//! A small set of futures polled together on one task's waker: a round's commands (one per
+//! node) and its rollbacks. In a file of its own: it knows nothing of rounds.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Futures polled together, all on the waker of the task that polls the set: a round's
+/// commands (one per node) and its rollbacks. Every poll polls each pending future, which
+/// for a handful costs less than `FuturesUnordered`'s task allocation for each future
+/// pushed (and its own for each set made), which a round would pay several times per node.
+pub(crate) struct Polled<F: Future + Unpin> {
+    pending: Vec<F>,
+    /// Finished, not yet taken, in the order they were found finished.
+    ready: VecDeque<F::Output>,
+}
+
+impl<F: Future + Unpin> Polled<F> {
+    pub(crate) fn new() -> Self {
+        Polled::with_capacity(0)
+    }
+
+    /// A set for up to `n` futures without growing.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Polled {
+            pending: Vec::with_capacity(n),
+            ready: VecDeque::with_capacity(n),
+        }
+    }
+
+    pub(crate) fn push(&mut self, future: F) {
+        self.pending.push(future);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.ready.is_empty()
+    }
+
+    /// Polls every pending future (so that each is registered with this task's waker,
+    /// also right after the set moved to another task), then yields one finished
+    /// output; `None` once none is left.
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        let mut i = 0;
+        while i < self.pending.len() {
+            match Pin::new(&mut self.pending[i]).poll(cx) {
+                Poll::Ready(output) => {
+                    self.ready.push_back(output);
+                    drop(self.pending.swap_remove(i));
+                }
+                Poll::Pending => i += 1,
+            }
+        }
+        match self.ready.pop_front() {
+            Some(output) => Poll::Ready(Some(output)),
+            None if self.pending.is_empty() => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
+
+    pub(crate) async fn next(&mut self) -> Option<F::Output> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A set first polled on one task (a round, with a no-op waker) and then driven by
+    /// another (the background task) is woken by whichever future finishes, the last one
+    /// pushed too: each poll registers every pending future with the current waker.
+    #[tokio::test]
+    async fn a_set_moved_to_another_task_is_woken_by_any_of_its_futures() {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..3)
+            .map(|_| tokio::sync::oneshot::channel::<usize>())
+            .unzip();
+        let mut set = Polled::with_capacity(3);
+        for receiver in receivers {
+            set.push(receiver);
+        }
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        assert!(set.poll_next(&mut cx).is_pending());
+        let task = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(value) = set.next().await {
+                got.push(value.unwrap());
+            }
+            got
+        });
+        // The last first, after the task has waited: the others are still pending then.
+        for (i, sender) in senders.into_iter().enumerate().rev() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            sender.send(i).unwrap();
+        }
+        let got = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("a finished future never woke the set")
+            .unwrap();
+        assert_eq!(got, vec![2, 1, 0]);
+    }
+}

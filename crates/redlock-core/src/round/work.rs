@@ -1,0 +1,60 @@
+//! A coordinator's background work (commands still in flight after their round's decision,
+//! rollbacks, background releases): counted, so that callers can wait for it to drain, and
+//! run in the runtime the coordinator was connected in. Apart from the rounds, whose
+//! leftovers are one kind of it.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+/// Counts a coordinator's background work (commands still in flight, rollbacks,
+/// background releases), so that callers can wait for it to drain, and runs it in the
+/// runtime the coordinator was connected in.
+#[derive(Debug, Clone)]
+pub(crate) struct BackgroundWork(Arc<watch::Sender<usize>>, tokio::runtime::Handle);
+
+impl BackgroundWork {
+    /// Background work run in `runtime`: the coordinator's, whose tasks its connections
+    /// are.
+    pub(crate) fn new(runtime: tokio::runtime::Handle) -> Self {
+        BackgroundWork(Arc::new(watch::Sender::new(0)), runtime)
+    }
+
+    /// Runs `task` in the coordinator's runtime, not the caller's: a caller may run in
+    /// another runtime, one shutting down (its tasks dropping their guards and rounds),
+    /// which would drop the task unrun. Dropped too if the coordinator's runtime has shut
+    /// down (its connections are gone with it).
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        drop(self.1.spawn(task));
+    }
+
+    /// Counts one piece of work until the returned guard is dropped.
+    ///
+    /// Only the count's return to zero notifies: [`idle`](Self::idle) is the one waiter,
+    /// and each notification of a `watch` takes eight locks (its wake lists), on every
+    /// round's hand-off.
+    pub(crate) fn enter(&self) -> WorkGuard {
+        self.0.send_if_modified(|n| {
+            *n += 1;
+            false
+        });
+        WorkGuard(self.0.clone())
+    }
+
+    pub(crate) async fn idle(&self) {
+        let _ = self.0.subscribe().wait_for(|n| *n == 0).await;
+    }
+}
+
+/// One piece of background work, counted while it lives.
+pub(crate) struct WorkGuard(Arc<watch::Sender<usize>>);
+
+impl Drop for WorkGuard {
+    fn drop(&mut self) {
+        self.0.send_if_modified(|n| {
+            *n -= 1;
+            *n == 0
+        });
+    }
+}

@@ -9,7 +9,6 @@ use futures::future::{join, join_all};
 
 use crate::config::{check_key, Config, HealthPolicy};
 use crate::connection::{self, Connection, Liveness};
-use crate::deadline::Deadline;
 use crate::drift::drift;
 use crate::error::{ConfigError, Error};
 use crate::group::queue::{Answer, Group, Released, Unclaimed};
@@ -314,8 +313,9 @@ impl Coordinator {
     /// thousands of locks this way keeps no report per lock past its batch, so a renewal
     /// tick's memory does not grow with the number of locks held.
     pub async fn renew_many(&self, locks: &[(&Lock, Duration)]) -> Vec<Result<Renewed, Error>> {
-        self.extend_each(locks, |this, decided, lock, ttl| {
-            this.decide(decided, ttl)
+        self.extend_each(locks, |_, decided, lock, ttl| {
+            decided
+                .into_deadline(ttl)
                 .map(|until| lock.renewed(ttl, until))
         })
         .await
@@ -385,7 +385,7 @@ impl Coordinator {
     /// and the extension's; it keeps its fencing token, which belongs to the acquisition.
     fn extended(&self, decided: Decided, lock: &Lock, ttl: Duration) -> Result<Lock, Error> {
         // Extensions only lengthen, so what the lock held before still stands.
-        let extended = self.lock_from(decided, LockSpec::of(lock), ttl, Some(lock.valid_until));
+        let extended = decided.into_lock(LockSpec::of(lock), ttl, Some(lock.valid_until));
         extended.map(|extended| Lock {
             fencing_token: lock.fencing_token,
             ..extended
@@ -475,7 +475,7 @@ impl Coordinator {
             .pop()
             .expect("one result per lock");
         let [(spec, ttl)] = batch;
-        self.lock_from(decided, spec, ttl, None)
+        decided.into_lock(spec, ttl, None)
     }
 
     /// The identity of a plain lock known only by its key and token, checked like an
@@ -655,51 +655,5 @@ impl Coordinator {
         decided
             .pop()
             .expect("one result for a round of one request")
-    }
-
-    /// The lock a decided request produced. `held_until` is the deadline an extended lock
-    /// had before the round: extensions never shorten, so it stays a lower bound.
-    pub(crate) fn lock_from(
-        &self,
-        decided: Decided,
-        spec: LockSpec,
-        ttl: Duration,
-        held_until: Option<Deadline>,
-    ) -> Result<Lock, Error> {
-        if let (true, Some(valid_until)) = (decided.won, decided.valid_until) {
-            return Ok(Lock {
-                keys: spec.keys,
-                name: spec.name,
-                token: spec.token,
-                kind: spec.kind,
-                owner: spec.arg,
-                fair: spec.fair,
-                ttl,
-                valid_until: held_until.map_or(valid_until, |held| held.later(valid_until)),
-                report: Arc::new(decided.report),
-                fencing_token: None,
-            });
-        }
-        Err(lost(decided.report, ttl))
-    }
-
-    /// A round's decision for one request: the instant its validity ends when it won,
-    /// otherwise the error with its report.
-    fn decide(&self, decided: Decided, ttl: Duration) -> Result<Deadline, Error> {
-        match (decided.won, decided.valid_until) {
-            (true, Some(valid_until)) => Ok(valid_until),
-            _ => Err(lost(decided.report, ttl)),
-        }
-    }
-}
-
-/// The error of a request that did not win: no quorum, or a quorum too late for any
-/// validity.
-fn lost(report: RoundReport, ttl: Duration) -> Error {
-    let report = Box::new(report);
-    if report.accepted >= report.quorum {
-        Error::ValidityExhausted { report, ttl }
-    } else {
-        Error::NoQuorum { report }
     }
 }

@@ -13,7 +13,8 @@ use crate::fair::place::FairPlace;
 use crate::kind::{self, Kind};
 use crate::layout::queue_keys;
 use crate::lock::Lock;
-use crate::round::{Command, Request, Undo};
+use crate::round::command::Command;
+use crate::round::plan::{Request, Undo};
 use crate::scripts::{channel_arg, Script};
 use crate::token::Token;
 
@@ -73,6 +74,19 @@ impl LockSpec {
             arg,
             fair: false,
         })
+    }
+
+    /// The identity of a plain lock of one key that a release handed over to a fair
+    /// waiter, under the hand-over `token` (see `fair::handed_over`).
+    pub(crate) fn handed_over(key: Arc<str>, token: Token) -> LockSpec {
+        LockSpec {
+            keys: Arc::from([key.clone()]),
+            name: key,
+            token,
+            kind: &kind::ONE,
+            arg: None,
+            fair: true,
+        }
     }
 
     /// The identity of a lock that was already won.

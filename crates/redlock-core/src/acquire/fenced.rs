@@ -41,7 +41,7 @@ impl Coordinator {
         let counters = counters_in(&decided.values);
         // Won or not, the round read the counters: a node found without one is repaired.
         self.repair_missing(counters.iter().copied(), -1);
-        let lock = self.lock_from(decided, spec, ttl, None)?;
+        let lock = decided.into_lock(spec, ttl, None)?;
         // From here until the lock is handed out or released again, a dropped future must
         // not leave the won keys behind until their TTL.
         let mut won = ReleaseOnDrop {

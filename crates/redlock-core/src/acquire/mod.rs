@@ -213,7 +213,7 @@ impl Coordinator {
         let round = self.acquisition_round(&spec, ttl, place.as_ref(), (spec.fair, fenced));
         let decided = self.run_one(round).await;
         let Some(bounds) = bounds else {
-            return self.lock_from(decided, spec, ttl, None);
+            return decided.into_lock(spec, ttl, None);
         };
         self.fenced_lock(decided, spec, ttl, bounds, deadline).await
     }

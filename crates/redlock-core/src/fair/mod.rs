@@ -49,11 +49,12 @@ use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::coordinator::Coordinator;
-use crate::deadline::{host_suspended, Deadline};
-use crate::drift::lease;
+use crate::deadline::host_suspended;
 use crate::error::Error;
 use crate::lock::Lock;
+use crate::lock_spec::LockSpec;
 use crate::report::{CleanupOutcome, NodeOutcome, NodeReport, RoundKind, RoundReport};
+use crate::round::Decided;
 use crate::round::{try_on, Command};
 use crate::scripts::{channel_arg, FAIR_LEAVE};
 use crate::token::Token;
@@ -229,7 +230,6 @@ impl Coordinator {
         let config = &self.inner.config;
         // The validity below adds the TTL to an instant: an unchecked one could overflow.
         let ttl = config.check_ttl(handover.ttl)?;
-        let quorum = self.quorum();
         let mut nodes: Vec<NodeReport> = self
             .inner
             .connections
@@ -252,45 +252,19 @@ impl Coordinator {
                 }
             }
         }
-        // No later than now: the validity may not start after the keys' TTLs did.
+        // No later than now: the validity may not start after the keys' TTLs did; the
+        // suspend then no later than now either.
         let since = handover.since.min(Instant::now());
-        // No later than now either.
         let suspended = handover.suspended.min(host_suspended());
-        let elapsed = since.elapsed();
-        // A host suspend since `since` counts as time passed.
-        let granted = lease(ttl, config.drift_factor, since, elapsed)
-            .map(|(_, until)| Deadline::new(until, suspended))
-            .and_then(|deadline| Some((deadline.remaining_at(since + elapsed)?, deadline)))
-            .filter(|_| accepted >= quorum);
-        let report = Box::new(RoundReport {
-            kind: RoundKind::Acquire,
-            key: Arc::from(handover.key),
-            quorum,
-            accepted,
-            nodes,
-            elapsed,
-            validity: granted.map(|(validity, _)| validity),
-            settling: None,
-        });
-        let Some((_, valid_until)) = granted else {
-            return Err(if accepted >= quorum {
-                Error::ValidityExhausted { report, ttl }
-            } else {
-                Error::NoQuorum { report }
-            });
-        };
         let key: Arc<str> = Arc::from(handover.key);
-        Ok(Lock {
-            keys: Arc::from([key.clone()]),
-            name: key,
-            token: handover_token(handover.waiter, handover.number),
-            kind: &crate::kind::ONE,
-            owner: None,
-            fair: true,
-            ttl,
-            valid_until,
-            report: Arc::new(*report),
-            fencing_token: None,
-        })
+        let token = handover_token(handover.waiter, handover.number);
+        Decided::handed_over(
+            key.clone(),
+            nodes,
+            accepted,
+            (since, suspended),
+            (ttl, config.drift_factor),
+        )
+        .into_lock(LockSpec::handed_over(key, token), ttl, None)
     }
 }

@@ -40,7 +40,7 @@ use crate::group::queue::{chunks, Answer, Group, Released, Turn, Waiting};
 use crate::layout::queue_keys;
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
-use crate::report::{ClosedReason, NodeOutcome, NodeReport, RoundKind, RoundReport};
+use crate::report::{ClosedReason, RoundKind, RoundReport};
 use crate::round::{self, Command, Request, Round};
 use crate::scripts::{channel_arg, Script};
 
@@ -148,7 +148,7 @@ impl Coordinator {
                 let lead = Lead::<Answer>::new(self);
                 let decided = self.run_one(self.plain_round(&spec, ttl)).await;
                 drop(lead);
-                return self.lock_from(decided, spec, ttl, None);
+                return decided.into_lock(spec, ttl, None);
             }
             Turn::Wait(answer, id) => match self.wait_in_group(&self.inner.group, answer, id).await
             {
@@ -156,7 +156,7 @@ impl Coordinator {
                 // Never sent: a round of its own.
                 None => {
                     let decided = self.run_one(self.plain_round(&spec, ttl)).await;
-                    return self.lock_from(decided, spec, ttl, None);
+                    return decided.into_lock(spec, ttl, None);
                 }
             },
         };
@@ -198,27 +198,10 @@ impl Coordinator {
     }
 
     /// The report of a round that sent nothing because the task that was to send it is
-    /// gone: every node [`NodeOutcome::Closed`], with the client's own reason if it was
-    /// closed, else "the runtime stopped".
+    /// gone, with the client's own reason if it was closed, else "the runtime stopped".
     fn unsent(&self, kind: RoundKind, key: &Arc<str>) -> RoundReport {
         let reason = self.closed().unwrap_or(ClosedReason::RuntimeStopped);
-        RoundReport {
-            kind,
-            key: key.clone(),
-            quorum: self.quorum(),
-            accepted: 0,
-            nodes: self
-                .nodes()
-                .into_iter()
-                .map(|node| NodeReport {
-                    outcome: NodeOutcome::Closed(reason),
-                    ..NodeReport::pending(node)
-                })
-                .collect(),
-            elapsed: Duration::ZERO,
-            validity: None,
-            settling: None,
-        }
+        round::unsent(kind, key.clone(), self.nodes(), reason)
     }
 
     /// Sends the calls that waited for the round just decided, if any, from a task of
@@ -287,7 +270,7 @@ impl Coordinator {
         // answer does not hold up the rest of its batch.
         let mut waiting: Vec<Option<Waiting<Answer>>> = batch.into_iter().map(Some).collect();
         let send = |waiting: Waiting<Answer>, decided: round::Decided| {
-            let result = self.lock_from(decided, waiting.spec, waiting.ttl, None);
+            let result = decided.into_lock(waiting.spec, waiting.ttl, None);
             // A caller gone meanwhile drops the answer, which releases a won lock.
             let _ = waiting.answer.send(Answer {
                 result: Some(result),

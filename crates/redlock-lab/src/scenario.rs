@@ -19,6 +19,8 @@ use crate::host_clock::HostClockWatch;
 use crate::lab::{Fencing, Lab, Timing, FENCING_COUNTER};
 use crate::mix::{Workload, MANY_EXTRA};
 use crate::observer::Observer;
+/// The drivers' report, named with the scenario they run in.
+pub(crate) use crate::outcome::Outcome;
 
 /// The one key every scenario contends for (under the scenario's own prefix).
 pub const KEY: &str = "resource";
@@ -54,15 +56,6 @@ impl fmt::Display for Expect {
             }
         }
     }
-}
-
-/// What the scenario's driver reports besides the history.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    /// Remarks for the summary (e.g. how long recovery took).
-    pub notes: Vec<String>,
-    /// Violations of scenario-specific rules (e.g. a lock won while a majority was down).
-    pub violations: Vec<Violation>,
 }
 
 /// The driver: runs the workload and the faults, shuts its clients down, returns.

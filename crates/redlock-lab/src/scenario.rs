@@ -11,7 +11,8 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendKind, Setup};
 use crate::checker::{
-    self, explained_by_host_clock, host_clock_faults, HostClockStep, Leftover, Violation,
+    self, explained_by_host_clock, host_clock_faults, HostClockStep, Leftover, Observation,
+    Violation,
 };
 use crate::error::LabError;
 use crate::history::{Event, History};
@@ -172,70 +173,133 @@ pub async fn run_with(
     options: &RunOptions,
 ) -> (ScenarioResult, Option<Backend>) {
     let started = Instant::now();
-    let timing = match (options.soak, scenario.soak) {
-        (true, Some(soak)) => soak,
-        _ => scenario.timing,
-    };
-    let mut result = ScenarioResult {
-        name: scenario.name,
-        backend: kind,
-        expect: scenario.expect,
-        acquisitions: 0,
-        fenced: 0,
-        writes: 0,
-        violations: Vec::new(),
-        host_clock: Vec::new(),
-        explained: Vec::new(),
-        notes: Vec::new(),
-        error: None,
-        elapsed: Duration::ZERO,
-        ops: BTreeMap::new(),
-    };
-    let backend = match Backend::start(kind, scenario.setup, reuse).await {
-        Ok(backend) => backend,
-        Err(e) => {
-            result.error = Some(format!("starting the nodes failed: {e}"));
-            return (result, None);
+    let mut result = ScenarioResult::empty(kind, scenario);
+    let Running {
+        lab,
+        observer,
+        host_clock,
+    } = match Running::start(kind, scenario, reuse, options).await {
+        Ok(running) => running,
+        Err((error, backend)) => {
+            result.error = Some(error);
+            return (result, backend);
         }
     };
-    // The nodes the scenario uses: the docker set has more.
-    let mut addrs = backend.nodes().addrs();
-    addrs.truncate(scenario.setup.nodes);
-    let links = match Links::start(scenario.clients, &addrs).await {
-        Ok(links) => links,
-        Err(e) => {
-            result.error = Some(format!("starting the fault proxies failed: {e}"));
-            return (result, Some(backend));
+    drive(&lab, scenario, &mut result).await;
+    heal(&lab).await;
+    tokio::time::sleep(SETTLE).await;
+    let observations = observer.stop().await;
+    let leftovers = leftovers_after_fair_queues_expire(&lab).await;
+    result.host_clock = host_clock.stop();
+    judge(
+        &lab,
+        scenario,
+        options,
+        &observations,
+        &leftovers,
+        &mut result,
+    );
+    result.elapsed = started.elapsed();
+    let Lab { backend, links, .. } = lab;
+    drop(links);
+    (result, Some(backend))
+}
+
+impl ScenarioResult {
+    /// `scenario`'s result on `kind` before it has run: nothing counted, nothing found.
+    fn empty(kind: BackendKind, scenario: &Scenario) -> ScenarioResult {
+        ScenarioResult {
+            name: scenario.name,
+            backend: kind,
+            expect: scenario.expect,
+            acquisitions: 0,
+            fenced: 0,
+            writes: 0,
+            violations: Vec::new(),
+            host_clock: Vec::new(),
+            explained: Vec::new(),
+            notes: Vec::new(),
+            error: None,
+            elapsed: Duration::ZERO,
+            ops: BTreeMap::new(),
         }
-    };
-    let history = History::new();
-    let host_clock = HostClockWatch::start(&history);
-    let prefix = format!("lab:{}:", scenario.name);
-    // The multi-key locks' other keys too, under the mix: their tokens must stay put as
-    // well while held.
-    let mut keys = vec![format!("{prefix}{KEY}")];
-    if matches!(options.workload, Workload::Mix(_)) && scenario.expect == Expect::Safe {
-        keys.extend(MANY_EXTRA.iter().map(|k| format!("{prefix}{k}")));
     }
-    let observer = Observer::start(&history, &addrs, &keys);
-    let lab = Lab {
-        backend,
-        links,
-        history,
-        prefix,
-        timing,
-        setup: scenario.setup,
-        fencing: scenario.fencing,
-        observed: observer.samples(),
-        workload: options.workload.clone(),
-        soak: options.soak,
-    };
+}
+
+/// A scenario's lab set up and recording: its nodes, fault proxies and history, with the
+/// observer sampling its keys and the host clock watched.
+struct Running {
+    lab: Lab,
+    observer: Observer,
+    host_clock: HostClockWatch,
+}
+
+impl Running {
+    /// Starts the nodes (or takes `reuse`), the fault proxies, the host clock's watch and
+    /// the observer. On failure: what failed, and the nodes if they had started.
+    async fn start(
+        kind: BackendKind,
+        scenario: &Scenario,
+        reuse: Option<Backend>,
+        options: &RunOptions,
+    ) -> Result<Running, (String, Option<Backend>)> {
+        let timing = match (options.soak, scenario.soak) {
+            (true, Some(soak)) => soak,
+            _ => scenario.timing,
+        };
+        let backend = match Backend::start(kind, scenario.setup, reuse).await {
+            Ok(backend) => backend,
+            Err(e) => return Err((format!("starting the nodes failed: {e}"), None)),
+        };
+        // The nodes the scenario uses: the docker set has more.
+        let mut addrs = backend.nodes().addrs();
+        addrs.truncate(scenario.setup.nodes);
+        let links = match Links::start(scenario.clients, &addrs).await {
+            Ok(links) => links,
+            Err(e) => {
+                let error = format!("starting the fault proxies failed: {e}");
+                return Err((error, Some(backend)));
+            }
+        };
+        let history = History::new();
+        let host_clock = HostClockWatch::start(&history);
+        let prefix = format!("lab:{}:", scenario.name);
+        // The multi-key locks' other keys too, under the mix: their tokens must stay put as
+        // well while held.
+        let mut keys = vec![format!("{prefix}{KEY}")];
+        if matches!(options.workload, Workload::Mix(_)) && scenario.expect == Expect::Safe {
+            keys.extend(MANY_EXTRA.iter().map(|k| format!("{prefix}{k}")));
+        }
+        let observer = Observer::start(&history, &addrs, &keys);
+        let lab = Lab {
+            backend,
+            links,
+            history,
+            prefix,
+            timing,
+            setup: scenario.setup,
+            fencing: scenario.fencing,
+            observed: observer.samples(),
+            workload: options.workload.clone(),
+            soak: options.soak,
+        };
+        Ok(Running {
+            lab,
+            observer,
+            host_clock,
+        })
+    }
+}
+
+/// Seeds the fencing counters where the scenario needs them and runs its driver, within
+/// [`SCENARIO_LIMIT`]; what the driver reported (or why it failed) goes into `result`.
+async fn drive(lab: &Lab, scenario: &Scenario, result: &mut ScenarioResult) {
     let seeded = match (scenario.expect, scenario.fencing) {
         (Expect::Safe, fencing) if fencing != Fencing::Off => lab.seed_fencing_counters().await,
         _ => Ok(()),
     };
     let ran = match seeded {
-        Ok(()) => tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(&lab)).await,
+        Ok(()) => tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(lab)).await,
         Err(e) => Ok(Err(e)),
     };
     match ran {
@@ -251,15 +315,23 @@ pub async fn run_with(
         Ok(Err(e)) => result.error = Some(e.to_string()),
         Err(_) => result.error = Some(format!("did not finish within {SCENARIO_LIMIT:?}")),
     }
-    heal(&lab).await;
-    tokio::time::sleep(SETTLE).await;
-    let observations = observer.stop().await;
-    let leftovers = leftovers_after_fair_queues_expire(&lab).await;
-    result.host_clock = host_clock.stop();
+}
+
+/// Checks the run's history against the observer's samples and the keys left behind, and
+/// counts it: the checker's violations come first, then the driver's (already in
+/// `result`), then those of the rules that a run which checked nothing breaks.
+fn judge(
+    lab: &Lab,
+    scenario: &Scenario,
+    options: &RunOptions,
+    observations: &[Observation],
+    leftovers: &[Leftover],
+    result: &mut ScenarioResult,
+) {
     let events = lab.history.events();
     let mut checked = events.clone();
     checked.extend(host_clock_faults(&result.host_clock, lab.node_count()));
-    let found = checker::check(&checked, &observations, &leftovers);
+    let found = checker::check(&checked, observations, leftovers);
     let (mut found, explained) = explained_by_host_clock(found, &result.host_clock);
     found.append(&mut result.violations);
     result.violations = found;
@@ -296,10 +368,6 @@ pub async fn run_with(
             *result.ops.entry((*op, outcome.clone())).or_default() += 1;
         }
     }
-    result.elapsed = started.elapsed();
-    let Lab { backend, links, .. } = lab;
-    drop(links);
-    (result, Some(backend))
 }
 
 /// Lifts link faults and resumes paused nodes, so the leftover scan can reach every node

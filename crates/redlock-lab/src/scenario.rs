@@ -3,10 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use redlock_testkit::Links;
+use tokio::time::error::Elapsed;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendKind, Setup};
@@ -166,6 +168,10 @@ pub async fn run(
 }
 
 /// [`run`] with `options`.
+///
+/// Every step that awaits is awaited here, not in a helper: the future of a whole run is
+/// nested in its callers' (a test's `block_on`, a soak), and each async layer deepens the
+/// compiler's layout queries for them, which are close to their limit.
 pub async fn run_with(
     kind: BackendKind,
     scenario: &Scenario,
@@ -174,18 +180,37 @@ pub async fn run_with(
 ) -> (ScenarioResult, Option<Backend>) {
     let started = Instant::now();
     let mut result = ScenarioResult::empty(kind, scenario);
-    let Running {
+    let backend = match Backend::start(kind, scenario.setup, reuse).await {
+        Ok(backend) => backend,
+        Err(e) => {
+            result.error = Some(format!("starting the nodes failed: {e}"));
+            return (result, None);
+        }
+    };
+    // The nodes the scenario uses: the docker set has more.
+    let mut addrs = backend.nodes().addrs();
+    addrs.truncate(scenario.setup.nodes);
+    let links = match Links::start(scenario.clients, &addrs).await {
+        Ok(links) => links,
+        Err(e) => {
+            result.error = Some(format!("starting the fault proxies failed: {e}"));
+            return (result, Some(backend));
+        }
+    };
+    let Recording {
         lab,
         observer,
         host_clock,
-    } = match Running::start(kind, scenario, reuse, options).await {
-        Ok(running) => running,
-        Err((error, backend)) => {
-            result.error = Some(error);
-            return (result, backend);
-        }
+    } = Recording::start(scenario, options, backend, links, &addrs);
+    let seeded = match (scenario.expect, scenario.fencing) {
+        (Expect::Safe, fencing) if fencing != Fencing::Off => lab.seed_fencing_counters().await,
+        _ => Ok(()),
     };
-    drive(&lab, scenario, &mut result).await;
+    let ran = match seeded {
+        Ok(()) => tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(&lab)).await,
+        Err(e) => Ok(Err(e)),
+    };
+    result.take_outcome(ran);
     heal(&lab).await;
     tokio::time::sleep(SETTLE).await;
     let observations = observer.stop().await;
@@ -224,42 +249,47 @@ impl ScenarioResult {
             ops: BTreeMap::new(),
         }
     }
+
+    /// What the driver reported, or why it failed or did not finish within
+    /// [`SCENARIO_LIMIT`] (`ran`).
+    fn take_outcome(&mut self, ran: Result<Result<Outcome, LabError>, Elapsed>) {
+        match ran {
+            Ok(Ok(outcome)) => {
+                self.notes = outcome.notes;
+                self.violations = outcome.violations;
+            }
+            Ok(Err(LabError::Judged { error, outcome })) => {
+                self.error = Some(error.to_string());
+                self.notes = outcome.notes;
+                self.violations = outcome.violations;
+            }
+            Ok(Err(e)) => self.error = Some(e.to_string()),
+            Err(_) => self.error = Some(format!("did not finish within {SCENARIO_LIMIT:?}")),
+        }
+    }
 }
 
-/// A scenario's lab set up and recording: its nodes, fault proxies and history, with the
-/// observer sampling its keys and the host clock watched.
-struct Running {
+/// A scenario's lab recording: its nodes, fault proxies and history, with the observer
+/// sampling its keys and the host clock watched.
+struct Recording {
     lab: Lab,
     observer: Observer,
     host_clock: HostClockWatch,
 }
 
-impl Running {
-    /// Starts the nodes (or takes `reuse`), the fault proxies, the host clock's watch and
-    /// the observer. On failure: what failed, and the nodes if they had started.
-    async fn start(
-        kind: BackendKind,
+impl Recording {
+    /// The lab of `scenario` on `backend`, its clients' links to the nodes at `addrs`: a
+    /// fresh history, the host clock's watch and the observer started.
+    fn start(
         scenario: &Scenario,
-        reuse: Option<Backend>,
         options: &RunOptions,
-    ) -> Result<Running, (String, Option<Backend>)> {
+        backend: Backend,
+        links: Links,
+        addrs: &[SocketAddr],
+    ) -> Recording {
         let timing = match (options.soak, scenario.soak) {
             (true, Some(soak)) => soak,
             _ => scenario.timing,
-        };
-        let backend = match Backend::start(kind, scenario.setup, reuse).await {
-            Ok(backend) => backend,
-            Err(e) => return Err((format!("starting the nodes failed: {e}"), None)),
-        };
-        // The nodes the scenario uses: the docker set has more.
-        let mut addrs = backend.nodes().addrs();
-        addrs.truncate(scenario.setup.nodes);
-        let links = match Links::start(scenario.clients, &addrs).await {
-            Ok(links) => links,
-            Err(e) => {
-                let error = format!("starting the fault proxies failed: {e}");
-                return Err((error, Some(backend)));
-            }
         };
         let history = History::new();
         let host_clock = HostClockWatch::start(&history);
@@ -270,7 +300,7 @@ impl Running {
         if matches!(options.workload, Workload::Mix(_)) && scenario.expect == Expect::Safe {
             keys.extend(MANY_EXTRA.iter().map(|k| format!("{prefix}{k}")));
         }
-        let observer = Observer::start(&history, &addrs, &keys);
+        let observer = Observer::start(&history, addrs, &keys);
         let lab = Lab {
             backend,
             links,
@@ -283,37 +313,11 @@ impl Running {
             workload: options.workload.clone(),
             soak: options.soak,
         };
-        Ok(Running {
+        Recording {
             lab,
             observer,
             host_clock,
-        })
-    }
-}
-
-/// Seeds the fencing counters where the scenario needs them and runs its driver, within
-/// [`SCENARIO_LIMIT`]; what the driver reported (or why it failed) goes into `result`.
-async fn drive(lab: &Lab, scenario: &Scenario, result: &mut ScenarioResult) {
-    let seeded = match (scenario.expect, scenario.fencing) {
-        (Expect::Safe, fencing) if fencing != Fencing::Off => lab.seed_fencing_counters().await,
-        _ => Ok(()),
-    };
-    let ran = match seeded {
-        Ok(()) => tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(lab)).await,
-        Err(e) => Ok(Err(e)),
-    };
-    match ran {
-        Ok(Ok(outcome)) => {
-            result.notes = outcome.notes;
-            result.violations = outcome.violations;
         }
-        Ok(Err(LabError::Judged { error, outcome })) => {
-            result.error = Some(error.to_string());
-            result.notes = outcome.notes;
-            result.violations = outcome.violations;
-        }
-        Ok(Err(e)) => result.error = Some(e.to_string()),
-        Err(_) => result.error = Some(format!("did not finish within {SCENARIO_LIMIT:?}")),
     }
 }
 

@@ -57,56 +57,24 @@ pub async fn soak(
     };
     let mut results = Vec::new();
     let mut reuse: Option<Backend> = None;
+    // Each scenario's runs are awaited here, not in a helper: a soak's future nests every
+    // run's, and each async layer deepens the compiler's layout queries for its callers.
     for s in scenarios.iter().filter(|s| s.expect == Expect::Safe) {
-        let result = soak_scenario(backend, s, min_acquisitions, &options, &mut reuse).await;
-        results.push(result);
+        let started = Instant::now();
+        let mut soaking = Soaking::default();
+        loop {
+            let (result, nodes) = run_with(backend, s, reuse.take(), &options).await;
+            reuse = nodes;
+            show_findings(soaking.runs + 1, &result);
+            let error = soaking.add(result, started);
+            soaking.show_progress(backend, s.name, min_acquisitions);
+            if soaking.done(error, min_acquisitions) {
+                break;
+            }
+        }
+        results.push(soaking.finish(backend, s.name));
     }
     results
-}
-
-/// Runs `s` until it has `min_acquisitions` in runs without an error, or gives it up;
-/// `reuse` is the docker node set passed from run to run (and on to the next scenario).
-async fn soak_scenario(
-    backend: BackendKind,
-    s: &Scenario,
-    min_acquisitions: usize,
-    options: &RunOptions,
-    reuse: &mut Option<Backend>,
-) -> SoakResult {
-    let started = Instant::now();
-    let mut soaking = Soaking::default();
-    loop {
-        let (result, nodes) = run_with(backend, s, reuse.take(), options).await;
-        *reuse = nodes;
-        show_findings(soaking.runs + 1, &result);
-        let error = soaking.add(result, started);
-        soaking.show_progress(backend, s.name, min_acquisitions);
-        if soaking.done(error, min_acquisitions) {
-            break;
-        }
-    }
-    let Soaking {
-        total,
-        runs,
-        errored,
-        ..
-    } = soaking;
-    let total = total.expect("at least one run");
-    eprintln!(
-        "[soak] {backend}: {} done: {runs} runs, {} acquisitions, {} fenced, {} writes, {} \
-         violation(s), {:.1}s",
-        s.name,
-        total.acquisitions,
-        total.fenced,
-        total.writes,
-        total.violations.len(),
-        total.elapsed.as_secs_f64()
-    );
-    SoakResult {
-        total,
-        runs,
-        errored,
-    }
 }
 
 /// A soak shows what a run found as it is found (it runs long), not only at the end.
@@ -183,6 +151,31 @@ impl Soaking {
             total.violations.len(),
             total.elapsed.as_secs_f64()
         );
+    }
+
+    /// The soak of `name`, ended: its result, and its summary line on stderr.
+    fn finish(self, backend: BackendKind, name: &str) -> SoakResult {
+        let Soaking {
+            total,
+            runs,
+            errored,
+            ..
+        } = self;
+        let total = total.expect("at least one run");
+        eprintln!(
+            "[soak] {backend}: {name} done: {runs} runs, {} acquisitions, {} fenced, {} \
+             writes, {} violation(s), {:.1}s",
+            total.acquisitions,
+            total.fenced,
+            total.writes,
+            total.violations.len(),
+            total.elapsed.as_secs_f64()
+        );
+        SoakResult {
+            total,
+            runs,
+            errored,
+        }
     }
 
     /// The runs' sums; there has been a run.

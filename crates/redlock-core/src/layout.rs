@@ -13,8 +13,25 @@
 //! land in another slot, which matters only on a cluster.)
 //!
 //! Every key a script touches is passed to it in `KEYS`; no script builds a key name.
+//!
+//! A reentrant lock's key is a hash: field [`REENTRANT_OWNER_FIELD`] names the owner, and
+//! each hold adds a field named by [`hold_field`], [`REENTRANT_HOLD_PREFIX`] followed by the
+//! hold's token. Code that reads a reentrant lock straight off a node names its fields from
+//! here.
 
 use fred::types::Key;
+
+/// The field of a reentrant lock's hash that names its owner.
+pub const REENTRANT_OWNER_FIELD: &str = "owner";
+
+/// The prefix of a reentrant lock's hold fields: each hold is a field
+/// `<prefix><hold token>` (see [`hold_field`]), one per hold, whatever its value.
+pub const REENTRANT_HOLD_PREFIX: &str = "hold:";
+
+/// The field of a reentrant lock's hash that records the hold `token`.
+pub fn hold_field(token: &str) -> String {
+    format!("{REENTRANT_HOLD_PREFIX}{token}")
+}
 
 /// The hash tag of `key` by Redis Cluster's rule: what lies between the first `{` and the
 /// first `}` after it, when that is not empty. The slot of a key with a tag is the tag's.
@@ -89,6 +106,22 @@ mod tests {
         for key in [&q, &e, &h] {
             assert_eq!(hash_tag(key.as_str().unwrap()), Some("tenant"));
         }
+    }
+
+    #[test]
+    fn a_reentrant_hash_has_an_owner_field_and_one_prefixed_field_per_hold() {
+        // The stored format: nodes may hold hashes written by another version.
+        assert_eq!(REENTRANT_OWNER_FIELD, "owner");
+        assert_eq!(REENTRANT_HOLD_PREFIX, "hold:");
+        assert_eq!(hold_field("t1"), "hold:t1");
+        assert_eq!(
+            hold_field("t1").strip_prefix(REENTRANT_HOLD_PREFIX),
+            Some("t1")
+        );
+        assert!(
+            !REENTRANT_OWNER_FIELD.starts_with(REENTRANT_HOLD_PREFIX),
+            "the owner field is never read as a hold"
+        );
     }
 
     #[test]

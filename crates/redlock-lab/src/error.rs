@@ -2,6 +2,8 @@
 
 use redlock_testkit::HarnessError;
 
+use crate::outcome::Outcome;
+
 /// A scenario could not be set up or driven. Violations are not errors: they are results.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
@@ -32,13 +34,13 @@ pub enum LabError {
         /// What failed.
         error: Box<LabError>,
         /// What the driver had found by then.
-        outcome: Box<crate::scenario::Outcome>,
+        outcome: Box<Outcome>,
     },
 }
 
 impl LabError {
     /// `self`, with the outcome a driver had judged by the time it happened.
-    pub fn with_outcome(self, outcome: crate::scenario::Outcome) -> LabError {
+    pub fn with_outcome(self, outcome: Outcome) -> LabError {
         LabError::Judged {
             error: Box::new(self),
             outcome: Box::new(outcome),

@@ -88,8 +88,9 @@ pub struct Lab {
     pub observed: Samples,
     /// What the contending clients run: plain cycles or the mix.
     pub workload: Workload,
-    /// Whether this run is one of a soak's (see [`crate::soak()`]): scripted schedules may
-    /// then run more rounds per run.
+    /// Whether this run is one of a soak's (the scenario run again and again until it has
+    /// reached a number of acquisitions): scripted schedules may then run more rounds per
+    /// run.
     pub soak: bool,
 }
 

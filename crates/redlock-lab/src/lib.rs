@@ -33,6 +33,7 @@ mod lab;
 mod logging;
 mod mix;
 mod observer;
+mod outcome;
 mod raw;
 mod resource;
 mod scenario;
@@ -49,10 +50,9 @@ pub use lab::{Fencing, Lab, Timing, FENCING_COUNTER};
 pub use logging::init_tracing;
 pub use mix::{Mix, Op, Workload, MANY_EXTRA};
 pub use observer::{Observer, Samples};
+pub use outcome::Outcome;
 pub use resource::{Read, Resource};
-pub use scenario::{
-    run, run_with, Driver, Expect, Outcome, RunOptions, Scenario, ScenarioResult, KEY,
-};
+pub use scenario::{run, run_with, Driver, Expect, RunOptions, Scenario, ScenarioResult, KEY};
 pub use scenarios::all as scenarios;
 pub use scenarios::repair_controls;
 pub use soak::{soak, soak_summary, SoakResult};

@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::prelude::{ClientLike, Config, LuaInterface, ServerConfig};
+use redlock_core::layout::{REENTRANT_HOLD_PREFIX, REENTRANT_OWNER_FIELD};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::checker::Observation;
+use crate::checker::{Observation, REENTRANT};
 use crate::history::History;
 
 /// Time between two samples of one node: short against the 0.5-1 s TTLs of the scenarios, so
@@ -19,17 +20,25 @@ const EVERY: Duration = Duration::from_millis(5);
 /// The value and PTTL in one atomic step: done as two commands, a key replaced in between
 /// would pair one holder's token with the next holder's expiry. A reentrant lock's hash is
 /// read as its owner (`reentrant:{owner}`, never a token) and the tokens of its holds.
-const SAMPLE: &str = r#"local kind = redis.call('TYPE', KEYS[1]).ok
+///
+/// `ARGV` is [`SAMPLE_ARGS`]: the owner's mark in a sample ([`REENTRANT`]), then the hash's
+/// owner field and hold prefix as the library stores them ([`redlock_core::layout`]).
+const SAMPLE: &str = r#"local mark, owner_field, hold_prefix = ARGV[1], ARGV[2], ARGV[3]
+local kind = redis.call('TYPE', KEYS[1]).ok
 local pttl = redis.call('PTTL', KEYS[1])
 if kind == 'hash' then
   local holds = {}
   for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
-    if string.sub(field, 1, 5) == 'hold:' then holds[#holds + 1] = string.sub(field, 6) end
+    if string.sub(field, 1, #hold_prefix) == hold_prefix then
+      holds[#holds + 1] = string.sub(field, #hold_prefix + 1)
+    end
   end
-  return {'reentrant:' .. (redis.call('HGET', KEYS[1], 'owner') or ''), pttl, holds}
+  return {mark .. (redis.call('HGET', KEYS[1], owner_field) or ''), pttl, holds}
 end
 if kind == 'string' then return {redis.call('GET', KEYS[1]), pttl, {}} end
 return {false, pttl, {}}"#;
+/// [`SAMPLE`]'s `ARGV`.
+const SAMPLE_ARGS: [&str; 3] = [REENTRANT, REENTRANT_OWNER_FIELD, REENTRANT_HOLD_PREFIX];
 /// A sample that takes longer (paused or dead node) is skipped.
 const SAMPLE_TIMEOUT: Duration = Duration::from_millis(50);
 
@@ -169,7 +178,7 @@ impl Sampler {
                 let read = client.eval::<(Option<String>, i64, Vec<String>), _, _, _>(
                     SAMPLE,
                     vec![key.as_str()],
-                    Vec::<String>::new(),
+                    SAMPLE_ARGS.to_vec(),
                 );
                 let Ok((token, pttl, holds)) = read.await else {
                     continue;

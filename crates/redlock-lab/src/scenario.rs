@@ -3,15 +3,18 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use redlock_testkit::Links;
+use tokio::time::error::Elapsed;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, BackendKind, Setup};
 use crate::checker::{
-    self, explained_by_host_clock, host_clock_faults, HostClockStep, Leftover, Violation,
+    self, explained_by_host_clock, host_clock_faults, HostClockStep, Leftover, Observation,
+    Violation,
 };
 use crate::error::LabError;
 use crate::history::{Event, History};
@@ -19,6 +22,8 @@ use crate::host_clock::HostClockWatch;
 use crate::lab::{Fencing, Lab, Timing, FENCING_COUNTER};
 use crate::mix::{Workload, MANY_EXTRA};
 use crate::observer::Observer;
+/// The drivers' report, named with the scenario they run in.
+pub(crate) use crate::outcome::Outcome;
 
 /// The one key every scenario contends for (under the scenario's own prefix).
 pub const KEY: &str = "resource";
@@ -54,15 +59,6 @@ impl fmt::Display for Expect {
             }
         }
     }
-}
-
-/// What the scenario's driver reports besides the history.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    /// Remarks for the summary (e.g. how long recovery took).
-    pub notes: Vec<String>,
-    /// Violations of scenario-specific rules (e.g. a lock won while a majority was down).
-    pub violations: Vec<Violation>,
 }
 
 /// The driver: runs the workload and the faults, shuts its clients down, returns.
@@ -172,6 +168,10 @@ pub async fn run(
 }
 
 /// [`run`] with `options`.
+///
+/// Every step that awaits is awaited here, not in a helper: the future of a whole run is
+/// nested in its callers' (a test's `block_on`, a soak), and each async layer deepens the
+/// compiler's layout queries for them, which are close to their limit.
 pub async fn run_with(
     kind: BackendKind,
     scenario: &Scenario,
@@ -179,25 +179,7 @@ pub async fn run_with(
     options: &RunOptions,
 ) -> (ScenarioResult, Option<Backend>) {
     let started = Instant::now();
-    let timing = match (options.soak, scenario.soak) {
-        (true, Some(soak)) => soak,
-        _ => scenario.timing,
-    };
-    let mut result = ScenarioResult {
-        name: scenario.name,
-        backend: kind,
-        expect: scenario.expect,
-        acquisitions: 0,
-        fenced: 0,
-        writes: 0,
-        violations: Vec::new(),
-        host_clock: Vec::new(),
-        explained: Vec::new(),
-        notes: Vec::new(),
-        error: None,
-        elapsed: Duration::ZERO,
-        ops: BTreeMap::new(),
-    };
+    let mut result = ScenarioResult::empty(kind, scenario);
     let backend = match Backend::start(kind, scenario.setup, reuse).await {
         Ok(backend) => backend,
         Err(e) => {
@@ -215,28 +197,11 @@ pub async fn run_with(
             return (result, Some(backend));
         }
     };
-    let history = History::new();
-    let host_clock = HostClockWatch::start(&history);
-    let prefix = format!("lab:{}:", scenario.name);
-    // The multi-key locks' other keys too, under the mix: their tokens must stay put as
-    // well while held.
-    let mut keys = vec![format!("{prefix}{KEY}")];
-    if matches!(options.workload, Workload::Mix(_)) && scenario.expect == Expect::Safe {
-        keys.extend(MANY_EXTRA.iter().map(|k| format!("{prefix}{k}")));
-    }
-    let observer = Observer::start(&history, &addrs, &keys);
-    let lab = Lab {
-        backend,
-        links,
-        history,
-        prefix,
-        timing,
-        setup: scenario.setup,
-        fencing: scenario.fencing,
-        observed: observer.samples(),
-        workload: options.workload.clone(),
-        soak: options.soak,
-    };
+    let Recording {
+        lab,
+        observer,
+        host_clock,
+    } = Recording::start(scenario, options, backend, links, &addrs);
     let seeded = match (scenario.expect, scenario.fencing) {
         (Expect::Safe, fencing) if fencing != Fencing::Off => lab.seed_fencing_counters().await,
         _ => Ok(()),
@@ -245,28 +210,132 @@ pub async fn run_with(
         Ok(()) => tokio::time::timeout(SCENARIO_LIMIT, (scenario.run)(&lab)).await,
         Err(e) => Ok(Err(e)),
     };
-    match ran {
-        Ok(Ok(outcome)) => {
-            result.notes = outcome.notes;
-            result.violations = outcome.violations;
-        }
-        Ok(Err(LabError::Judged { error, outcome })) => {
-            result.error = Some(error.to_string());
-            result.notes = outcome.notes;
-            result.violations = outcome.violations;
-        }
-        Ok(Err(e)) => result.error = Some(e.to_string()),
-        Err(_) => result.error = Some(format!("did not finish within {SCENARIO_LIMIT:?}")),
-    }
+    result.take_outcome(ran);
     heal(&lab).await;
     tokio::time::sleep(SETTLE).await;
     let observations = observer.stop().await;
     let leftovers = leftovers_after_fair_queues_expire(&lab).await;
     result.host_clock = host_clock.stop();
+    judge(
+        &lab,
+        scenario,
+        options,
+        &observations,
+        &leftovers,
+        &mut result,
+    );
+    result.elapsed = started.elapsed();
+    let Lab { backend, links, .. } = lab;
+    drop(links);
+    (result, Some(backend))
+}
+
+impl ScenarioResult {
+    /// `scenario`'s result on `kind` before it has run: nothing counted, nothing found.
+    fn empty(kind: BackendKind, scenario: &Scenario) -> ScenarioResult {
+        ScenarioResult {
+            name: scenario.name,
+            backend: kind,
+            expect: scenario.expect,
+            acquisitions: 0,
+            fenced: 0,
+            writes: 0,
+            violations: Vec::new(),
+            host_clock: Vec::new(),
+            explained: Vec::new(),
+            notes: Vec::new(),
+            error: None,
+            elapsed: Duration::ZERO,
+            ops: BTreeMap::new(),
+        }
+    }
+
+    /// What the driver reported, or why it failed or did not finish within
+    /// [`SCENARIO_LIMIT`] (`ran`).
+    fn take_outcome(&mut self, ran: Result<Result<Outcome, LabError>, Elapsed>) {
+        match ran {
+            Ok(Ok(outcome)) => {
+                self.notes = outcome.notes;
+                self.violations = outcome.violations;
+            }
+            Ok(Err(LabError::Judged { error, outcome })) => {
+                self.error = Some(error.to_string());
+                self.notes = outcome.notes;
+                self.violations = outcome.violations;
+            }
+            Ok(Err(e)) => self.error = Some(e.to_string()),
+            Err(_) => self.error = Some(format!("did not finish within {SCENARIO_LIMIT:?}")),
+        }
+    }
+}
+
+/// A scenario's lab recording: its nodes, fault proxies and history, with the observer
+/// sampling its keys and the host clock watched.
+struct Recording {
+    lab: Lab,
+    observer: Observer,
+    host_clock: HostClockWatch,
+}
+
+impl Recording {
+    /// The lab of `scenario` on `backend`, its clients' links to the nodes at `addrs`: a
+    /// fresh history, the host clock's watch and the observer started.
+    fn start(
+        scenario: &Scenario,
+        options: &RunOptions,
+        backend: Backend,
+        links: Links,
+        addrs: &[SocketAddr],
+    ) -> Recording {
+        let timing = match (options.soak, scenario.soak) {
+            (true, Some(soak)) => soak,
+            _ => scenario.timing,
+        };
+        let history = History::new();
+        let host_clock = HostClockWatch::start(&history);
+        let prefix = format!("lab:{}:", scenario.name);
+        // The multi-key locks' other keys too, under the mix: their tokens must stay put as
+        // well while held.
+        let mut keys = vec![format!("{prefix}{KEY}")];
+        if matches!(options.workload, Workload::Mix(_)) && scenario.expect == Expect::Safe {
+            keys.extend(MANY_EXTRA.iter().map(|k| format!("{prefix}{k}")));
+        }
+        let observer = Observer::start(&history, addrs, &keys);
+        let lab = Lab {
+            backend,
+            links,
+            history,
+            prefix,
+            timing,
+            setup: scenario.setup,
+            fencing: scenario.fencing,
+            observed: observer.samples(),
+            workload: options.workload.clone(),
+            soak: options.soak,
+        };
+        Recording {
+            lab,
+            observer,
+            host_clock,
+        }
+    }
+}
+
+/// Checks the run's history against the observer's samples and the keys left behind, and
+/// counts it: the checker's violations come first, then the driver's (already in
+/// `result`), then those of the rules that a run which checked nothing breaks.
+fn judge(
+    lab: &Lab,
+    scenario: &Scenario,
+    options: &RunOptions,
+    observations: &[Observation],
+    leftovers: &[Leftover],
+    result: &mut ScenarioResult,
+) {
     let events = lab.history.events();
     let mut checked = events.clone();
     checked.extend(host_clock_faults(&result.host_clock, lab.node_count()));
-    let found = checker::check(&checked, &observations, &leftovers);
+    let found = checker::check(&checked, observations, leftovers);
     let (mut found, explained) = explained_by_host_clock(found, &result.host_clock);
     found.append(&mut result.violations);
     result.violations = found;
@@ -303,10 +372,6 @@ pub async fn run_with(
             *result.ops.entry((*op, outcome.clone())).or_default() += 1;
         }
     }
-    result.elapsed = started.elapsed();
-    let Lab { backend, links, .. } = lab;
-    drop(links);
-    (result, Some(backend))
 }
 
 /// Lifts link faults and resumes paused nodes, so the leftover scan can reach every node

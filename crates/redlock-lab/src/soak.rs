@@ -57,101 +57,159 @@ pub async fn soak(
     };
     let mut results = Vec::new();
     let mut reuse: Option<Backend> = None;
+    // Each scenario's runs are awaited here, not in a helper: a soak's future nests every
+    // run's, and each async layer deepens the compiler's layout queries for its callers.
     for s in scenarios.iter().filter(|s| s.expect == Expect::Safe) {
         let started = Instant::now();
-        let mut total: Option<ScenarioResult> = None;
-        let (mut runs, mut barren, mut failing) = (0, 0, 0);
-        // Acquisitions of the runs that ended without an error: a run whose faults failed
-        // part way contended with fewer faults than its scenario says, so it does not
-        // count toward `min_acquisitions`.
-        let mut counted = 0;
-        let mut errored = Vec::new();
+        let mut soaking = Soaking::default();
         loop {
             let (result, nodes) = run_with(backend, s, reuse.take(), &options).await;
             reuse = nodes;
-            // A soak runs long: what a run found is shown as it is found, not only at the end.
-            for v in result.violations.iter().take(SHOWN) {
-                eprintln!("[soak]   run {}: {v}", runs + 1);
-            }
-            if let Some(error) = &result.error {
-                eprintln!("[soak]   run {}: error: {error}", runs + 1);
-            }
-            for step in &result.host_clock {
-                eprintln!("[soak]   run {}: {step}", runs + 1);
-            }
-            for v in result.explained.iter().take(SHOWN) {
-                eprintln!(
-                    "[soak]   run {}: explained by the host clock: {v}",
-                    runs + 1
-                );
-            }
-            runs += 1;
-            barren = if result.acquisitions == 0 {
-                barren + 1
-            } else {
-                0
-            };
-            let mut result = result;
-            let error = result.error.take();
-            failing = if error.is_some() { failing + 1 } else { 0 };
-            if error.is_none() {
-                counted += result.acquisitions;
-            }
-            let total = match &mut total {
-                Some(total) => {
-                    add(total, result);
-                    total
-                }
-                None => total.insert(result),
-            };
-            total.elapsed = started.elapsed();
-            eprintln!(
-                "[soak] {backend}: {}: run {runs}: {counted} of {min_acquisitions} acquisitions \
-                 (in runs without an error; {} in all), {} violation(s), {:.1}s",
-                s.name,
-                total.acquisitions,
-                total.violations.len(),
-                total.elapsed.as_secs_f64()
-            );
-            if let Some(error) = error {
-                if failing >= ERRORED_RUNS {
-                    total.error = Some(format!(
-                        "{ERRORED_RUNS} runs in a row ended with an error, the last: {error}"
-                    ));
-                    break;
-                }
-                errored.push((runs, error));
-            }
-            if counted >= min_acquisitions {
-                break;
-            }
-            if barren >= BARREN_RUNS {
-                total.error = Some(format!(
-                    "{BARREN_RUNS} runs in a row won no lock: the soak gave up at {} \
-                     acquisitions",
-                    total.acquisitions
-                ));
+            show_findings(soaking.runs + 1, &result);
+            let error = soaking.add(result, started);
+            soaking.show_progress(backend, s.name, min_acquisitions);
+            if soaking.done(error, min_acquisitions) {
                 break;
             }
         }
+        results.push(soaking.finish(backend, s.name));
+    }
+    results
+}
+
+/// A soak shows what a run found as it is found (it runs long), not only at the end.
+fn show_findings(run: usize, result: &ScenarioResult) {
+    for v in result.violations.iter().take(SHOWN) {
+        eprintln!("[soak]   run {run}: {v}");
+    }
+    if let Some(error) = &result.error {
+        eprintln!("[soak]   run {run}: error: {error}");
+    }
+    for step in &result.host_clock {
+        eprintln!("[soak]   run {run}: {step}");
+    }
+    for v in result.explained.iter().take(SHOWN) {
+        eprintln!("[soak]   run {run}: explained by the host clock: {v}");
+    }
+}
+
+/// One scenario's soak so far: the runs added up, and the counts that decide when it ends.
+#[derive(Default)]
+struct Soaking {
+    /// The runs' sums (`None` before the first run).
+    total: Option<ScenarioResult>,
+    runs: usize,
+    /// Runs in a row that won nothing.
+    barren: usize,
+    /// Runs in a row that ended with an error.
+    failing: usize,
+    /// Acquisitions of the runs that ended without an error: a run whose faults failed
+    /// part way contended with fewer faults than its scenario says, so it does not count
+    /// toward the soak's number.
+    counted: usize,
+    /// The runs that ended with an error and were gone past.
+    errored: Vec<(usize, String)>,
+}
+
+impl Soaking {
+    /// Adds the next run's `result` to the total (wall time since `started`); returns the
+    /// run's error, taken out of the result.
+    fn add(&mut self, mut result: ScenarioResult, started: Instant) -> Option<String> {
+        self.runs += 1;
+        self.barren = if result.acquisitions == 0 {
+            self.barren + 1
+        } else {
+            0
+        };
+        let error = result.error.take();
+        self.failing = if error.is_some() { self.failing + 1 } else { 0 };
+        if error.is_none() {
+            self.counted += result.acquisitions;
+        }
+        let total = match &mut self.total {
+            Some(total) => {
+                add(total, result);
+                total
+            }
+            None => self.total.insert(result),
+        };
+        total.elapsed = started.elapsed();
+        error
+    }
+
+    /// The progress line of `name`'s soak after a run.
+    fn show_progress(&self, backend: BackendKind, name: &str, min_acquisitions: usize) {
+        let Some(total) = &self.total else {
+            return;
+        };
+        eprintln!(
+            "[soak] {backend}: {name}: run {}: {} of {min_acquisitions} acquisitions \
+             (in runs without an error; {} in all), {} violation(s), {:.1}s",
+            self.runs,
+            self.counted,
+            total.acquisitions,
+            total.violations.len(),
+            total.elapsed.as_secs_f64()
+        );
+    }
+
+    /// The soak of `name`, ended: its result, and its summary line on stderr.
+    fn finish(self, backend: BackendKind, name: &str) -> SoakResult {
+        let Soaking {
+            total,
+            runs,
+            errored,
+            ..
+        } = self;
         let total = total.expect("at least one run");
         eprintln!(
-            "[soak] {backend}: {} done: {runs} runs, {} acquisitions, {} fenced, {} writes, {} \
-             violation(s), {:.1}s",
-            s.name,
+            "[soak] {backend}: {name} done: {runs} runs, {} acquisitions, {} fenced, {} \
+             writes, {} violation(s), {:.1}s",
             total.acquisitions,
             total.fenced,
             total.writes,
             total.violations.len(),
             total.elapsed.as_secs_f64()
         );
-        results.push(SoakResult {
+        SoakResult {
             total,
             runs,
             errored,
-        });
+        }
     }
-    results
+
+    /// The runs' sums; there has been a run.
+    fn total(&mut self) -> &mut ScenarioResult {
+        self.total.as_mut().expect("at least one run")
+    }
+
+    /// Whether the soak ends after the run that ended with `error`: it has counted
+    /// `min_acquisitions`, or gives up (too many runs in a row that failed or won nothing,
+    /// said in the total's error). A lone error is recorded and gone past.
+    fn done(&mut self, error: Option<String>, min_acquisitions: usize) -> bool {
+        if let Some(error) = error {
+            if self.failing >= ERRORED_RUNS {
+                self.total().error = Some(format!(
+                    "{ERRORED_RUNS} runs in a row ended with an error, the last: {error}"
+                ));
+                return true;
+            }
+            self.errored.push((self.runs, error));
+        }
+        if self.counted >= min_acquisitions {
+            return true;
+        }
+        if self.barren >= BARREN_RUNS {
+            let total = self.total();
+            total.error = Some(format!(
+                "{BARREN_RUNS} runs in a row won no lock: the soak gave up at {} \
+                 acquisitions",
+                total.acquisitions
+            ));
+            return true;
+        }
+        false
+    }
 }
 
 fn add(total: &mut ScenarioResult, run: ScenarioResult) {

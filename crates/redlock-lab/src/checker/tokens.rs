@@ -20,15 +20,187 @@ pub fn token_violations(
     observations: &[Observation],
     holders: &[Holder],
 ) -> Vec<Violation> {
-    let by_token: HashMap<&str, &Holder> = holders.iter().map(|h| (h.token.as_str(), h)).collect();
-    let key_loss = key_losses(events);
-    let clock_back = episodes_of(events, FaultKind::ClockBack);
-    let clock_forward = clock_steps_forward(events);
-    // An extension call's window runs from its start until it returned or, if later, until
-    // its holder's claim ended: a node that the call gave up on (timed out) may still apply
-    // its PEXPIRE after the call returned, and only the holder's own release orders it
-    // (PEXPIRE never recreates a deleted key, and checks the token).
-    let extends: Vec<(&str, At, At)> = events
+    let known = Known::new(events, holders);
+    let mut series: BTreeMap<(usize, &str), Vec<&Observation>> = BTreeMap::new();
+    for o in observations {
+        series.entry((o.node, &o.key)).or_default().push(o);
+    }
+    let mut found = Vec::new();
+    for ((node, key), mut list) in series {
+        list.sort_by_key(|o| o.sent);
+        for pair in list.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            let faults = known.between(node, a, b);
+            known.removed_early(node, key, (a, b), &faults, &mut found);
+            found.extend(known.foreign_extend(node, key, (a, b), &faults));
+        }
+    }
+    found
+}
+
+/// A window in which a token (or a reentrant lock's owner) was acting on its key: from a
+/// call's start to its end.
+type Acting<'a> = (&'a str, At, At);
+
+/// What the history says about the tokens and the faults: who holds which token, and which
+/// faults and calls may explain a token's going or its expiry's moving.
+struct Known<'a> {
+    holders: &'a [Holder],
+    by_token: HashMap<&'a str, &'a Holder>,
+    key_loss: Vec<Episode>,
+    clock_back: Vec<Episode>,
+    clock_forward: Vec<(Episode, Duration)>,
+    /// Each extension call, by its token (see [`extension_windows`]).
+    extends: Vec<Acting<'a>>,
+    /// Each call of a reentrant lock's owner, and each extension of one of its holds.
+    owner_active: Vec<Acting<'a>>,
+}
+
+/// What happened on a node between two consecutive samples `a` and `b` of one key.
+struct Between {
+    /// Key loss on this node that began before the token was seen gone and lasted until
+    /// after it was seen present. Faults that take time (a container restart) are recorded
+    /// as a start and an end event, one episode.
+    lost: bool,
+    /// A clock stepped back: it explains a later expiry, never a removal.
+    stepped_back: bool,
+    /// The key expired on its own: the node's own PTTL in `a` ran out by `b`.
+    expired: bool,
+}
+
+impl<'a> Known<'a> {
+    fn new(events: &'a [Event], holders: &'a [Holder]) -> Known<'a> {
+        let by_token: HashMap<&str, &Holder> =
+            holders.iter().map(|h| (h.token.as_str(), h)).collect();
+        let extends = extension_windows(events, &by_token);
+        let owner_active = owner_windows(events, &extends, &by_token);
+        Known {
+            holders,
+            by_token,
+            key_loss: key_losses(events),
+            clock_back: episodes_of(events, FaultKind::ClockBack),
+            clock_forward: clock_steps_forward(events),
+            extends,
+            owner_active,
+        }
+    }
+
+    /// The faults on `node` between samples `a` and `b`, and whether the key expired.
+    fn between(&self, node: usize, a: &Observation, b: &Observation) -> Between {
+        let between = |faults: &[Episode]| {
+            faults.iter().any(|&(n, began, ended)| {
+                n == node && began <= b.received + EVENT_SLACK && ended + EVENT_SLACK >= a.sent
+            })
+        };
+        // Expired on its own: the node's own PTTL in `a` ran out by `b` (within 1 %, a node
+        // clock a little slower than ours). A key that an extension or a renewal did not
+        // reach keeps its old expiry there while its holder claims on, backed by the other
+        // nodes: that is no removal (what the guard may claim against what a quorum holds
+        // is the validity rule's). A clock that runs fast still shows: its key vanishes
+        // before the PTTL it reported had run out in real time. A clock step forward
+        // between the two samples brings that expiry forward by its size, and no more.
+        let early = stepped_forward(&self.clock_forward, node, a.sent, b.received);
+        let expired = u64::try_from(a.pttl).is_ok_and(|p| {
+            let due = Duration::from_millis(p);
+            a.sent + due.saturating_sub(early) <= b.received + EVENT_SLACK + due / 100
+        });
+        Between {
+            lost: between(&self.key_loss),
+            stepped_back: between(&self.clock_back),
+            expired,
+        }
+    }
+
+    /// Each token seen in `a` (a plain lock's, or each hold of a reentrant lock) that is
+    /// gone in `b` while its holder still claims the lock, unless a fault or the key's own
+    /// expiry explains it.
+    fn removed_early(
+        &self,
+        node: usize,
+        key: &str,
+        (a, b): (&Observation, &Observation),
+        faults: &Between,
+        found: &mut Vec<Violation>,
+    ) {
+        for token in a.tokens() {
+            let Some(holder) = self.by_token.get(token) else {
+                continue;
+            };
+            if !b.has(token)
+                && b.received + EVENT_SLACK < holder.until
+                && !faults.lost
+                && !faults.expired
+            {
+                found.push(Violation::RemovedEarly {
+                    node,
+                    key: key.to_owned(),
+                    holder: (*holder).clone(),
+                    seen_at: a.received,
+                    gone_by: b.received,
+                });
+            }
+        }
+    }
+
+    /// The expiry of one key value (a token, or a reentrant lock's owner) moving later
+    /// between `a` and `b` while nobody it belongs to was extending it.
+    fn foreign_extend(
+        &self,
+        node: usize,
+        key: &str,
+        (a, b): (&Observation, &Observation),
+        faults: &Between,
+    ) -> Option<Violation> {
+        let (Some(value), true) = (a.token.as_deref(), a.token == b.token) else {
+            return None;
+        };
+        let known = match a.owner() {
+            Some(owner) => {
+                self.owner_active.iter().any(|&(o, ..)| o == owner)
+                    || self
+                        .holders
+                        .iter()
+                        .any(|h| h.owner.as_deref() == Some(owner))
+            }
+            None => self.by_token.contains_key(value),
+        };
+        let (Ok(p1), Ok(p2)) = (u64::try_from(a.pttl), u64::try_from(b.pttl)) else {
+            return None;
+        };
+        let latest_first = a.received + Duration::from_millis(p1);
+        let earliest_second = b.sent + Duration::from_millis(p2);
+        if !known
+            || earliest_second <= latest_first + EXPIRY_SLACK
+            || faults.lost
+            || faults.stepped_back
+        {
+            return None;
+        }
+        let during =
+            |&(_, started, ended): &Acting| started <= b.received && ended + EVENT_SLACK >= a.sent;
+        let owner_extending = match a.owner() {
+            Some(owner) => self.owner_active.iter().any(|w| w.0 == owner && during(w)),
+            None => self.extends.iter().any(|w| w.0 == value && during(w)),
+        };
+        (!owner_extending).then(|| Violation::ForeignExtend {
+            node,
+            key: key.to_owned(),
+            token: value.to_owned(),
+            between: (a.sent, b.received),
+            moved_by: earliest_second - latest_first,
+        })
+    }
+}
+
+/// Each extension call's window, by its token. It runs from the call's start until it
+/// returned or, if later, until its holder's claim ended: a node that the call gave up on
+/// (timed out) may still apply its PEXPIRE after the call returned, and only the holder's
+/// own release orders it (PEXPIRE never recreates a deleted key, and checks the token).
+fn extension_windows<'a>(
+    events: &'a [Event],
+    by_token: &HashMap<&str, &Holder>,
+) -> Vec<Acting<'a>> {
+    events
         .iter()
         .filter_map(|e| match e {
             Event::Extend {
@@ -42,10 +214,17 @@ pub fn token_violations(
             }
             _ => None,
         })
-        .collect();
-    // What moves a reentrant lock's expiry: any call of its owner (a new hold raises the
-    // key's TTL, in rounds that lose too) and any extension of one of its holds.
-    let mut owner_active: Vec<(&str, At, At)> = events
+        .collect()
+}
+
+/// What moves a reentrant lock's expiry: any call of its owner (a new hold raises the key's
+/// TTL, in rounds that lose too) and any extension of one of its holds (`extends`).
+fn owner_windows<'a>(
+    events: &'a [Event],
+    extends: &[Acting<'a>],
+    by_token: &HashMap<&'a str, &'a Holder>,
+) -> Vec<Acting<'a>> {
+    let mut owner_active: Vec<Acting<'a>> = events
         .iter()
         .filter_map(|e| match e {
             Event::Op {
@@ -61,101 +240,7 @@ pub fn token_violations(
         let owner = by_token.get(token)?.owner.as_deref()?;
         Some((owner, started, ended))
     }));
-    let mut series: BTreeMap<(usize, &str), Vec<&Observation>> = BTreeMap::new();
-    for o in observations {
-        series.entry((o.node, &o.key)).or_default().push(o);
-    }
-    let mut found = Vec::new();
-    for ((node, key), mut list) in series {
-        list.sort_by_key(|o| o.sent);
-        for pair in list.windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            // Key loss on this node that began before the token was seen gone and lasted
-            // until after it was seen present. Faults that take time (a container restart)
-            // are recorded as a start and an end event, one episode.
-            let between = |faults: &[Episode]| {
-                faults.iter().any(|&(n, began, ended)| {
-                    n == node && began <= b.received + EVENT_SLACK && ended + EVENT_SLACK >= a.sent
-                })
-            };
-            let lost_between = between(&key_loss);
-            // A clock stepped back explains a later expiry, never a removal.
-            let stepped_back = between(&clock_back);
-            // Expired on its own: the node's own PTTL in `a` ran out by `b` (within 1 %,
-            // a node clock a little slower than ours). A key that an extension or a renewal
-            // did not reach keeps its old expiry there while its holder claims on, backed by
-            // the other nodes: that is no removal (what the guard may claim against what a
-            // quorum holds is the validity rule's). A clock that runs fast still shows: its
-            // key vanishes before the PTTL it reported had run out in real time.
-            // A clock step forward between the two samples brings that expiry forward by
-            // its size, and no more.
-            let early = stepped_forward(&clock_forward, node, a.sent, b.received);
-            let expired = u64::try_from(a.pttl).is_ok_and(|p| {
-                let due = Duration::from_millis(p);
-                a.sent + due.saturating_sub(early) <= b.received + EVENT_SLACK + due / 100
-            });
-            // Each token seen (a plain lock's, or each hold of a reentrant lock) that is
-            // gone in the next sample while its holder still claims the lock.
-            for token in a.tokens() {
-                let Some(holder) = by_token.get(token) else {
-                    continue;
-                };
-                if !b.has(token)
-                    && b.received + EVENT_SLACK < holder.until
-                    && !lost_between
-                    && !expired
-                {
-                    found.push(Violation::RemovedEarly {
-                        node,
-                        key: key.to_owned(),
-                        holder: (*holder).clone(),
-                        seen_at: a.received,
-                        gone_by: b.received,
-                    });
-                }
-            }
-            // The expiry of one key value (a token, or a reentrant lock's owner) moving later.
-            let (Some(value), true) = (a.token.as_deref(), a.token == b.token) else {
-                continue;
-            };
-            let known = match a.owner() {
-                Some(owner) => {
-                    owner_active.iter().any(|&(o, ..)| o == owner)
-                        || holders.iter().any(|h| h.owner.as_deref() == Some(owner))
-                }
-                None => by_token.contains_key(value),
-            };
-            let (Ok(p1), Ok(p2)) = (u64::try_from(a.pttl), u64::try_from(b.pttl)) else {
-                continue;
-            };
-            let latest_first = a.received + Duration::from_millis(p1);
-            let earliest_second = b.sent + Duration::from_millis(p2);
-            if !known
-                || earliest_second <= latest_first + EXPIRY_SLACK
-                || lost_between
-                || stepped_back
-            {
-                continue;
-            }
-            let during = |&(_, started, ended): &(&str, At, At)| {
-                started <= b.received && ended + EVENT_SLACK >= a.sent
-            };
-            let owner_extending = match a.owner() {
-                Some(owner) => owner_active.iter().any(|w| w.0 == owner && during(w)),
-                None => extends.iter().any(|w| w.0 == value && during(w)),
-            };
-            if !owner_extending {
-                found.push(Violation::ForeignExtend {
-                    node,
-                    key: key.to_owned(),
-                    token: value.to_owned(),
-                    between: (a.sent, b.received),
-                    moved_by: earliest_second - latest_first,
-                });
-            }
-        }
-    }
-    found
+    owner_active
 }
 
 #[cfg(test)]

@@ -156,21 +156,7 @@ impl fmt::Display for Violation {
                 token,
                 at,
                 claim_ended,
-            } => match claim_ended {
-                Some(end) => write!(
-                    f,
-                    "stale write: {client} (token {}) wrote at {} but its claim ended at {}",
-                    short(token),
-                    ms(*at),
-                    ms(*end)
-                ),
-                None => write!(
-                    f,
-                    "stale write: {client} (token {}) wrote at {} without ever holding the lock",
-                    short(token),
-                    ms(*at)
-                ),
-            },
+            } => stale_write(f, client, token, *at, *claim_ended),
             Violation::LeftBehind(l) => write!(
                 f,
                 "key left behind: {} on {} (value {:?}, pttl {} ms) after every client released \
@@ -186,15 +172,7 @@ impl fmt::Display for Violation {
                 holder,
                 seen_at,
                 gone_by,
-            } => write!(
-                f,
-                "token removed early: {key} on node-{node} held {}'s token at {} and was gone by \
-                 {}, while {holder} (no owner release, no injected key loss: deleted by a \
-                 non-owner or expired before its TTL)",
-                holder.client,
-                ms(*seen_at),
-                ms(*gone_by)
-            ),
+            } => removed_early(f, *node, key, holder, (*seen_at, *gone_by)),
             Violation::ForeignExtend {
                 node,
                 key,
@@ -223,18 +201,75 @@ impl fmt::Display for Violation {
                 at,
                 valid_until,
                 short_of,
-            } => write!(
-                f,
-                "validity overstated: at {} {client} (token {}) reported validity until {}, \
-                 but {} held it for less: no quorum held it that long",
-                ms(*at),
-                short(token),
-                ms(*valid_until),
-                super::validity::describe(short_of)
-            ),
+            } => validity_overstated(f, client, token, (*at, *valid_until), short_of),
             Violation::Rule(rule) => f.write_str(rule),
         }
     }
+}
+
+/// A [`Violation::StaleWrite`]'s message.
+fn stale_write(
+    f: &mut fmt::Formatter<'_>,
+    client: &str,
+    token: &str,
+    at: At,
+    claim_ended: Option<At>,
+) -> fmt::Result {
+    match claim_ended {
+        Some(end) => write!(
+            f,
+            "stale write: {client} (token {}) wrote at {} but its claim ended at {}",
+            short(token),
+            ms(at),
+            ms(end)
+        ),
+        None => write!(
+            f,
+            "stale write: {client} (token {}) wrote at {} without ever holding the lock",
+            short(token),
+            ms(at)
+        ),
+    }
+}
+
+/// A [`Violation::RemovedEarly`]'s message: the token last seen at `seen_at`, gone by
+/// `gone_by`.
+fn removed_early(
+    f: &mut fmt::Formatter<'_>,
+    node: usize,
+    key: &str,
+    holder: &Holder,
+    (seen_at, gone_by): (At, At),
+) -> fmt::Result {
+    write!(
+        f,
+        "token removed early: {key} on node-{node} held {}'s token at {} and was gone by {}, \
+         while {holder} (no owner release, no injected key loss: deleted by a non-owner or \
+         expired before its TTL)",
+        holder.client,
+        ms(seen_at),
+        ms(gone_by)
+    )
+}
+
+/// A [`Violation::ValidityOverstated`]'s message: the guard asked `at`, reporting validity
+/// until `valid_until`.
+fn validity_overstated(
+    f: &mut fmt::Formatter<'_>,
+    client: &str,
+    token: &str,
+    (at, valid_until): (At, At),
+    short_of: &[(usize, At)],
+) -> fmt::Result {
+    write!(
+        f,
+        "validity overstated: at {} {client} (token {}) reported validity until {}, but {} \
+         held it for less: no quorum held it that long",
+        ms(at),
+        short(token),
+        ms(valid_until),
+        super::validity::describe(short_of)
+    )
 }
 
 /// A left-behind key's value as the report shows it: the first characters, as for every

@@ -94,112 +94,134 @@ impl Ctx<'_> {
         rng: &mut StdRng,
         tally: &mut Tally,
     ) -> Result<String, LabError> {
-        let plain = LockOptions::default();
         Ok(match op {
             Op::Plain => match self.won(self.client.lock(KEY).await, tally)? {
                 Some(guard) => self.cycle(guard, tally).await,
                 None => "not acquired".into(),
             },
-            Op::ExtendLonger | Op::ExtendShorter => {
-                let Some(guard) = self.won(self.client.lock(KEY).await, tally)? else {
-                    return Ok("not acquired".into());
-                };
-                let ttl = match op {
-                    Op::ExtendLonger => self.ttl * 2,
-                    _ => self.ttl / 2,
-                };
-                let token = guard.lock().token().as_str().to_owned();
-                let started = self.history.now();
-                let extended = guard.extend(Some(ttl)).await;
-                self.history.record(Event::Extend {
-                    client: self.name.clone(),
-                    token,
-                    started,
-                    ended: self.history.now(),
-                    valid_until: extended
-                        .is_ok()
-                        .then(|| self.history.at(guard.valid_until())),
-                });
-                self.reader.check(&self.name, &guard).await;
-                let cycle = self.cycle(guard, tally).await;
-                match extended {
-                    Ok(()) => cycle,
-                    Err(e) => format!("extend failed ({}), {cycle}", kind(&e)),
-                }
-            }
+            Op::ExtendLonger => self.extended(self.ttl * 2, tally).await?,
+            Op::ExtendShorter => self.extended(self.ttl / 2, tally).await?,
             Op::Renewed => self.renewed(tally).await?,
-            Op::Fair => {
-                let fair = LockOptions {
-                    fair: Some(true),
-                    fenced: Some(false),
-                    ..LockOptions::default()
-                };
-                match self.won(self.client.lock_with(KEY, &fair).await, tally)? {
-                    Some(guard) => self.cycle(guard, tally).await,
-                    None => "not acquired".into(),
-                }
-            }
-            Op::Many => {
-                let extra = MANY_EXTRA[rng.gen_range(0..MANY_EXTRA.len())];
-                match self.won(self.client.lock_many(&[KEY, extra], &plain).await, tally)? {
-                    Some(guard) => self.cycle(guard, tally).await,
-                    None => "not acquired".into(),
-                }
-            }
-            Op::Dropped => match self.won(self.client.lock(KEY).await, tally)? {
-                Some(guard) => {
-                    let token = guard.lock().token().as_str().to_owned();
-                    self.write(&guard, &token, tally).await;
-                    // The holder stops using the lock here; the key goes in the background.
-                    self.history.record(Event::ReleaseStarted {
-                        client: self.name.clone(),
-                        token,
-                        at: self.history.now(),
-                    });
-                    drop(guard);
-                    "dropped".into()
-                }
-                None => "not acquired".into(),
-            },
-            Op::Cancelled => {
-                let after = Duration::from_millis(rng.gen_range(1..=30));
-                match tokio::time::timeout(after, self.client.lock(KEY)).await {
-                    Err(_) => {
-                        tally.failed += 1;
-                        "cancelled".into()
-                    }
-                    Ok(result) => match self.won(result, tally)? {
-                        Some(guard) => format!("won in time, {}", self.cycle(guard, tally).await),
-                        None => "not acquired".into(),
-                    },
-                }
-            }
-            Op::Grouped => {
-                let take = || async {
-                    let mut own = Tally::default();
-                    let outcome = match self.won(self.client.lock(KEY).await, &mut own)? {
-                        Some(guard) => self.cycle(guard, &mut own).await,
-                        None => "not acquired".into(),
-                    };
-                    Ok::<_, LabError>((own, outcome))
-                };
-                let (a, b, c) = tokio::join!(take(), take(), take());
-                let mut outcomes = Vec::new();
-                let mut merged = vec![std::mem::take(tally)];
-                for result in [a, b, c] {
-                    let (own, outcome) = result?;
-                    merged.push(own);
-                    outcomes.push(outcome);
-                }
-                *tally = merged.iter().sum();
-                outcomes.join("; ")
-            }
+            Op::Fair => self.fair(tally).await?,
+            Op::Many => self.many(rng, tally).await?,
+            Op::Dropped => self.dropped(tally).await?,
+            Op::Cancelled => self.cancelled(rng, tally).await?,
+            Op::Grouped => self.grouped(tally).await?,
             Op::Reentrant | Op::ReentrantConcurrent => {
                 let owner = owner.expect("a reentrant operation has an owner");
                 self.reentrant(owner, op == Op::ReentrantConcurrent, rng, tally)
                     .await?
             }
         })
+    }
+
+    /// A lock extended to `ttl` (the extension recorded, the nodes read after it), then
+    /// written and released.
+    async fn extended(&self, ttl: Duration, tally: &mut Tally) -> Result<String, LabError> {
+        let Some(guard) = self.won(self.client.lock(KEY).await, tally)? else {
+            return Ok("not acquired".into());
+        };
+        let token = guard.lock().token().as_str().to_owned();
+        let started = self.history.now();
+        let extended = guard.extend(Some(ttl)).await;
+        self.history.record(Event::Extend {
+            client: self.name.clone(),
+            token,
+            started,
+            ended: self.history.now(),
+            valid_until: extended
+                .is_ok()
+                .then(|| self.history.at(guard.valid_until())),
+        });
+        self.reader.check(&self.name, &guard).await;
+        let cycle = self.cycle(guard, tally).await;
+        Ok(match extended {
+            Ok(()) => cycle,
+            Err(e) => format!("extend failed ({}), {cycle}", kind(&e)),
+        })
+    }
+
+    /// A fair (queued) lock, not fenced.
+    async fn fair(&self, tally: &mut Tally) -> Result<String, LabError> {
+        let fair = LockOptions {
+            fair: Some(true),
+            fenced: Some(false),
+            ..LockOptions::default()
+        };
+        Ok(
+            match self.won(self.client.lock_with(KEY, &fair).await, tally)? {
+                Some(guard) => self.cycle(guard, tally).await,
+                None => "not acquired".into(),
+            },
+        )
+    }
+
+    /// A multi-key lock: the key and one of [`MANY_EXTRA`].
+    async fn many(&self, rng: &mut StdRng, tally: &mut Tally) -> Result<String, LabError> {
+        let plain = LockOptions::default();
+        let extra = MANY_EXTRA[rng.gen_range(0..MANY_EXTRA.len())];
+        Ok(
+            match self.won(self.client.lock_many(&[KEY, extra], &plain).await, tally)? {
+                Some(guard) => self.cycle(guard, tally).await,
+                None => "not acquired".into(),
+            },
+        )
+    }
+
+    /// A lock written once and then dropped instead of released.
+    async fn dropped(&self, tally: &mut Tally) -> Result<String, LabError> {
+        let Some(guard) = self.won(self.client.lock(KEY).await, tally)? else {
+            return Ok("not acquired".into());
+        };
+        let token = guard.lock().token().as_str().to_owned();
+        self.write(&guard, &token, tally).await;
+        // The holder stops using the lock here; the key goes in the background.
+        self.history.record(Event::ReleaseStarted {
+            client: self.name.clone(),
+            token,
+            at: self.history.now(),
+        });
+        drop(guard);
+        Ok("dropped".into())
+    }
+
+    /// An acquisition given 1-30 ms: cancelled when it takes longer.
+    async fn cancelled(&self, rng: &mut StdRng, tally: &mut Tally) -> Result<String, LabError> {
+        let after = Duration::from_millis(rng.gen_range(1..=30));
+        Ok(
+            match tokio::time::timeout(after, self.client.lock(KEY)).await {
+                Err(_) => {
+                    tally.failed += 1;
+                    "cancelled".into()
+                }
+                Ok(result) => match self.won(result, tally)? {
+                    Some(guard) => format!("won in time, {}", self.cycle(guard, tally).await),
+                    None => "not acquired".into(),
+                },
+            },
+        )
+    }
+
+    /// Three acquisitions of the key at once by one client, each written and released.
+    async fn grouped(&self, tally: &mut Tally) -> Result<String, LabError> {
+        let take = || async {
+            let mut own = Tally::default();
+            let outcome = match self.won(self.client.lock(KEY).await, &mut own)? {
+                Some(guard) => self.cycle(guard, &mut own).await,
+                None => "not acquired".into(),
+            };
+            Ok::<_, LabError>((own, outcome))
+        };
+        let (a, b, c) = tokio::join!(take(), take(), take());
+        let mut outcomes = Vec::new();
+        let mut merged = vec![std::mem::take(tally)];
+        for result in [a, b, c] {
+            let (own, outcome) = result?;
+            merged.push(own);
+            outcomes.push(outcome);
+        }
+        *tally = merged.iter().sum();
+        Ok(outcomes.join("; "))
     }
 
     /// The guard of a won acquisition (recorded, counted), `None` for one that gave up.

@@ -7,13 +7,15 @@ use std::time::Duration;
 use fred::prelude::{Client, LuaInterface};
 use futures::future::join_all;
 use redlock_client::LockGuard;
+use redlock_core::layout::hold_field;
 
 use crate::error::LabError;
 use crate::history::{Event, History, NodeHold};
 use crate::lab::Lab;
 use crate::raw;
 
-/// For a lock's keys and token (`ARGV[1]`): `-2` unless every key holds the token (a plain
+/// For a lock's keys and token (`ARGV[1]`), and the token's hold field in a reentrant
+/// lock's hash (`ARGV[2]`, [`hold_field`]): `-2` unless every key holds the token (a plain
 /// or multi-key lock's value, or one of a reentrant lock's holds), else the least `PTTL`
 /// of the keys (`-1`: none expires). One script: the keys are read at one instant.
 const HELD: &str = r#"local least = -1
@@ -21,7 +23,7 @@ for _, key in ipairs(KEYS) do
   local kind = redis.call('TYPE', key).ok
   local mine = false
   if kind == 'string' then mine = redis.call('GET', key) == ARGV[1]
-  elseif kind == 'hash' then mine = redis.call('HEXISTS', key, 'hold:' .. ARGV[1]) == 1 end
+  elseif kind == 'hash' then mine = redis.call('HEXISTS', key, ARGV[2]) == 1 end
   if not mine then return -2 end
   local pttl = redis.call('PTTL', key)
   if pttl >= 0 and (least < 0 or pttl < least) then least = pttl end
@@ -72,13 +74,14 @@ impl Reader {
         let lock = guard.lock();
         let token = lock.token().as_str().to_owned();
         let keys: Vec<String> = lock.keys().map(str::to_owned).collect();
+        let args = vec![token.clone(), hold_field(&token)];
         let reads = self.nodes.iter().enumerate().map(|(node, redis)| {
-            let (keys, token) = (keys.clone(), token.clone());
+            let (keys, args) = (keys.clone(), args.clone());
             async move {
                 let sent = self.history.now();
                 let pttl = match redis {
                     Some(redis) => {
-                        let read = redis.eval::<i64, _, _, _>(HELD, keys, vec![token]);
+                        let read = redis.eval::<i64, _, _, _>(HELD, keys, args);
                         tokio::time::timeout(self.timeout, read)
                             .await
                             .ok()

@@ -1,7 +1,7 @@
 //! Nodes that restart: a minority down past the TTL, restarts that keep their keys
 //! (appendfsync always), and a majority down, during which no lock may be won.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -11,7 +11,7 @@ use super::super::{at, contend_lab, contend_under, contend_under_then, shutdown}
 use super::sleep_to;
 use crate::checker::Violation;
 use crate::error::LabError;
-use crate::history::Event;
+use crate::history::{At, Event};
 use crate::lab::Lab;
 use crate::resource::Resource;
 use crate::scenario::Outcome;
@@ -63,44 +63,12 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
         let resource = Arc::new(Resource::default());
         // Longer than any lock's TTL (H2), extended ones included.
         let down = lab.max_ttl().mul_f64(1.5);
-        // When all three were down, and when the first could be back (three of five up: a
-        // quorum again), as far as the faults got: a kill or restart that fails must not
-        // take the false-success rule with it.
-        let window = std::sync::Mutex::new((None, None));
-        let set_window = |f: &dyn Fn(&mut (Option<_>, Option<_>))| {
-            f(&mut window
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner));
-        };
-        let faults = async {
-            let start = Instant::now();
-            sleep_to(start, at(lab, 0.2)).await;
-            for n in 0..3 {
-                lab.kill(n).await?;
-            }
-            let down_from = lab.history.now();
-            set_window(&|w| w.0 = Some(down_from));
-            sleep(down).await;
-            // The window ends when the restarts begin: a node answers before its restart
-            // call returns (that call waits for it to answer, and a container's for
-            // docker too), so a round that reached a restarted node in between won on a
-            // real quorum. Ended at the first call's return, the rule called such a win a
-            // false success (docker, CI of 2026-11-28). With no restart that succeeded,
-            // no node came back, and the window has no end.
-            let restarting = lab.history.now();
-            // Concurrently: a container restart takes a second or more.
-            let restarts = (0..3).map(|n| lab.restart_after(n, Duration::ZERO));
-            let restarts = futures::future::join_all(restarts).await;
-            if restarts.iter().any(Result::is_ok) {
-                set_window(&|w| w.1 = Some(restarting));
-            }
-            for restart in restarts {
-                restart?;
-            }
-            Ok::<_, LabError>(lab.history.now())
-        };
+        let outage = Mutex::new(Outage::default());
         let until = Instant::now() + lab.timing.run_for;
-        let (first, faults) = tokio::join!(contend_lab(lab, &resource, &clients, until), faults);
+        let (first, faults) = tokio::join!(
+            contend_lab(lab, &resource, &clients, until),
+            take_majority_down(lab, down, &outage)
+        );
         // Keep contending for two TTLs after the majority is back, however long the
         // restarts took, to see the recovery.
         let then = contend_lab(
@@ -111,30 +79,12 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
         )
         .await;
         shutdown(&clients).await;
-        let (down_from, back_from) = *window
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut outcome = Outcome::default();
+        let outage = *outage.lock().unwrap_or_else(PoisonError::into_inner);
         let events = lab.history.events();
-        for event in &events {
-            if let Event::Acquired {
-                client,
-                started,
-                acquired,
-                ..
-            } = event
-            {
-                // No end: no node came back.
-                let down = down_from.is_some_and(|from| *started > from)
-                    && back_from.is_none_or(|back| *acquired < back);
-                if down {
-                    outcome.violations.push(Violation::Rule(format!(
-                        "false success: {client} won a lock in a round started at {started:?}, \
-                         while three of five nodes were down"
-                    )));
-                }
-            }
-        }
+        let mut outcome = Outcome {
+            notes: Vec::new(),
+            violations: false_successes(&events, outage),
+        };
         // A false success found before a client's error, or the faults', still counts.
         let (first, then, back) = match (first, then, faults) {
             (Ok(first), Ok(then), Ok(back)) => (first, then, back),
@@ -161,4 +111,77 @@ pub(super) fn majority_down(lab: &Lab) -> BoxFuture<'_, Result<Outcome, LabError
         }
         Ok(outcome)
     })
+}
+
+/// When all three nodes were down, and when the first could be back (three of five up: a
+/// quorum again), as far as the faults got: a kill or restart that fails must not take the
+/// false-success rule with it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Outage {
+    down_from: Option<At>,
+    /// `None`: no node came back.
+    back_from: Option<At>,
+}
+
+/// Kills nodes 0-2 at a fifth of the run, restarts them after `down`, and notes the
+/// outage's window in `outage` as it goes. Returns when the restarts had all returned.
+async fn take_majority_down(
+    lab: &Lab,
+    down: Duration,
+    outage: &Mutex<Outage>,
+) -> Result<At, LabError> {
+    let note = |f: &dyn Fn(&mut Outage)| {
+        f(&mut outage.lock().unwrap_or_else(PoisonError::into_inner));
+    };
+    let start = Instant::now();
+    sleep_to(start, at(lab, 0.2)).await;
+    for n in 0..3 {
+        lab.kill(n).await?;
+    }
+    let down_from = lab.history.now();
+    note(&|w| w.down_from = Some(down_from));
+    sleep(down).await;
+    // The window ends when the restarts begin: a node answers before its restart call
+    // returns (that call waits for it to answer, and a container's for docker too), so a
+    // round that reached a restarted node in between won on a real quorum. Ended at the
+    // first call's return, the rule called such a win a false success (docker, CI of
+    // 2026-11-28). With no restart that succeeded, no node came back, and the window has
+    // no end.
+    let restarting = lab.history.now();
+    // Concurrently: a container restart takes a second or more.
+    let restarts = (0..3).map(|n| lab.restart_after(n, Duration::ZERO));
+    let restarts = futures::future::join_all(restarts).await;
+    if restarts.iter().any(Result::is_ok) {
+        note(&|w| w.back_from = Some(restarting));
+    }
+    for restart in restarts {
+        restart?;
+    }
+    Ok(lab.history.now())
+}
+
+/// Each lock won in a round that started while the majority was down and ended before it
+/// could be back.
+fn false_successes(events: &[Event], outage: Outage) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for event in events {
+        if let Event::Acquired {
+            client,
+            started,
+            acquired,
+            ..
+        } = event
+        {
+            // No end: no node came back.
+            let down = outage.down_from.is_some_and(|from| *started > from)
+                && outage.back_from.is_none_or(|back| *acquired < back);
+            if down {
+                found.push(Violation::Rule(format!(
+                    "false success: {client} won a lock in a round started at {started:?}, \
+                     while three of five nodes were down"
+                )));
+            }
+        }
+    }
+    found
 }

@@ -42,22 +42,32 @@ pub fn hash_tag(key: &str) -> Option<&str> {
     (close > 0).then(|| &rest[..close])
 }
 
-/// The name of lock key `key`'s companion of `kind` under `prefix`, in `key`'s hash slot.
-fn companion(prefix: &str, kind: &str, key: &str) -> String {
-    if hash_tag(key).is_some() {
-        format!("{prefix}{kind}:{key}")
+/// The name of lock key `key`'s companion of `kind` under `prefix`, in `key`'s hash slot:
+/// built by hand rather than with `format!`, since a release names three of them per key.
+/// (`tagged`: the key has a hash tag of its own.)
+fn companion(prefix: &str, kind: &str, key: &str, tagged: bool) -> Key {
+    let mut name = String::with_capacity(prefix.len() + kind.len() + key.len() + 3);
+    name.push_str(prefix);
+    name.push_str(kind);
+    name.push(':');
+    if tagged {
+        name.push_str(key);
     } else {
-        format!("{prefix}{kind}:{{{key}}}")
+        name.push('{');
+        name.push_str(key);
+        name.push('}');
     }
+    Key::from(name)
 }
 
 /// Lock key `key`'s queue, the queue's expiry and its hand-overs, under the fair prefix
 /// `prefix`, in that order (the order the scripts take them in).
 pub(crate) fn queue_keys(prefix: &str, key: &str) -> [Key; 3] {
+    let tagged = hash_tag(key).is_some();
     [
-        Key::from(companion(prefix, "queue", key)),
-        Key::from(companion(prefix, "expiry", key)),
-        Key::from(companion(prefix, "handover", key)),
+        companion(prefix, "queue", key, tagged),
+        companion(prefix, "expiry", key, tagged),
+        companion(prefix, "handover", key, tagged),
     ]
 }
 

@@ -187,7 +187,8 @@ impl LockSpec {
 
     /// The lock's keys, then each key's queue, expiry and hand-overs.
     fn queued_keys(&self, prefix: &str) -> Vec<Key> {
-        let mut keys = self.fred_keys();
+        let mut keys = Vec::with_capacity(4 * self.keys.len());
+        keys.extend(self.keys.iter().map(|k| Key::from(&**k)));
         for key in self.keys.iter() {
             keys.extend(queue_keys(prefix, key));
         }
@@ -261,7 +262,8 @@ impl LockSpec {
         if channel.is_none() {
             return self.script(script, args);
         }
-        args.push(Value::String(Str::from_static("1")));
+        // The queue flag: "1" when every waiter queues, so that a release with nobody
+        // queued is announced to nobody.
         let quiet = if self.kind.waiters_queue() { "1" } else { "0" };
         args.push(Value::String(Str::from_static(quiet)));
         Command::Script {
@@ -294,8 +296,8 @@ impl LockSpec {
 
     /// The release's first arguments: token, channel (or ""), the kind's argument.
     fn release_args(&self, channel: Option<&Value>) -> Vec<Value> {
-        // Room for the queue flags that a release with a channel adds.
-        let mut args = Vec::with_capacity(5);
+        // Room for the queue flag that a release with a channel adds.
+        let mut args = Vec::with_capacity(4);
         args.extend([self.token_value(), channel_arg(channel)]);
         self.push_arg(&mut args);
         args

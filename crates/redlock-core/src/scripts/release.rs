@@ -100,22 +100,24 @@ end"#
 /// was there, 0 otherwise. Without a channel, it is also the rollback of an acquisition
 /// outside the fair queues: nobody held the lock, so nobody waits for its release.
 ///
-/// With the queue flag "1" after those (`ARGV[3]`, or `ARGV[4]` after an argument), each
-/// lock key's queue, expiry and hand-overs follow the lock keys in `KEYS` (three per key,
-/// in the keys' order; see [`crate::layout`]): when a freed key's queue has a live waiter
-/// (fair, or queued only to be woken), the release passes the key on to it (see `pass_on`
-/// in [`ANNOUNCE`]): a fair waiter is handed the key there and then, and either kind is
-/// told on its client's channel alone. When the queue has none, the next flag "1" publishes
-/// nothing: every waiter of the kind queues (see `Kind::waiters_queue`). Tokens and waiter
-/// ids hold no white space, so every form of the message parses. The release of a key
-/// handed over to a fair waiter (a token `"<waiter>~<number>"`) that finds the key not its
-/// own takes that waiter out of the key's queue (`leave_handed_over` in [`ANNOUNCE`]);
-/// where the key is its own, the hand-over took it out already.
+/// With the queue flag after those (`ARGV[3]`, or `ARGV[4]` after an argument), each lock
+/// key's queue, expiry and hand-overs follow the lock keys in `KEYS` (three per key, in the
+/// keys' order; see [`crate::layout`]): when a freed key's queue has a live waiter (fair,
+/// or queued only to be woken), the release passes the key on to it (see `pass_on` in
+/// [`ANNOUNCE`]): a fair waiter is handed the key there and then, and either kind is told
+/// on its client's channel alone. When the queue has none, the flag "1" publishes nothing
+/// (every waiter of the kind queues, see `Kind::waiters_queue`), and "0" publishes on the
+/// channel for every client. One flag, not two, since every argument is sent to every node
+/// of every release. Tokens and waiter ids hold no white space, so every form of the
+/// message parses. The release of a key handed over to a fair waiter (a token
+/// `"<waiter>~<number>"`) that finds the key not its own takes that waiter out of the
+/// key's queue (`leave_handed_over` in [`ANNOUNCE`]); where the key is its own, the
+/// hand-over took it out already.
 pub(crate) fn release(lua: &str, has_arg: bool) -> String {
     let (arg, flags) = (arg_at(has_arg, 3), if has_arg { 4 } else { 3 });
     format!(
         r#"local queued = ARGV[{flags}] ~= nil
-local quiet = ARGV[{flags} + 1] == "1"
+local quiet = ARGV[{flags}] == "1"
 if queued and redis.replicate_commands then redis.replicate_commands() end
 {ANNOUNCE}
 {lua}

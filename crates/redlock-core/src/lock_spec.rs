@@ -328,6 +328,9 @@ fn ttl_ms(ttl: Duration) -> i64 {
 /// assert_eq!(redlock_core::lock_name(&many), "k0, k1, k2, k3, k4 and 3 more keys");
 /// ```
 pub fn lock_name<S: AsRef<str>>(keys: &[S]) -> String {
+    if let [key] = keys {
+        return key.as_ref().to_string();
+    }
     let shown: Vec<&str> = keys.iter().take(NAMED_KEYS).map(AsRef::as_ref).collect();
     let mut name = shown.join(", ");
     if keys.len() > NAMED_KEYS {

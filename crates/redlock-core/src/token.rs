@@ -50,7 +50,7 @@ impl Token {
             "it is empty"
         } else if self.0.len() > MAX_TOKEN_LEN {
             "it is longer than 512 bytes"
-        } else if self.0.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        } else if has_space_or_control(&self.0) {
             "it contains white space or control characters"
         } else {
             return Ok(());
@@ -98,6 +98,13 @@ pub(crate) fn abbreviated(secret: &str) -> String {
     format!("{prefix}…")
 }
 
+/// Whether `text` has white space or control characters; printable ASCII (every token this
+/// library makes) is told apart by its bytes alone.
+fn has_space_or_control(text: &str) -> bool {
+    !text.bytes().all(|b| b.is_ascii_graphic())
+        && text.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,11 +138,13 @@ mod tests {
     fn caller_tokens_are_checked() {
         assert!(Token::random().check().is_ok());
         assert!(Token::from_string("job-17/attempt-2").check().is_ok());
+        assert!(Token::from_string("café-7").check().is_ok());
         for bad in [
             String::new(),
             "two words".into(),
             "tab\there".into(),
             "nul\0".into(),
+            "no\u{a0}break".into(),
             "x".repeat(MAX_TOKEN_LEN + 1),
         ] {
             assert!(

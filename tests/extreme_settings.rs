@@ -115,17 +115,17 @@ async fn extreme_ttls_are_typed_errors_and_send_nothing() {
     assert!(set.nodes_holding("redlock:ttl").await.is_empty());
     // A hand-over's TTL too (it used to overflow an instant, a panic).
     let core = common::coordinator(&set, Duration::from_millis(100)).await;
-    let handover = redlock_core::Handover {
+    let handover = redlock_core::support::Handover {
         key: "ttl",
         waiter: "w",
         number: 1,
         ttl: Duration::MAX,
         since: tokio::time::Instant::now(),
-        suspended: redlock_core::host_suspended(),
+        suspended: redlock_core::support::host_suspended(),
         nodes: &[0, 1, 2],
     };
     assert!(matches!(
-        core.handed_over(handover),
+        core.waiters().handed_over(handover),
         Err(redlock_core::Error::Config(ConfigError::TtlTooLong { .. }))
     ));
     // A hand-over whose attempt started "in the future" (a caller's wrong instant): its
@@ -133,16 +133,19 @@ async fn extreme_ttls_are_typed_errors_and_send_nothing() {
     // It used to run from that instant: an hour's validity from a 10 s TTL.
     let ttl = Duration::from_secs(10);
     let before = tokio::time::Instant::now();
-    let future = redlock_core::Handover {
+    let future = redlock_core::support::Handover {
         key: "ttl",
         waiter: "w",
         number: 1,
         ttl,
         since: before + Duration::from_secs(3600),
-        suspended: redlock_core::host_suspended(),
+        suspended: redlock_core::support::host_suspended(),
         nodes: &[0, 1, 2],
     };
-    let lock = core.handed_over(future).expect("a quorum handed it over");
+    let lock = core
+        .waiters()
+        .handed_over(future)
+        .expect("a quorum handed it over");
     let remaining = lock.remaining().expect("validity left");
     assert!(
         remaining <= ttl,

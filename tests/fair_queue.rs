@@ -9,7 +9,8 @@ use common::{client, eventually, raw};
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface, LuaInterface};
 use fred::types::{CustomCommand, Value};
 use redlock_client::{Error, InvalidConfig, LockOptions, Redlock, RetryPolicy};
-use redlock_core::{Acquisition, ConfigError, FairPlace, Token};
+use redlock_core::support::FairPlace;
+use redlock_core::{Acquisition, ConfigError, Token};
 use redlock_testkit::NodeSet;
 
 const QUEUE: &str = "redlock:fair-queue:{redlock:job}";
@@ -662,7 +663,7 @@ async fn an_abandoned_winning_rounds_rollback_after_its_leave_wakes_the_next_wai
         !waiting.is_finished(),
         "the next waiter took the key while the head's round held it"
     );
-    head.leave_queue("redlock:job", "gone").await.unwrap();
+    head.waiters().leave("redlock:job", "gone").await.unwrap();
     // The rollback, about 2 s later, frees the key and passes it on.
     let guard = tokio::time::timeout(Duration::from_secs(6), waiting)
         .await
@@ -688,7 +689,7 @@ async fn the_heads_leave_wakes_the_waiter(
         !waiting.is_finished(),
         "the waiter behind the head took the key before the head left"
     );
-    core.leave_queue("redlock:job", "gone").await.unwrap();
+    core.waiters().leave("redlock:job", "gone").await.unwrap();
     let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
         .await
         .expect("the next waiter was not woken by the leave")
@@ -912,7 +913,7 @@ async fn a_waiter_queued_only_to_be_woken_may_take_a_free_key_out_of_turn() {
     let lock = core.acquire_with(ungated).await.unwrap();
     queued_everywhere(&set, 1).await;
     core.release(&lock).await.unwrap();
-    core.leave_queue(key[0], "a").await.unwrap();
+    core.waiters().leave(key[0], "a").await.unwrap();
     core.close().await;
     no_keys_left(&set).await;
 }
@@ -1060,7 +1061,7 @@ async fn releases_grouped_into_one_script_call_name_each_keys_next_waiter() {
     listener.quit().await.unwrap();
     for key in keys {
         for waiter in &waiters {
-            core.leave_queue(key, waiter).await.unwrap();
+            core.waiters().leave(key, waiter).await.unwrap();
         }
     }
     core.close().await;
@@ -1327,7 +1328,7 @@ async fn a_rollback_of_the_waiters_round_cannot_delete_a_key_handed_over_meanwhi
         .await;
     assert!(refused.is_err());
     core.release(&held).await.unwrap();
-    let handed = redlock_core::handover_token("w:1", 1);
+    let handed = redlock_core::support::handover_token("w:1", 1);
     assert_eq!(
         job_values(&set).await,
         vec![Some(handed.as_str().to_string()); 3]
@@ -1348,13 +1349,14 @@ async fn a_rollback_of_the_waiters_round_cannot_delete_a_key_handed_over_meanwhi
         assert_eq!(deleted, 0);
     }
     let lock = core
-        .handed_over(redlock_core::Handover {
+        .waiters()
+        .handed_over(redlock_core::support::Handover {
             key: key[0],
             waiter: "w:1",
             number: 1,
             ttl: Duration::from_secs(5),
             since,
-            suspended: redlock_core::host_suspended(),
+            suspended: redlock_core::support::host_suspended(),
             nodes: &[0, 1, 2],
         })
         .unwrap();
@@ -1391,25 +1393,31 @@ async fn a_fenced_fair_attempt_is_never_handed_the_key() {
 async fn a_hand_over_needs_a_quorum_and_validity_left() {
     let set = NodeSet::start(3).await.unwrap();
     let core = announcing_coordinator(&set).await;
-    let handover = |nodes: &'static [usize], since| redlock_core::Handover {
+    let handover = |nodes: &'static [usize], since| redlock_core::support::Handover {
         key: "redlock:job",
         waiter: "w:1",
         number: 1,
         ttl: Duration::from_secs(5),
         since,
-        suspended: redlock_core::host_suspended(),
+        suspended: redlock_core::support::host_suspended(),
         nodes,
     };
     let now = tokio::time::Instant::now();
-    let few = core.handed_over(handover(&[2, 2, 7], now)).unwrap_err();
+    let few = core
+        .waiters()
+        .handed_over(handover(&[2, 2, 7], now))
+        .unwrap_err();
     assert!(matches!(few, redlock_core::Error::NoQuorum { .. }), "{few}");
     let old = now - Duration::from_secs(6);
-    let late = core.handed_over(handover(&[0, 1], old)).unwrap_err();
+    let late = core
+        .waiters()
+        .handed_over(handover(&[0, 1], old))
+        .unwrap_err();
     assert!(
         matches!(late, redlock_core::Error::ValidityExhausted { .. }),
         "{late}"
     );
-    let lock = core.handed_over(handover(&[0, 2], now)).unwrap();
+    let lock = core.waiters().handed_over(handover(&[0, 2], now)).unwrap();
     let report = lock.report();
     assert_eq!((report.accepted, report.quorum), (2, 2));
     assert_eq!(report.nodes[0].outcome, redlock_core::NodeOutcome::Acquired);
@@ -1430,7 +1438,7 @@ async fn a_later_attempt_takes_a_handed_over_key_on_and_a_leave_passes_one_on() 
     queued_everywhere(&set, 2).await;
     // "a" heads the queue (same ticket, lower id): the release hands it the key.
     core.release(&held).await.unwrap();
-    let handed = redlock_core::handover_token("a:1", 1);
+    let handed = redlock_core::support::handover_token("a:1", 1);
     assert_eq!(
         job_values(&set).await,
         vec![Some(handed.as_str().to_string()); 3]
@@ -1448,12 +1456,12 @@ async fn a_later_attempt_takes_a_handed_over_key_on_and_a_leave_passes_one_on() 
     // "a" releases: the key goes to "b". "b" gives up without hearing of it: its leave
     // deletes the handed-over key, and passes the free key on to nobody.
     core.release(&won).await.unwrap();
-    let to_b = redlock_core::handover_token("b:1", 1);
+    let to_b = redlock_core::support::handover_token("b:1", 1);
     assert_eq!(
         job_values(&set).await,
         vec![Some(to_b.as_str().to_string()); 3]
     );
-    core.leave_queue(key[0], "b:1").await.unwrap();
+    core.waiters().leave(key[0], "b:1").await.unwrap();
     core.quiesce().await;
     core.close().await;
     no_keys_left(&set).await;
@@ -1492,7 +1500,7 @@ async fn each_leave_that_passes_the_key_on_is_announced_under_a_token_of_its_own
     assert_eq!(told_a.len(), 1, "{told_a:?}");
     // "a" steps back twice while "b" is next: it leaves, queues again behind "b" (a later
     // ticket), and leaves again. Each leave passes the free key on to "b".
-    core.leave_queue_up_to(key[0], "a:1", 1).await.unwrap();
+    core.waiters().leave_up_to(key[0], "a:1", 1).await.unwrap();
     let behind = Acquisition {
         fair: Some(FairPlace {
             waiter: "a:1",
@@ -1506,7 +1514,7 @@ async fn each_leave_that_passes_the_key_on_is_announced_under_a_token_of_its_own
         core.acquire_with(behind).await.is_err(),
         "\"a\" is not next"
     );
-    core.leave_queue_up_to(key[0], "a:1", 2).await.unwrap();
+    core.waiters().leave_up_to(key[0], "a:1", 2).await.unwrap();
     let told_b = hear(&mut messages, 2).await;
     let tokens: Vec<&str> = told_b
         .iter()
@@ -1522,7 +1530,7 @@ async fn each_leave_that_passes_the_key_on_is_announced_under_a_token_of_its_own
         tokens[0], tokens[1],
         "two leaves passed the key on under one token: the second wakes nobody"
     );
-    core.leave_queue(key[0], "b:1").await.unwrap();
+    core.waiters().leave(key[0], "b:1").await.unwrap();
     core.quiesce().await;
     core.close().await;
     no_keys_left(&set).await;
@@ -1550,7 +1558,7 @@ async fn a_late_release_hands_nothing_to_a_waiter_that_held_and_released_meanwhi
     let urls = set.urls();
     let first_two = announcing_coordinator_of(urls[..2].to_vec()).await;
     first_two.release_token(key[0], held.token()).await.unwrap();
-    let handed = redlock_core::handover_token("a:1", 1);
+    let handed = redlock_core::support::handover_token("a:1", 1);
     let values = job_values(&set).await;
     assert_eq!(
         values[..2],
@@ -1562,13 +1570,14 @@ async fn a_late_release_hands_nothing_to_a_waiter_that_held_and_released_meanwhi
     // "a" holds the lock (a quorum handed it over) and releases it at once; node 2 still
     // holds the old holder's key, so the release deletes nothing there.
     let lock = core
-        .handed_over(redlock_core::Handover {
+        .waiters()
+        .handed_over(redlock_core::support::Handover {
             key: key[0],
             waiter: "a:1",
             number: 1,
             ttl: Duration::from_secs(30),
             since: tokio::time::Instant::now(),
-            suspended: redlock_core::host_suspended(),
+            suspended: redlock_core::support::host_suspended(),
             nodes: &[0, 1],
         })
         .unwrap();
@@ -1576,7 +1585,9 @@ async fn a_late_release_hands_nothing_to_a_waiter_that_held_and_released_meanwhi
     // Then the holder's release reaches node 2, and then "a"'s leave after its win.
     let last = announcing_coordinator_of(urls[2..].to_vec()).await;
     last.release_token(key[0], held.token()).await.unwrap();
-    assert!(core.leave_queue_after_win(&lock, "a:1".to_string(), None));
+    assert!(core
+        .waiters()
+        .leave_after_win(&lock, "a:1".to_string(), None));
     core.quiesce().await;
     assert_eq!(
         job_values(&set).await,
@@ -2059,7 +2070,7 @@ async fn a_newer_ticket_moves_a_waiter_behind_those_queued_meanwhile() {
     assert_eq!(head(&set).await, vec!["b:1"; 3]);
     core.release(&held).await.unwrap();
     for waiter in ["a:1", "b:1"] {
-        core.leave_queue(key[0], waiter).await.unwrap();
+        core.waiters().leave(key[0], waiter).await.unwrap();
     }
     core.close().await;
     no_keys_left(&set).await;
@@ -2085,14 +2096,14 @@ async fn a_late_leave_of_a_head_that_stepped_back_keeps_a_later_hand_over() {
     core.release(&held).await.unwrap();
     assert_eq!(job_values(&set).await, vec![Some("a:1~4".to_string()); 3]);
     // The late leave of the step-back after attempt 3.
-    core.leave_queue_up_to(key[0], "a:1", 3).await.unwrap();
+    core.waiters().leave_up_to(key[0], "a:1", 3).await.unwrap();
     assert_eq!(
         job_values(&set).await,
         vec![Some("a:1~4".to_string()); 3],
         "a late leave deleted a later attempt's hand-over"
     );
     // Up to attempt 4, or for good: deleted.
-    core.leave_queue_up_to(key[0], "a:1", 4).await.unwrap();
+    core.waiters().leave_up_to(key[0], "a:1", 4).await.unwrap();
     assert_eq!(job_values(&set).await, vec![None; 3]);
     core.close().await;
     no_keys_left(&set).await;
@@ -2513,7 +2524,7 @@ async fn a_lost_fair_round_keeps_the_waiters_place_where_it_took_the_key() {
         for waiter in ["a:1", "b:1"] {
             let keys: &[&str] = if shape == "several keys" { &two } else { &one };
             for key in keys {
-                core.leave_queue(key, waiter).await.unwrap();
+                core.waiters().leave(key, waiter).await.unwrap();
             }
         }
         core.quiesce().await;
@@ -2551,7 +2562,7 @@ async fn an_abandoned_fair_round_puts_its_waiter_back_nowhere() {
     assert_eq!(job_values(&set).await[0], None);
     links.link(0, 1).set(LinkFault::Pass);
     links.link(0, 2).set(LinkFault::Pass);
-    core.leave_queue(key[0], "a:1").await.unwrap();
+    core.waiters().leave(key[0], "a:1").await.unwrap();
     release_and_close(&set, last, held, core).await;
 }
 
@@ -2583,7 +2594,9 @@ async fn a_fair_win_leaves_the_queue_on_a_node_that_was_cut_off_for_a_moment() {
     // longer than the node timeout (500 ms) as the leave goes out, so its first try times
     // out; then the cut connection is reset, well before a second try would time out.
     links.link(0, 2).set(LinkFault::Blackhole);
-    assert!(core.leave_queue_after_win(&lock, "a:1".to_string(), None));
+    assert!(core
+        .waiters()
+        .leave_after_win(&lock, "a:1".to_string(), None));
     tokio::time::sleep(Duration::from_millis(600)).await;
     links.link(0, 2).set(LinkFault::Pass);
     // The entry's patience is 5 s.

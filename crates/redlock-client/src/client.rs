@@ -73,7 +73,7 @@ impl Redlock {
             .map_err(InvalidConfig::Core)?;
         let notifier = config
             .notify
-            .then(|| Notifier::start(core.subscribers(), &channel, config.node_timeout));
+            .then(|| Notifier::start(core.waiters().subscribers(), &channel, config.node_timeout));
         let renewer = Renewer::start(core.clone());
         Ok(Redlock {
             inner: Arc::new(Inner::new(core, config, renewer, notifier)),

@@ -68,13 +68,13 @@ struct Entry {
     plan: RenewalPlan,
     /// When its next renewal is due; a host suspend since it was planned brings it forward
     /// as it does the validity, so a renewal that fell due while the host slept runs as
-    /// soon as the host resumes (see [`redlock_core::suspend_watch`]).
+    /// soon as the host resumes (see [`redlock_core::support::suspend_watch`]).
     due: Deadline,
 }
 
 /// The deadline of a renewal due at `at` by the monotonic clock now.
 fn due_at(at: Instant) -> Deadline {
-    Deadline::new(at, redlock_core::host_suspended())
+    Deadline::new(at, redlock_core::support::host_suspended())
 }
 
 /// The handle to a client's renewal scheduler. The task ends when the client is dropped.
@@ -117,7 +117,7 @@ async fn run(core: Coordinator, mut scheduled: Scheduled) {
         if entries.is_empty() {
             suspend = None;
         } else if suspend.is_none() {
-            suspend = Some(redlock_core::suspend_watch());
+            suspend = Some(redlock_core::support::suspend_watch());
         }
         let next = entries
             .iter()
@@ -185,7 +185,7 @@ fn renewal_stopped<'a>(locks: impl IntoIterator<Item = &'a Arc<HoldState>>, why:
     }
 }
 
-/// Completes when `watch` (a [`redlock_core::suspend_watch`]) says the host was suspended;
+/// Completes when `watch` (a [`redlock_core::support::suspend_watch`]) says the host was suspended;
 /// never without one.
 async fn suspended(watch: &mut Option<watch::Receiver<Duration>>) {
     if let Some(rx) = watch {
@@ -232,7 +232,7 @@ fn renewal_ttl(
         return Some(ttl);
     }
     let config = core.config();
-    redlock_core::check_ttl(left, config.drift_factor, config.node_timeout).ok()
+    redlock_core::support::check_ttl(left, config.drift_factor, config.node_timeout).ok()
 }
 
 async fn renew_due(core: &Coordinator, entries: &mut Vec<Entry>) {

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::clients::SubscriberClient;
 use fred::types::{Key, Value};
 use futures::future::{join, join_all};
 
@@ -556,28 +555,6 @@ impl Coordinator {
         };
         let decided = self.run_one(round).await;
         Ok(Inspection::new(key, &decided.report, &decided.values))
-    }
-
-    /// One subscriber connection per node, in configuration order, for hearing release
-    /// notifications (`Config::release_channel`). Built with the same settings as the
-    /// round connections (timeouts, reconnect policy, credentials, TLS); not connected
-    /// yet. A node whose subscriber cannot be built has an error in its place.
-    pub fn subscribers(&self) -> Vec<(NodeName, Result<SubscriberClient, ConfigError>)> {
-        match self.inner.config.endpoints() {
-            Ok(endpoints) => endpoints
-                .into_iter()
-                .map(|e| {
-                    let subscriber = connection::subscriber(&e, &self.inner.config);
-                    (e.name, subscriber)
-                })
-                .collect(),
-            // Validated at connect; a configuration cannot change afterwards.
-            Err(e) => self
-                .nodes()
-                .into_iter()
-                .map(|n| (n, Err(e.clone())))
-                .collect(),
-        }
     }
 
     /// Releases a lock without waiting for it, for a holder that cannot await (a guard

@@ -191,7 +191,7 @@ pub enum ConfigError {
     },
 }
 
-/// What makes a fair acquisition's place ([`FairPlace`](crate::FairPlace)) unusable
+/// What makes a fair acquisition's place ([`FairPlace`](crate::support::FairPlace)) unusable
 /// ([`ConfigError::FairPlace`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

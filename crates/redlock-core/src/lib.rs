@@ -30,6 +30,10 @@
 //! - [`message`] and [`layout`], at the bottom: the release channel's wire format (the Lua
 //!   that writes it and the parser the client reads it with) and the name of every key
 //!   stored beside a lock key (hash-tagged to share its slot).
+//! - [`support`]: what a client crate built on the core uses beside the rounds (the fair
+//!   queue's values and the coordinator's [`Waiters`](support::Waiters), the host-suspend
+//!   clock, lock names, the checks of a key and a TTL); the crate root lists what services
+//!   call.
 //! - [`metrics`]: the name of every metric both crates record through the `metrics` facade
 //!   (rounds, node answers, rollbacks here; acquisitions and renewals in the client).
 //!
@@ -96,21 +100,21 @@ mod report;
 mod round;
 mod scripts;
 mod server_error;
+pub mod support;
 mod tls;
 mod token;
 
 pub use acquire::Acquisition;
 pub use config::{
-    check_key, check_ttl, Config, HealthPolicy, DEFAULT_FAIR_PREFIX, DEFAULT_FENCE_KEY,
-    DEFAULT_NODE_TIMEOUT, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
+    Config, HealthPolicy, DEFAULT_FAIR_PREFIX, DEFAULT_FENCE_KEY, DEFAULT_NODE_TIMEOUT,
+    MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
 };
 pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
 #[cfg(feature = "test-util")]
 pub use deadline::simulate_host_suspend;
-pub use deadline::{host_suspended, suspend_watch, Deadline};
+pub use deadline::Deadline;
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
-pub use error::{ConfigError, Error, FairPlaceProblem};
-pub use fair::{handover_token, FairPlace, Handover};
+pub use error::{ConfigError, Error};
 #[cfg(feature = "test-util")]
 pub use fence::Safeguard;
 pub use fence::{
@@ -120,7 +124,6 @@ pub use fence::{
 pub use health::{HealthProblem, NodeHealth};
 pub use inspect::{Holder, Inspection};
 pub use lock::{Lock, Renewed};
-pub use lock_spec::{lock_name, NAMED_KEYS};
 pub use quorum::quorum;
 pub use report::{
     CleanupOutcome, ClosedReason, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport,

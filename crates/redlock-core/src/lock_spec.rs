@@ -323,9 +323,9 @@ fn ttl_ms(ttl: Duration) -> i64 {
 /// every one of them in each message about it).
 ///
 /// ```
-/// assert_eq!(redlock_core::lock_name(&["a", "b"]), "a, b");
+/// assert_eq!(redlock_core::support::lock_name(&["a", "b"]), "a, b");
 /// let many: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
-/// assert_eq!(redlock_core::lock_name(&many), "k0, k1, k2, k3, k4 and 3 more keys");
+/// assert_eq!(redlock_core::support::lock_name(&many), "k0, k1, k2, k3, k4 and 3 more keys");
 /// ```
 pub fn lock_name<S: AsRef<str>>(keys: &[S]) -> String {
     if let [key] = keys {

@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use redlock_core::message::handover_token_text;
-use redlock_core::{Coordinator, FairPlace, Lock, NodeOutcome, RoundReport};
+use redlock_core::support::FairPlace;
+use redlock_core::{Coordinator, Lock, NodeOutcome, RoundReport};
 use tokio::time::Instant;
 
 use super::Call;
@@ -71,7 +72,8 @@ impl<'a> QueueExit<'a> {
     pub(super) fn after_win(mut self, lock: &Lock) {
         let lost = self.lost.take();
         self.core
-            .leave_queue_after_win(lock, self.waiter.to_string(), lost);
+            .waiters()
+            .leave_after_win(lock, self.waiter.to_string(), lost);
         std::mem::forget(self);
     }
 }
@@ -79,7 +81,7 @@ impl<'a> QueueExit<'a> {
 impl Drop for QueueExit<'_> {
     fn drop(&mut self) {
         for key in self.keys {
-            self.core.leave_queue_in_background(
+            self.core.waiters().leave_in_background(
                 key.clone(),
                 self.waiter.to_string(),
                 self.lost.clone(),
@@ -120,7 +122,7 @@ impl<'a> Call<'a> {
                     let number = u64::from(self.attempts);
                     watch.expect(handover_token_text(place.waiter, number));
                     // The suspend first: one between the readings then counts.
-                    let suspended = redlock_core::host_suspended();
+                    let suspended = redlock_core::support::host_suspended();
                     self.handover = Some(Handover {
                         number,
                         since: Instant::now(),
@@ -154,7 +156,7 @@ impl<'a> Call<'a> {
         let Some(nodes) = watch.handed() else {
             return Handed::Not;
         };
-        let handed = redlock_core::Handover {
+        let handed = redlock_core::support::Handover {
             key: &self.ids.keys[0],
             waiter,
             number: handover.number,
@@ -163,7 +165,7 @@ impl<'a> Call<'a> {
             suspended: handover.suspended,
             nodes: &nodes,
         };
-        match self.inner().core.handed_over(handed) {
+        match self.inner().core.waiters().handed_over(handed) {
             Ok(lock) if super::verdict::long_enough(lock.remaining(), self.plan.min_validity) => {
                 metrics::handover(true);
                 tracing::debug!(
@@ -288,7 +290,7 @@ impl<'a> Call<'a> {
             .ids
             .keys
             .iter()
-            .map(|key| core.leave_queue_up_to(key, waiter, last));
+            .map(|key| core.waiters().leave_up_to(key, waiter, last));
         let node_timeout = self.node_timeout();
         let bound = node_timeout.saturating_add(node_timeout / 2);
         match tokio::time::timeout(bound, futures::future::join_all(leaves)).await {

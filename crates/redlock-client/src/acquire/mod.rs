@@ -34,7 +34,8 @@ mod verdict;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redlock_core::{Acquisition, FairPlace, Lock, RoundReport};
+use redlock_core::support::FairPlace;
+use redlock_core::{Acquisition, Lock, RoundReport};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -70,7 +71,7 @@ pub(crate) async fn acquire(
             None => crate::owner::random_id().to_string(),
         });
     let keys = shape.keys();
-    let name = redlock_core::lock_name(&keys);
+    let name = redlock_core::support::lock_name(&keys);
     let span = tracing::debug_span!(
         "redlock.lock",
         key = %name,

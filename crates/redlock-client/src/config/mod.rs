@@ -73,7 +73,7 @@ pub struct LockConfig {
     pub fencing: bool,
     /// Give locks (plain, reentrant, fenced or over several keys) to their waiters in the
     /// order they began waiting, across clients and processes: a waiter queue per key on
-    /// every node lets only the oldest waiter try (see [`redlock_core::FairPlace`]), so
+    /// every node lets only the oldest waiter try (see [`redlock_core::support::FairPlace`]), so
     /// waiters do not split the votes and a releasing holder cannot take the lock
     /// straight back while others wait. A
     /// waiter whose process died holds up the queue for at most its patience

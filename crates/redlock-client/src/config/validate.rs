@@ -73,7 +73,7 @@ impl LockConfig {
     /// core's TTL rule, the renewal rule when the lock is renewed (`renew`), and `max_hold`.
     /// Returns the TTL truncated to whole milliseconds.
     pub(crate) fn check_hold(&self, ttl: Duration, renew: bool) -> Result<Duration, InvalidConfig> {
-        let ttl = redlock_core::check_ttl(ttl, self.drift_factor, self.node_timeout)?;
+        let ttl = redlock_core::support::check_ttl(ttl, self.drift_factor, self.node_timeout)?;
         let invalid = |reason: String| Err(InvalidConfig::Renewal { reason });
         let renewal = &self.renewal;
         // `ttl` has passed `check_ttl`, so it exceeds `drift + node_timeout`.

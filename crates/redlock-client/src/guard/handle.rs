@@ -58,7 +58,7 @@ impl LockHandle {
     /// `tokio::select!`. A host suspend counts as time passed (see
     /// [`Deadline`](redlock_core::Deadline)): a validity that ran out while the host slept
     /// completes this future within about a quarter of a second of the resume (see
-    /// [`suspend_watch`](redlock_core::suspend_watch)).
+    /// [`suspend_watch`](redlock_core::support::suspend_watch)).
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         lost(self.shared.clone())
     }

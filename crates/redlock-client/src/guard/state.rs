@@ -250,7 +250,7 @@ fn health(status: &Status) -> HoldHealth {
 /// Completes when the lock leaves [`HoldHealth::Healthy`], with its health then.
 pub(super) async fn suspended(shared: Arc<HoldState>) -> HoldHealth {
     let mut rx = shared.status.subscribe();
-    let mut suspend = redlock_core::suspend_watch();
+    let mut suspend = redlock_core::support::suspend_watch();
     loop {
         let until = {
             let status = rx.borrow_and_update();
@@ -279,7 +279,7 @@ pub(super) async fn suspended(shared: Arc<HoldState>) -> HoldHealth {
 /// (or dropped its guard).
 pub(super) async fn lost(shared: Arc<HoldState>) -> LostReason {
     let mut rx = shared.status.subscribe();
-    let mut suspend = redlock_core::suspend_watch();
+    let mut suspend = redlock_core::support::suspend_watch();
     loop {
         let (until, lost) = {
             let status = rx.borrow_and_update();

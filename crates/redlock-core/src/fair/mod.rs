@@ -15,7 +15,7 @@
 //! entries. Client clocks that disagree change the order (a waiter whose clock runs ahead
 //! queues later), never safety. A live head that cannot win (its answers come late, or it
 //! reaches too few nodes) is the caller's to handle: `redlock-client`'s waiter leaves
-//! ([`Coordinator::leave_queue`]) and queues again under a new ticket after three lost
+//! ([`Waiters::leave`]) and queues again under a new ticket after three lost
 //! rounds that no node refused.
 //!
 //! Hand-over: each attempt of a fair waiter also registers a hand-over (its attempt number
@@ -48,21 +48,71 @@ use std::sync::Arc;
 use fred::types::{Key, Value};
 use tokio::time::Instant;
 
+use crate::connection;
 use crate::coordinator::Coordinator;
 use crate::deadline::host_suspended;
+use crate::error::ConfigError;
 use crate::error::Error;
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
+use crate::node_name::NodeName;
 use crate::report::{CleanupOutcome, NodeOutcome, NodeReport, RoundKind, RoundReport};
 use crate::round::Decided;
 use crate::round::{try_on, Command};
 use crate::scripts::{channel_arg, FAIR_LEAVE};
 use crate::token::Token;
+use fred::clients::SubscriberClient;
 
 use crate::layout::queue_keys;
 pub use place::{handover_token, FairPlace, Handover};
 
+/// What a client that waits for locks uses beside the rounds ([`Coordinator::waiters`]):
+/// the subscribers that hear releases, a fair waiter's leave from the queues, and the lock
+/// that releases hand over to a fair waiter. `redlock-client` builds its wake-ups and fair
+/// mode on these; a service that calls the core directly needs them only for the fair
+/// queue ([`crate::Acquisition::fair`]).
+#[derive(Clone, Copy)]
+pub struct Waiters<'a> {
+    coordinator: &'a Coordinator,
+}
+
+impl std::fmt::Debug for Waiters<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiters").finish_non_exhaustive()
+    }
+}
+
 impl Coordinator {
+    /// The waiters' side of this coordinator (see [`Waiters`]).
+    pub fn waiters(&self) -> Waiters<'_> {
+        Waiters { coordinator: self }
+    }
+}
+
+impl Waiters<'_> {
+    /// One subscriber connection per node, in configuration order, for hearing release
+    /// notifications (`Config::release_channel`). Built with the same settings as the
+    /// round connections (timeouts, reconnect policy, credentials, TLS); not connected
+    /// yet. A node whose subscriber cannot be built has an error in its place.
+    pub fn subscribers(self) -> Vec<(NodeName, Result<SubscriberClient, ConfigError>)> {
+        match self.coordinator.inner.config.endpoints() {
+            Ok(endpoints) => endpoints
+                .into_iter()
+                .map(|e| {
+                    let subscriber = connection::subscriber(&e, &self.coordinator.inner.config);
+                    (e.name, subscriber)
+                })
+                .collect(),
+            // Validated at connect; a configuration cannot change afterwards.
+            Err(e) => self
+                .coordinator
+                .nodes()
+                .into_iter()
+                .map(|n| (n, Err(e.clone())))
+                .collect(),
+        }
+    }
+
     /// Takes `waiter` out of `key`'s fair queue on every node (decided at a quorum; the
     /// other nodes finish in the background). A waiter that stops waiting, whether it won
     /// the lock or gave up, leaves at once instead of holding up the queue for its
@@ -71,28 +121,28 @@ impl Coordinator {
     ///
     /// A key handed over to the waiter and not taken on (see [`FairPlace::handover`]) is
     /// deleted, and passed on to the next waiter.
-    pub async fn leave_queue(&self, key: &str, waiter: &str) -> Result<RoundReport, Error> {
-        self.leave(key, waiter, None).await
+    pub async fn leave(self, key: &str, waiter: &str) -> Result<RoundReport, Error> {
+        self.leave_round(key, waiter, None).await
     }
 
-    /// [`leave_queue`](Self::leave_queue) by a waiter that goes on waiting (a fair head that
+    /// [`leave`](Self::leave) by a waiter that goes on waiting (a fair head that
     /// steps back to queue again): only a key handed over for one of its attempts numbered
     /// up to `last` ([`FairPlace::handover`]) is deleted. The leave is sent again to a node
     /// that did not answer, so it may land after the waiter's next attempt; a hand-over
     /// made for that attempt (which the waiter may hold by then) stays.
-    pub async fn leave_queue_up_to(
-        &self,
+    pub async fn leave_up_to(
+        self,
         key: &str,
         waiter: &str,
         last: u64,
     ) -> Result<RoundReport, Error> {
-        self.leave(key, waiter, Some(last)).await
+        self.leave_round(key, waiter, Some(last)).await
     }
 
     /// The `FAIR_LEAVE` round that takes `waiter` out of `key`'s queue, deleting a key handed
     /// over to it for an attempt up to `up_to` (any, with `None`).
-    async fn leave(
-        &self,
+    async fn leave_round(
+        self,
         key: &str,
         waiter: &str,
         up_to: Option<u64>,
@@ -103,21 +153,24 @@ impl Coordinator {
             keys,
             args,
         };
-        let round = self.untimed_round(RoundKind::Leave, command, key.into());
-        self.run_to_quorum(round).await
+        let round = self
+            .coordinator
+            .untimed_round(RoundKind::Leave, command, key.into());
+        self.coordinator.run_to_quorum(round).await
     }
 
     /// The keys and arguments of the `FAIR_LEAVE` script call (see
     /// `leave_command`).
     fn leave_args(
-        &self,
+        self,
         key: &str,
         waiter: &str,
         keep: Option<&Token>,
         up_to: Option<u64>,
     ) -> (Vec<Key>, Vec<Value>) {
-        let [queue, expiry, handovers] = queue_keys(&self.inner.config.fair_prefix, key);
-        let channel = channel_arg(self.inner.release_channel.as_ref());
+        let [queue, expiry, handovers] =
+            queue_keys(&self.coordinator.inner.config.fair_prefix, key);
+        let channel = channel_arg(self.coordinator.inner.release_channel.as_ref());
         let keep = keep.map_or(Value::from(""), |t| Value::String(t.as_fred().clone()));
         let up_to = up_to.map_or(Value::from(""), |n| Value::from(n.to_string()));
         // The token of the message that passes a free key on, fresh for each leave: a
@@ -130,9 +183,9 @@ impl Coordinator {
         )
     }
 
-    /// [`leave_queue`](Self::leave_queue) without waiting, for a waiter that cannot await
+    /// [`leave`](Self::leave) without waiting, for a waiter that cannot await
     /// (a dropped `lock` call). Counts as background work, like
-    /// [`release_in_background`](Self::release_in_background) (outside a tokio runtime it
+    /// [`release_in_background`](Coordinator::release_in_background) (outside a tokio runtime it
     /// runs in the one the coordinator was connected in; once that has shut down it sends
     /// nothing and the entry expires with its patience).
     ///
@@ -143,28 +196,28 @@ impl Coordinator {
     /// patience.
     ///
     /// [`Acquisition::fair`]: crate::Acquisition::fair
-    pub fn leave_queue_in_background(
-        &self,
+    pub fn leave_in_background(
+        self,
         key: String,
         waiter: String,
         lost: Option<RoundReport>,
     ) -> bool {
-        self.spawn_background(|this| async move {
+        self.coordinator.spawn_background(|this| async move {
             if let Some(lost) = lost {
                 lost.settled().await;
             }
-            if let Err(e) = this.leave_queue(&key, &waiter).await {
+            if let Err(e) = this.waiters().leave(&key, &waiter).await {
                 tracing::debug!(error = %e, "leaving a fair queue failed; the entry expires with its patience");
             }
         })
     }
 }
 
-impl Coordinator {
+impl Waiters<'_> {
     /// After `waiter` won `lock` with a place in its keys' queues: the winning script (or
     /// the release that handed the key over) took it out of them on every node that set the
     /// keys, so it leaves each queue (in the background, counted as background work like
-    /// [`leave_queue_in_background`](Self::leave_queue_in_background)) only on the nodes
+    /// [`leave_in_background`](Self::leave_in_background)) only on the nodes
     /// that did not, or did not say so, once the round's late answers are in. Tried on each
     /// such node as a rollback is: up to three times, each bounded by the node timeout,
     /// waiting (up to a node timeout) for a node whose connection is down to come back; an
@@ -173,17 +226,12 @@ impl Coordinator {
     /// Where it leaves, a key handed over to it that is not this lock's is deleted. With
     /// `lost`, the waiter's last round that was not won (one that ran while the key was
     /// handed over to it, say), it first waits for that round's rollbacks, as
-    /// [`leave_queue_in_background`](Self::leave_queue_in_background) does.
-    pub fn leave_queue_after_win(
-        &self,
-        lock: &Lock,
-        waiter: String,
-        lost: Option<RoundReport>,
-    ) -> bool {
+    /// [`leave_in_background`](Self::leave_in_background) does.
+    pub fn leave_after_win(self, lock: &Lock, waiter: String, lost: Option<RoundReport>) -> bool {
         let report = lock.report().clone();
         let keys = lock.keys.clone();
         let token = lock.token().clone();
-        self.spawn_background(|this| async move {
+        self.coordinator.spawn_background(|this| async move {
             if let Some(lost) = lost {
                 lost.settled().await;
             }
@@ -200,7 +248,7 @@ impl Coordinator {
             }
             let calls: Vec<_> = keys
                 .iter()
-                .map(|key| this.leave_args(key, &waiter, Some(&token), None))
+                .map(|key| this.waiters().leave_args(key, &waiter, Some(&token), None))
                 .collect();
             let leaves = calls.iter().flat_map(|(keys, args)| {
                 missed.iter().map(move |connection| async move {
@@ -217,7 +265,7 @@ impl Coordinator {
     }
 }
 
-impl Coordinator {
+impl Waiters<'_> {
     /// The lock that the nodes' release scripts handed over to a fair waiter (see
     /// [`FairPlace::handover`]), once `handover.nodes` make a quorum: no round is run. Its
     /// token is [`handover_token`], its validity that of the attempt that registered the
@@ -226,12 +274,12 @@ impl Coordinator {
     /// the lock is only as good as those messages. Fails with [`Error::NoQuorum`] when they
     /// are too few, and [`Error::ValidityExhausted`] when the validity has run out (a
     /// round of the waiter's then takes the key on with a fresh TTL).
-    pub fn handed_over(&self, handover: Handover<'_>) -> Result<Lock, Error> {
-        let config = &self.inner.config;
+    pub fn handed_over(self, handover: Handover<'_>) -> Result<Lock, Error> {
+        let inner = &self.coordinator.inner;
+        let config = &inner.config;
         // The validity below adds the TTL to an instant: an unchecked one could overflow.
         let ttl = config.check_ttl(handover.ttl)?;
-        let mut nodes: Vec<NodeReport> = self
-            .inner
+        let mut nodes: Vec<NodeReport> = inner
             .connections
             .iter()
             .map(|c| NodeReport::pending(c.name.clone()))
@@ -240,11 +288,7 @@ impl Coordinator {
         for &i in handover.nodes {
             // A node that casts no vote (another node's server, or not yet identified)
             // counts for nothing: its announcement may be the other node's.
-            let votes = self
-                .inner
-                .connections
-                .get(i)
-                .is_some_and(|c| c.identity.votes());
+            let votes = inner.connections.get(i).is_some_and(|c| c.identity.votes());
             if let (Some(node), true) = (nodes.get_mut(i), votes) {
                 if node.outcome != NodeOutcome::Acquired {
                     node.outcome = NodeOutcome::Acquired;

@@ -18,7 +18,8 @@ use crate::token::Token;
 ///
 /// ```
 /// use std::time::Duration;
-/// use redlock_core::{Acquisition, FairPlace};
+/// use redlock_core::support::FairPlace;
+/// use redlock_core::Acquisition;
 ///
 /// let keys = ["invoice:42"];
 /// let place = FairPlace::now("waiter-7", Duration::from_secs(2));
@@ -130,7 +131,7 @@ pub struct Handover<'a> {
     /// An instant before that attempt's round sent its first command (its `t0`, or
     /// earlier).
     pub since: Instant,
-    /// [`host_suspended`](crate::host_suspended) read at `since` (or just before it): a
+    /// [`host_suspended`](crate::support::host_suspended) read at `since` (or just before it): a
     /// host suspend after it shortens the validity (see [`Deadline`](crate::Deadline)). Not a default such
     /// as zero: every suspend since the host booted would count, and a laptop's hand-overs
     /// would all come too late.

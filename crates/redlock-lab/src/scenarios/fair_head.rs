@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use redlock_client::LockConfig;
-use redlock_core::{Acquisition, Coordinator, FairPlace};
+use redlock_core::support::FairPlace;
+use redlock_core::{Acquisition, Coordinator};
 use redlock_testkit::LinkFault;
 use tokio::time::{sleep, Instant};
 
@@ -49,7 +50,7 @@ pub(super) fn fair_head_answers_late(lab: &Lab) -> BoxFuture<'_, Result<Outcome,
 }
 
 /// [`fair_head_answers_late`] with a head that never steps back: a waiter built on the
-/// core's fair acquisition (`redlock_core::FairPlace`, one ticket for all its attempts) on
+/// core's fair acquisition (`redlock_core::support::FairPlace`, one ticket for all its attempts) on
 /// client 0's links, trying every 50 ms while its answers come late; two library clients
 /// contend on the others. Once it heads the queue they wait until its answers come on time
 /// again, and the rule reports the stall.
@@ -184,7 +185,7 @@ async fn never_step_back(lab: &Lab, core: &Coordinator, config: &LockConfig, to:
         }
         sleep(Duration::from_millis(50)).await;
     }
-    let _ = core.leave_queue(&key, place.waiter).await;
+    let _ = core.waiters().leave(&key, place.waiter).await;
 }
 
 /// The acquisitions of the scenario's key by the clients `counted` names: how many were

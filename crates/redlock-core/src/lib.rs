@@ -18,7 +18,7 @@
 //!   still decided on its own; a lone one is a single `SET NX PX` (`Config::group_commit`).
 //! - `connection`: one node's connection and the commands it sends, each bounded by the
 //!   node timeout; the one place that builds fred clients for lock nodes (also the
-//!   subscribers that [`Coordinator::subscribers`] hands out); why a connection failed.
+//!   subscribers that [`Waiters::subscribers`](support::Waiters::subscribers) hands out); why a connection failed.
 //! - `kind`: the lock kinds (a plain lock of one key, several keys, a reentrant hold), each
 //!   the Lua of how a node holds it; `scripts` composes every script a lock needs from a
 //!   kind and the modifiers (fenced, in a fair queue, grouped); `lock_spec`: a lock's

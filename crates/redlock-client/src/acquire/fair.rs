@@ -68,7 +68,7 @@ impl<'a> QueueExit<'a> {
     }
 
     /// The waiter won `lock`: it leaves the queue only on the nodes whose winning script
-    /// did not take it out (see [`Coordinator::leave_queue_after_win`]).
+    /// did not take it out (see [`Waiters::leave_after_win`](redlock_core::support::Waiters::leave_after_win)).
     pub(super) fn after_win(mut self, lock: &Lock) {
         let lost = self.lost.take();
         self.core

@@ -83,7 +83,7 @@ pub struct LockConfig {
     /// `notify` on, the release hands the key to the queue's head there and then, and tells
     /// its client: the head holds the lock once a quorum of nodes said so, without a round
     /// of its own, with the validity of its last attempt (see
-    /// [`redlock_core::Coordinator::handed_over`]). Told by fewer nodes than a quorum (the
+    /// [`redlock_core::support::Waiters::handed_over`]). Told by fewer nodes than a quorum (the
     /// others lost its queue entry, or their messages do not reach it), it waits for the
     /// rest at most `node_timeout`, then takes the key on with a round. A reentrant, fenced
     /// or multi-key head is told, and its round (the only one let through) takes the key.

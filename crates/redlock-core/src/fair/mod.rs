@@ -22,7 +22,7 @@
 //! and TTL). A release (or a leave) that frees the key while such a waiter heads the queue
 //! sets the key to the waiter's hand-over token `"<waiter>~<number>"` there and then, and
 //! tells its client. Once a quorum of nodes has told it, the waiter holds the lock
-//! ([`Coordinator::handed_over`]) without a round of its own: a hand-off costs the release
+//! ([`Waiters::handed_over`]) without a round of its own: a hand-off costs the release
 //! and its message. Its validity is that of the attempt that registered the hand-over
 //! (`t0 + ttl - drift`), a lower bound of each such node's expiry since every one of them
 //! set the key after that attempt reached it. The hand-over token is no round's token, so

@@ -325,9 +325,10 @@ async fn a_lock_won_below_the_minimum_validity_is_not_acquired() {
     );
 }
 
-/// Nodes that refuse the commands (an ACL user without `set`) are "unavailable" (69), and
-/// the message says they answered with an error and what each said, not only to check
-/// that they are running and reachable, which they are.
+/// Nodes that refuse the commands (an ACL user without `set` or the scripts) are
+/// "unavailable" (69), found at connect before any lock is taken, and the message says
+/// what the nodes answered and which commands the lock needs, not only to check that they
+/// are running and reachable, which they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_that_refuse_the_commands_are_69_and_say_why() {
     let set = NodeSet::start_with(
@@ -347,9 +348,10 @@ async fn nodes_that_refuse_the_commands_are_69_and_say_why() {
     .await;
     assert_exit(&out, 69);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("answered with an error"), "{stderr}");
+    assert!(stderr.contains("refuse EVALSHA, EVAL (NOPERM"), "{stderr}");
+    assert!(stderr.contains("`+evalsha` `+eval`"), "{stderr}");
     assert!(
-        stderr.contains("NOPERM") || stderr.contains("permission"),
+        stderr.contains("`redlock nodes` shows each node"),
         "{stderr}"
     );
     assert!(!stderr.contains("pw@"), "{stderr}");

@@ -79,6 +79,15 @@ pub enum CliError {
         /// Why.
         source: std::io::Error,
     },
+    /// The command succeeded, but its lock's release failed on a quorum of nodes (refused,
+    /// as by an ACL without the scripts, or not answered): the key stays until its TTL.
+    #[error("could not confirm the release of \"{key}\": {error}; it expires by itself at the end of its TTL")]
+    ReleaseFailed {
+        /// The full key.
+        key: String,
+        /// Why.
+        error: LockError,
+    },
     /// So many nodes refuse the commands the lock needs (found at connect) that no quorum
     /// is left: nothing could be released.
     #[error("{0}; `redlock nodes` shows each node")]
@@ -99,7 +108,9 @@ impl CliError {
             | CliError::ParseConfig { .. }
             | CliError::InvalidConfig(_)
             | CliError::Grace { .. } => Exit::Config,
-            CliError::Unavailable { .. } | CliError::CommandsRefused(_) => Exit::Unavailable,
+            CliError::Unavailable { .. }
+            | CliError::ReleaseFailed { .. }
+            | CliError::CommandsRefused(_) => Exit::Unavailable,
             CliError::NotAcquired(_) => Exit::NotAcquired,
             CliError::LockLost { .. } => Exit::LockLost,
             CliError::CommandNotFound { .. } => Exit::NotFound,

@@ -356,3 +356,49 @@ async fn nodes_that_refuse_the_commands_are_69_and_say_why() {
     );
     assert!(!stderr.contains("pw@"), "{stderr}");
 }
+
+/// A command that succeeded, but whose lock's release failed on a quorum (here the user
+/// lost the scripts while the command ran, as an operator's ACL change would do), exits 69,
+/// not 0: the key stays until its TTL, and a caller that reads 0 as "done, the lock is
+/// free" would be wrong. Before, `redlock run` exited 0 with a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_by_a_quorum_is_not_a_success() {
+    let set = NodeSet::start_with(
+        3,
+        redlock_testkit::NodeOptions {
+            acl_users: vec!["locker on >pw ~* &* +@all".into()],
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("nodes start");
+    let cli = redlock_testkit::find_redis_cli().expect("redis-cli");
+    let revoke = set
+        .iter()
+        .map(|node| {
+            format!(
+                "'{}' -p {} ACL SETUSER locker -@scripting >/dev/null",
+                cli.display(),
+                node.port()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let out = output(
+        bare()
+            .env("REDLOCK_NODES", set.urls_as("locker", "pw").join(","))
+            .args(["run", "--ttl", "60s", "revoked", "--", "sh", "-c", &revoke]),
+    )
+    .await;
+    assert_exit(&out, 69);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("could not confirm the release of \"redlock:revoked\""),
+        "{stderr}"
+    );
+    assert!(stderr.contains("NOPERM"), "{stderr}");
+    assert!(!stderr.contains("pw@"), "{stderr}");
+    // Said once, as the error (not also as a warning).
+    assert_eq!(stderr.matches("could not confirm").count(), 1, "{stderr}");
+    assert_eq!(set.nodes_holding("redlock:revoked").await, [0, 1, 2]);
+}

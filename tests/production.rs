@@ -142,6 +142,9 @@ fn reasons(error: &Error) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_the_ca_in_the_config_runs_every_path() {
+    if redlock_testkit::skip_without_tls("tls_with_the_ca_in_the_config_runs_every_path") {
+        return;
+    }
     let set = NodeSet::start_with(3, tls_nodes(false, &["localhost", "127.0.0.1"]))
         .await
         .unwrap();
@@ -183,6 +186,11 @@ async fn tls_with_the_ca_in_the_config_runs_every_path() {
 /// `[::1]` stands in front of each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_node_at_an_ipv6_address_is_checked_against_that_address() {
+    if redlock_testkit::skip_without_tls(
+        "a_tls_node_at_an_ipv6_address_is_checked_against_that_address",
+    ) {
+        return;
+    }
     let set = NodeSet::start_with(3, tls_nodes(false, &["::1"]))
         .await
         .unwrap();
@@ -218,6 +226,9 @@ async fn a_tls_node_at_an_ipv6_address_is_checked_against_that_address() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_name_is_checked_unless_told_otherwise() {
+    if redlock_testkit::skip_without_tls("the_server_name_is_checked_unless_told_otherwise") {
+        return;
+    }
     // Certificates issued for a name the URLs do not use.
     let set = NodeSet::start_with(3, tls_nodes(false, &["redis.internal"]))
         .await
@@ -254,6 +265,11 @@ async fn the_server_name_is_checked_unless_told_otherwise() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ca_is_refused_with_the_node_named_even_without_the_name_check() {
+    if redlock_testkit::skip_without_tls(
+        "a_wrong_ca_is_refused_with_the_node_named_even_without_the_name_check",
+    ) {
+        return;
+    }
     let set = NodeSet::start_with(3, tls_nodes(false, &["localhost"]))
         .await
         .unwrap();
@@ -276,6 +292,9 @@ async fn a_wrong_ca_is_refused_with_the_node_named_even_without_the_name_check()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_needs_the_client_certificate() {
+    if redlock_testkit::skip_without_tls("mutual_tls_needs_the_client_certificate") {
+        return;
+    }
     let set = NodeSet::start_with(3, tls_nodes(true, &["localhost"]))
         .await
         .unwrap();
@@ -501,14 +520,30 @@ async fn the_minimal_acl_user_runs_every_path_and_a_missing_permission_is_named(
     client.shutdown().await;
     // Nothing the lock did was refused by the ACL.
     for node in set.iter() {
-        // The health check's CONFIG GET is refused by design (then "unknown"); nothing else.
+        // The health check's CONFIG GET and COMMAND INFO are refused by design (then
+        // "unknown"); nothing else.
         let log = format!("{:?}", admin(&node.url(), "ACL", &["LOG"]).await);
         let refused = log.matches("String(\"object\")").count();
-        let config_get = log.matches("String(\"config|get\")").count();
-        assert_eq!(refused, config_get, "the ACL refused the lock user: {log}");
+        let by_design = log.matches("String(\"config|get\")").count()
+            + log.matches("String(\"command|info\")").count();
+        assert_eq!(refused, by_design, "the ACL refused the lock user: {log}");
     }
 
-    let client = connect(builder(set.urls_as("noscripts", SECRET))).await;
+    // Without the scripts on every node: refused at connect, the commands named (see
+    // `production_health.rs`); with the check off, every lock that needs a script is
+    // refused by every node, and says so.
+    let error = Redlock::connect(builder(set.urls_as("noscripts", SECRET)).build().unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("refuse EVALSHA, EVAL (NOPERM"),
+        "{error}"
+    );
+    assert_no_secret(&format!("{error} {error:?}"));
+    let client = connect(
+        builder(set.urls_as("noscripts", SECRET)).health(redlock_client::HealthPolicy::Off),
+    )
+    .await;
     let error = client
         .lock_many(&["a", "b"], &no_retry())
         .await
@@ -868,6 +903,9 @@ fn assert_no_secret(text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_with_tls_is_reconnected() {
+    if redlock_testkit::skip_without_tls("a_node_restarted_with_tls_is_reconnected") {
+        return;
+    }
     let set = NodeSet::start_with(3, tls_nodes(false, &["localhost"]))
         .await
         .unwrap();

@@ -202,3 +202,121 @@ async fn the_health_log_names_each_node_and_the_settings_read_and_never_a_passwo
     // The check above is not vacuous: the node names are in the lines, masked.
     assert!(logs.contains(":***@127.0.0.1:"), "{logs}");
 }
+
+/// A user granted everything but scripting (`+@all -@scripting`, a common mitigation) can
+/// take a plain lock (`SET NX`) but never release one. The check at connect finds it
+/// before any lock is taken: on every node, the connect fails with a typed error naming
+/// the nodes and the commands the lock needs; on one node of three, it is that node's
+/// problem (a warning, or refused by the strict policy), and `health` names it. Before,
+/// the connect succeeded, locks were taken and their releases refused (`NOPERM`), the keys
+/// left until their TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_that_may_not_run_scripts_is_found_at_connect() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let set = NodeSet::start_with(
+        3,
+        NodeOptions {
+            acl_users: vec![
+                format!("noscripts on >{SECRET} ~* &* +@all -@scripting"),
+                format!("locker on >{SECRET} ~* &* +@all"),
+            ],
+            ..persistent(&[])
+        },
+    )
+    .await
+    .unwrap();
+    let as_user = |user: &str| set.urls_as(user, SECRET);
+
+    // Every node refuses: under the default policy too, before any lock is taken.
+    let error = Redlock::connect(builder(as_user("noscripts")).build().unwrap())
+        .await
+        .unwrap_err();
+    let Error::InvalidConfig(InvalidConfig::Core(ConfigError::CommandsRefused {
+        nodes,
+        commands,
+        reply,
+    })) = &error
+    else {
+        panic!("expected CommandsRefused, got {error}");
+    };
+    assert_eq!(nodes.len(), 3, "{error}");
+    assert_eq!(commands, &["EVALSHA", "EVAL"], "{error}");
+    assert!(reply.starts_with("NOPERM"), "{reply}");
+    assert!(error.to_string().contains("`+evalsha` `+eval`"), "{error}");
+    assert_no_secret(&format!("{error} {error:?}"));
+    for node in set.iter() {
+        assert_eq!(node.dbsize().await.unwrap(), 0, "a key was written");
+    }
+
+    // One node of three: that node's problem, named in its health.
+    let mut urls = as_user("locker");
+    urls[1] = set.node(1).url_as("noscripts", SECRET);
+    let error = Redlock::connect(
+        builder(urls.clone())
+            .health(HealthPolicy::Strict)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap_err();
+    let Error::InvalidConfig(InvalidConfig::Core(ConfigError::UnhealthyNode { node, problems })) =
+        &error
+    else {
+        panic!("expected UnhealthyNode, got {error}");
+    };
+    assert_eq!(node, &masked(&urls[1]), "{error}");
+    assert!(
+        problems.contains("refuses EVALSHA, EVAL (NOPERM"),
+        "{problems}"
+    );
+    let client = Redlock::connect(builder(urls).build().unwrap())
+        .await
+        .expect("the warn policy connects with one node refusing");
+    let health = client.health().await;
+    assert!(health[0].is_healthy(), "{}", health[0]);
+    assert!(
+        matches!(
+            &health[1].problems[..],
+            [HealthProblem::CommandsRefused { commands, .. }] if commands == &["EVALSHA", "EVAL"]
+        ),
+        "{}",
+        health[1]
+    );
+    let guard = client.lock("k").await.expect("two nodes of three");
+    guard.release().await.unwrap();
+    client.shutdown().await;
+}
+
+/// Each node's health names its server from the fields that server has: Valkey reports
+/// its own version and `server_mode`, Redis `redis_version` and `redis_mode`, and
+/// `COMMAND INFO` tells whether it has `DELIFEQ`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_names_the_server_as_its_binary_does() {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let binary = redlock_testkit::server_binary().unwrap();
+    let set = NodeSet::start_with(1, persistent(&[])).await.unwrap();
+    let client = Redlock::connect(builder(set.urls()).build().unwrap())
+        .await
+        .unwrap();
+    let health = client.health().await;
+    assert_eq!(health[0].server.as_deref(), Some(binary.name.as_str()));
+    assert_eq!(health[0].version.as_deref(), Some(binary.version.as_str()));
+    assert_eq!(
+        health[0].server_label(),
+        format!("{} {}, standalone", binary.name, binary.version)
+    );
+    // Valkey 9 has DELIFEQ, Redis 7 has not: asked of the server, as the lock would.
+    let admin = raw(&set.node(0).url()).await;
+    let described: fred::types::Value = admin
+        .custom(
+            fred::types::CustomCommand::new_static("COMMAND", None, false),
+            vec!["INFO", "DELIFEQ"],
+        )
+        .await
+        .unwrap();
+    admin.quit().await.unwrap();
+    let has_it = matches!(&described, fred::types::Value::Array(e) if e.first().is_some_and(|e| !e.is_null()));
+    assert_eq!(health[0].compare_and_delete, Some(has_it), "{described:?}");
+    assert!(health[0].is_healthy(), "{}", health[0]);
+    client.shutdown().await;
+}

@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use redlock_client::{Error as LockError, LostReason, NodeOutcome, RoundReport};
+use redlock_client::{Error as LockError, InvalidConfig, LostReason, NodeOutcome, RoundReport};
+use redlock_core::ConfigError;
 
 use crate::exit::Exit;
 
@@ -78,6 +79,19 @@ pub enum CliError {
         /// Why.
         source: std::io::Error,
     },
+    /// The command succeeded, but its lock's release failed on a quorum of nodes (refused,
+    /// as by an ACL without the scripts, or not answered): the key stays until its TTL.
+    #[error("could not confirm the release of \"{key}\": {error}; it expires by itself at the end of its TTL")]
+    ReleaseFailed {
+        /// The full key.
+        key: String,
+        /// Why.
+        error: LockError,
+    },
+    /// So many nodes refuse the commands the lock needs (found at connect) that no quorum
+    /// is left: nothing could be released.
+    #[error("{0}; `redlock nodes` shows each node")]
+    CommandsRefused(redlock_client::InvalidConfig),
     /// Any other failure of a round (a release or an inspection that did not reach its goal).
     #[error("{0}")]
     Round(LockError),
@@ -94,7 +108,9 @@ impl CliError {
             | CliError::ParseConfig { .. }
             | CliError::InvalidConfig(_)
             | CliError::Grace { .. } => Exit::Config,
-            CliError::Unavailable { .. } => Exit::Unavailable,
+            CliError::Unavailable { .. }
+            | CliError::ReleaseFailed { .. }
+            | CliError::CommandsRefused(_) => Exit::Unavailable,
             CliError::NotAcquired(_) => Exit::NotAcquired,
             CliError::LockLost { .. } => Exit::LockLost,
             CliError::CommandNotFound { .. } => Exit::NotFound,
@@ -107,6 +123,10 @@ impl CliError {
     /// for the "unavailable" message.
     pub fn from_lock(what: &str, error: LockError) -> CliError {
         if let LockError::InvalidConfig(invalid) = error {
+            // The nodes' ACL, not this command's configuration.
+            if let InvalidConfig::Core(ConfigError::CommandsRefused { .. }) = invalid {
+                return CliError::CommandsRefused(invalid);
+            }
             return CliError::InvalidConfig(invalid);
         }
         if let LockError::LockLost { key, reason } = error {

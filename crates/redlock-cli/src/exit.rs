@@ -26,7 +26,8 @@ pub enum Exit {
     /// 64 (`EX_USAGE`): the command line is wrong (unknown flag, missing argument).
     Usage,
     /// 69 (`EX_UNAVAILABLE`): fewer than a quorum of nodes could be reached or accepted the
-    /// commands (an ACL without a permission, a replica); also `run
+    /// commands (an ACL without a permission, a replica); also `run` when the command
+    /// exited 0 but its release failed on a quorum (the key stays until its TTL), `run
     /// --fenced` when no token can be issued until the counters are raised, and `fence
     /// --raise-to` when a node was not reached.
     Unavailable,
@@ -81,8 +82,9 @@ Exit codes:
   N      run: the command's own exit code; 128+N when signal N ended it
   64     usage error (unknown flag, missing argument)
   69     fewer than a quorum of nodes reachable or accepting the commands (ACL,
-         replica; the message says which) (also run --fenced: no token until
-         the counters are raised, see fence; fence --raise-to: a node not reached)
+         replica; the message says which) (also run: the command exited 0 but
+         its release failed on a quorum; run --fenced: no token until the
+         counters are raised, see fence; fence --raise-to: a node not reached)
   75     the lock was not acquired within the wait (another holder has it)
   76     the lock was lost while the command ran; the command was stopped
   78     configuration error (flags, environment or file)

@@ -47,12 +47,18 @@ struct NodeView {
     latency_ms: Option<f64>,
     /// Why it did not answer.
     error: Option<String>,
+    /// The server software (`valkey`, `redis`).
+    server: Option<String>,
+    /// The server's own version (Valkey's, not the Redis one it reports for compatibility).
     version: Option<String>,
     role: Option<String>,
     mode: Option<String>,
     appendonly: Option<bool>,
     appendfsync: Option<String>,
     maxmemory_policy: Option<String>,
+    /// Whether the server offers `DELIFEQ` (native compare-and-delete); unknown when
+    /// `COMMAND INFO` is not allowed.
+    compare_and_delete: Option<bool>,
     /// Reachable and no problem found.
     healthy: bool,
     /// Each setting that breaks an assumption, with what to do.
@@ -68,12 +74,14 @@ impl View {
                 reachable: h.reachable.is_ok(),
                 latency_ms: h.reachable.as_ref().ok().map(|d| millis(*d)),
                 error: h.reachable.as_ref().err().map(ToString::to_string),
+                server: h.server.clone(),
                 version: h.version.clone(),
                 role: h.role.clone(),
                 mode: h.mode.clone(),
                 appendonly: h.appendonly,
                 appendfsync: h.appendfsync.clone(),
                 maxmemory_policy: h.maxmemory_policy.clone(),
+                compare_and_delete: h.compare_and_delete,
                 healthy: h.is_healthy(),
                 problems: h.problems.iter().map(ToString::to_string).collect(),
             })
@@ -103,11 +111,12 @@ impl View {
         for node in &self.nodes {
             let line = match (node.latency_ms, &node.error) {
                 (Some(ms), _) => format!(
-                    "{:<9} {ms:>7.2}ms  redis {}, {}, {}, appendonly {}, appendfsync {}, maxmemory-policy {}",
+                    "{:<9} {ms:>7.2}ms  {} {}, {}, {}, appendonly {}, appendfsync {}, maxmemory-policy {}",
                     if node.healthy { "ok" } else { "PROBLEMS" },
+                    unknown(&node.server),
                     unknown(&node.version),
-                    unknown(&node.role),
                     unknown(&node.mode),
+                    unknown(&node.role),
                     match node.appendonly {
                         Some(true) => "yes",
                         Some(false) => "no",

@@ -36,7 +36,7 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
     let mut child = match Child::spawn(&args.command, &env) {
         Ok(child) => child,
         Err(e) => {
-            release(guard, console).await;
+            release_or_warn(guard, console).await;
             return Err(e);
         }
     };
@@ -81,8 +81,16 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
     };
     let (reason, renewal, valid_until) = match outcome {
         Outcome::Ended(status) => {
-            release(guard, console).await;
-            return Ok(exit_of(status));
+            let exit = exit_of(status);
+            if exit.code() != 0 {
+                release_or_warn(guard, console).await;
+                return Ok(exit);
+            }
+            // The command succeeded but its lock was not released on a quorum: the key
+            // stays until its TTL (the release was refused, by an ACL without the scripts,
+            // or not answered). Not a success: the caller must not take the lock for free.
+            release(guard).await?;
+            return Ok(exit);
         }
         Outcome::Lost(reason, renewal, valid_until) => (reason, renewal, valid_until),
         Outcome::WaitFailed(e) => {
@@ -92,7 +100,7 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
                 "could not wait for the command: {e}; stopping it"
             ));
             stop(&mut child, guard.valid_until(), grace, console).await;
-            release(guard, console).await;
+            release_or_warn(guard, console).await;
             return Err(CliError::Setup(e));
         }
     };
@@ -104,7 +112,7 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
     // The key is not ours any more on a majority (or soon will not be); releasing cleans up
     // the nodes where it still is, without touching another holder's key
     // (compare-and-delete).
-    release(guard, console).await;
+    release_or_warn(guard, console).await;
     Err(CliError::LockLost {
         key,
         reason,
@@ -173,13 +181,20 @@ async fn acquire(
     }
 }
 
-/// Releases the lock; a failed release changes nothing for the caller (the key expires with
-/// its TTL), so it is a warning.
-async fn release(guard: LockGuard, console: Console) {
+/// Releases the lock: `Err` when it failed on a quorum (see `CliError::ReleaseFailed`),
+/// which a command that succeeded exits with.
+async fn release(guard: LockGuard) -> Result<(), CliError> {
     let key = guard.key();
-    if let Err(e) = guard.release().await {
-        console.warn(format_args!(
-            "could not confirm the release of \"{key}\": {e}; it expires by itself at the end of its TTL"
-        ));
+    match guard.release().await {
+        Ok(_) => Ok(()),
+        Err(error) => Err(CliError::ReleaseFailed { key, error }),
+    }
+}
+
+/// Releases the lock where something else is reported: a failed release is a warning (the
+/// key expires with its TTL).
+async fn release_or_warn(guard: LockGuard, console: Console) {
+    if let Err(e) = release(guard).await {
+        console.warn(format_args!("{e}"));
     }
 }

@@ -97,8 +97,11 @@ async fn nodes_reports_each_node_and_the_quorum() {
     assert_eq!(v["reachable"], 3);
     let nodes = v["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 3);
+    let binary = redlock_testkit::server_binary().unwrap();
     for node in nodes {
         assert_eq!(node["reachable"], true, "{node}");
+        assert_eq!(node["server"], binary.name.as_str(), "{node}");
+        assert_eq!(node["version"], binary.version.as_str(), "{node}");
         assert!(node["latency_ms"].as_f64().unwrap() >= 0.0);
         assert_eq!(node["role"], "master");
         assert_eq!(node["mode"], "standalone");
@@ -112,6 +115,12 @@ async fn nodes_reports_each_node_and_the_quorum() {
     let all_healthy = v["healthy"] == 3;
     assert_exit(&out, if all_healthy { 0 } else { 1 });
 
+    // The text names each server: "valkey 9.1.2, standalone, master, ...".
+    let out = output(redlock(&set).args(["nodes"])).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let named = format!("{} {}, standalone, master, ", binary.name, binary.version);
+    assert_eq!(text.matches(&named).count(), 3, "{text}");
+
     set.node(1).kill().unwrap();
     set.node(2).kill().unwrap();
     let out = output(redlock(&set).args(["--node-timeout", "200ms", "nodes"])).await;
@@ -122,6 +131,50 @@ async fn nodes_reports_each_node_and_the_quorum() {
         text.contains("1 of 3 nodes reachable (a lock needs 2)"),
         "{text}"
     );
+}
+
+/// A user that may not run the scripts (`+@all -@scripting`) could take a plain lock but
+/// never release it: `nodes` names the commands refused and the permission to grant, on
+/// each node, before any lock is taken. Before, it reported nothing about it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_names_a_missing_permission() {
+    let set = NodeSet::start_with(
+        3,
+        redlock_testkit::NodeOptions {
+            acl_users: vec!["noscripts on >pw ~* &* +@all -@scripting".into()],
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("nodes start");
+    let nodes = || {
+        let mut cmd = common::bare();
+        cmd.env("REDLOCK_NODES", set.urls_as("noscripts", "pw").join(","));
+        cmd
+    };
+    let out = output(nodes().arg("nodes")).await;
+    assert_exit(&out, 1);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.matches("refuses EVALSHA, EVAL (NOPERM").count(),
+        3,
+        "{text}"
+    );
+    assert!(
+        text.contains("grant the node's user `+evalsha` `+eval`"),
+        "{text}"
+    );
+    let v = json(&output(nodes().args(["nodes", "--json"])).await);
+    for node in v["nodes"].as_array().unwrap() {
+        assert_eq!(node["healthy"], false, "{node}");
+        assert!(
+            node["problems"][0]
+                .as_str()
+                .unwrap()
+                .contains("refuses EVALSHA, EVAL"),
+            "{node}"
+        );
+    }
 }
 
 /// `fence` shows each node's fencing counter; after a quorum lost theirs it says so (exit

@@ -325,9 +325,10 @@ async fn a_lock_won_below_the_minimum_validity_is_not_acquired() {
     );
 }
 
-/// Nodes that refuse the commands (an ACL user without `set`) are "unavailable" (69), and
-/// the message says they answered with an error and what each said, not only to check
-/// that they are running and reachable, which they are.
+/// Nodes that refuse the commands (an ACL user without `set` or the scripts) are
+/// "unavailable" (69), found at connect before any lock is taken, and the message says
+/// what the nodes answered and which commands the lock needs, not only to check that they
+/// are running and reachable, which they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_that_refuse_the_commands_are_69_and_say_why() {
     let set = NodeSet::start_with(
@@ -347,10 +348,57 @@ async fn nodes_that_refuse_the_commands_are_69_and_say_why() {
     .await;
     assert_exit(&out, 69);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("answered with an error"), "{stderr}");
+    assert!(stderr.contains("refuse EVALSHA, EVAL (NOPERM"), "{stderr}");
+    assert!(stderr.contains("`+evalsha` `+eval`"), "{stderr}");
     assert!(
-        stderr.contains("NOPERM") || stderr.contains("permission"),
+        stderr.contains("`redlock nodes` shows each node"),
         "{stderr}"
     );
     assert!(!stderr.contains("pw@"), "{stderr}");
+}
+
+/// A command that succeeded, but whose lock's release failed on a quorum (here the user
+/// lost the scripts while the command ran, as an operator's ACL change would do), exits 69,
+/// not 0: the key stays until its TTL, and a caller that reads 0 as "done, the lock is
+/// free" would be wrong. Before, `redlock run` exited 0 with a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_by_a_quorum_is_not_a_success() {
+    let set = NodeSet::start_with(
+        3,
+        redlock_testkit::NodeOptions {
+            acl_users: vec!["locker on >pw ~* &* +@all".into()],
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("nodes start");
+    let cli = redlock_testkit::find_redis_cli().expect("redis-cli");
+    let revoke = set
+        .iter()
+        .map(|node| {
+            format!(
+                "'{}' -p {} ACL SETUSER locker -@scripting >/dev/null",
+                cli.display(),
+                node.port()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let out = output(
+        bare()
+            .env("REDLOCK_NODES", set.urls_as("locker", "pw").join(","))
+            .args(["run", "--ttl", "60s", "revoked", "--", "sh", "-c", &revoke]),
+    )
+    .await;
+    assert_exit(&out, 69);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("could not confirm the release of \"redlock:revoked\""),
+        "{stderr}"
+    );
+    assert!(stderr.contains("NOPERM"), "{stderr}");
+    assert!(!stderr.contains("pw@"), "{stderr}");
+    // Said once, as the error (not also as a warning).
+    assert_eq!(stderr.matches("could not confirm").count(), 1, "{stderr}");
+    assert_eq!(set.nodes_holding("redlock:revoked").await, [0, 1, 2]);
 }

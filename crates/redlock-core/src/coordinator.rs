@@ -134,7 +134,8 @@ async fn shut_down(work: &BackgroundWork, liveness: &Liveness, connections: &[Co
 
 /// The health check at connect: logs each connected node's settings (`node checked`, also
 /// for a node with problems), warns about each node's problems, and with
-/// [`HealthPolicy::Strict`] refuses the first node that has one.
+/// [`HealthPolicy::Strict`] refuses the first node that has one. Nodes that refuse the
+/// lock's scripts so many that no quorum is left are refused under both policies.
 async fn check_health(
     connections: &[Connection],
     connected: &[Result<(), String>],
@@ -148,7 +149,9 @@ async fn check_health(
         .zip(connected)
         .filter(|(_, up)| up.is_ok())
         .map(|(connection, _)| connection.health());
-    for health in join_all(checks).await {
+    let checked = join_all(checks).await;
+    crate::health::check_commands(&checked, connections.len())?;
+    for health in checked {
         match &health.reachable {
             Ok(_) if health.problems.is_empty() => tracing::info!(%health, "node checked"),
             Ok(_) => {

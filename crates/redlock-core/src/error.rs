@@ -172,6 +172,20 @@ pub enum ConfigError {
         /// Each problem and what to do about it.
         problems: String,
     },
+    /// So many of the nodes that answered refuse the commands the lock runs its scripts
+    /// with (`EVALSHA`, `EVAL`: an ACL user without them, or a server that renamed them
+    /// away) that the others cannot make a quorum: no lock could ever be released. Found by
+    /// the health check at connect under every policy but
+    /// [`HealthPolicy::Off`](crate::HealthPolicy::Off), before any lock is taken.
+    #[error("nodes {} refuse {} ({reply}): the lock runs its releases and most acquisitions as scripts, and the other nodes cannot make a quorum; grant the nodes' user {} (and `+script|load`), or `+@scripting`", nodes.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "), commands.join(", "), commands.iter().map(|c| format!("`+{}`", c.to_ascii_lowercase())).collect::<Vec<_>>().join(" "))]
+    CommandsRefused {
+        /// The nodes that refuse them, with any password masked.
+        nodes: Vec<String>,
+        /// The commands refused (`EVALSHA`, `EVAL`).
+        commands: Vec<String>,
+        /// What the first of those nodes answered.
+        reply: String,
+    },
     /// A fencing counter to raise to is zero or above [`MAX_FENCING_COUNTER`] (2^53: Redis
     /// scripts compare numbers as doubles, exact only up to there).
     ///

@@ -1,13 +1,21 @@
 //! The node health check: does each node meet what the algorithm assumes of it (H1: an
 //! independent, standalone master; H2: no key vanishes before its TTL)?
 //!
-//! It reads `INFO` (version, `redis_mode`, `role`, `aof_enabled`, `maxmemory_policy`) and
-//! `CONFIG GET appendfsync`. Managed services often refuse `CONFIG`: what cannot be read is
-//! reported as unknown (`None`), never as a failure.
+//! It reads `INFO` (which server and version, its mode, `role`, `aof_enabled`,
+//! `maxmemory_policy`) and `CONFIG GET appendfsync`, asks `COMMAND INFO` which commands the
+//! server offers, and tries the script commands the lock needs (without running anything)
+//! to learn whether the node's user may run them. Managed services often refuse `CONFIG`
+//! and `COMMAND`: what cannot be read is reported as unknown (`None`), never as a failure.
+//!
+//! Valkey and Redis name themselves in different fields: Valkey reports `server_name:valkey`,
+//! its own `valkey_version` and `server_mode`, and keeps `redis_version` at a fixed
+//! compatible value (7.2.4) with no `redis_mode`; Redis reports `redis_version` and
+//! `redis_mode` only. Each is read from the fields it has.
 
 use std::fmt;
 use std::time::Duration;
 
+use crate::error::ConfigError;
 use crate::report::{NodeName, NodeOutcome};
 
 /// What one node's settings say about the algorithm's assumptions.
@@ -18,11 +26,15 @@ pub struct NodeHealth {
     pub node: NodeName,
     /// How long the node took to answer `INFO`, or why it did not.
     pub reachable: Result<Duration, NodeOutcome>,
-    /// `redis_version` (Valkey reports a compatible one).
+    /// The server software: `server_name` (`valkey`), or `redis` for a server that reports
+    /// only `redis_version`.
+    pub server: Option<String>,
+    /// The server's own version: `<server_name>_version` (`valkey_version`) where the server
+    /// names itself, else `redis_version` (Valkey keeps that one at a fixed compatible value).
     pub version: Option<String>,
     /// `role`: `master`, or `slave` for a replica.
     pub role: Option<String>,
-    /// `redis_mode`: `standalone`, `cluster` or `sentinel`.
+    /// `server_mode` (Valkey) or `redis_mode` (Redis): `standalone`, `cluster` or `sentinel`.
     pub mode: Option<String>,
     /// Whether the append-only file is on (`aof_enabled`).
     pub appendonly: Option<bool>,
@@ -30,6 +42,10 @@ pub struct NodeHealth {
     pub appendfsync: Option<String>,
     /// `maxmemory_policy`.
     pub maxmemory_policy: Option<String>,
+    /// Whether the server offers a native compare-and-delete (`DELIFEQ`, Valkey 9), as
+    /// `COMMAND INFO` says (never guessed from the version); `None` when `COMMAND` is not
+    /// answered (an ACL user without it).
+    pub compare_and_delete: Option<bool>,
     /// What breaks an assumption. Empty for a healthy node, and for one that did not
     /// answer (see `reachable`).
     pub problems: Vec<HealthProblem>,
@@ -41,31 +57,50 @@ impl NodeHealth {
         self.reachable.is_ok() && self.problems.is_empty()
     }
 
-    /// Reads the health of a node from its `INFO` text and `appendfsync` setting.
+    /// The server as people name it: `valkey 9.1.2, standalone` (each part that could not
+    /// be read shown as `?`).
+    pub fn server_label(&self) -> String {
+        let unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
+        format!(
+            "{} {}, {}",
+            unknown(&self.server),
+            unknown(&self.version),
+            unknown(&self.mode)
+        )
+    }
+
+    /// Reads the health of a node from its `INFO` text, `appendfsync` setting and what
+    /// [`Capabilities`] says.
     pub(crate) fn from_info(
         node: NodeName,
         latency: Duration,
         info: &str,
         appendfsync: Option<String>,
+        capabilities: Capabilities,
     ) -> NodeHealth {
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
-                .map(|value| value.trim().to_string())
-                .filter(|value| !value.is_empty())
-        };
+        let identity = ServerIdentity::of(info);
+        let field = |name: &str| info_field(info, name);
         let mut health = NodeHealth {
             node,
             reachable: Ok(latency),
-            version: field("redis_version"),
+            server: identity.name,
+            version: identity.version,
             role: field("role"),
-            mode: field("redis_mode"),
+            mode: identity.mode,
             appendonly: field("aof_enabled").map(|v| v == "1"),
             appendfsync,
             maxmemory_policy: field("maxmemory_policy"),
+            compare_and_delete: capabilities.compare_and_delete,
             problems: Vec::new(),
         };
-        health.problems = health.find_problems();
+        // First the one that stops the lock working at all there.
+        if !capabilities.refused.is_empty() {
+            health.problems.push(HealthProblem::CommandsRefused {
+                commands: capabilities.refused,
+                reply: capabilities.refusal,
+            });
+        }
+        health.problems.extend(health.find_problems());
         health
     }
 
@@ -74,12 +109,14 @@ impl NodeHealth {
         NodeHealth {
             node,
             reachable: Err(why),
+            server: None,
             version: None,
             role: None,
             mode: None,
             appendonly: None,
             appendfsync: None,
             maxmemory_policy: None,
+            compare_and_delete: None,
             problems: Vec::new(),
         }
     }
@@ -118,8 +155,9 @@ impl fmt::Display for NodeHealth {
             Ok(latency) => {
                 write!(
                     f,
-                    "{}: answered in {latency:.1?}; version {}, role {}, mode {}, appendonly {}, appendfsync {}, maxmemory-policy {}",
+                    "{}: answered in {latency:.1?}; server {}, version {}, role {}, mode {}, appendonly {}, appendfsync {}, maxmemory-policy {}",
                     self.node,
+                    unknown(&self.server),
                     unknown(&self.version),
                     unknown(&self.role),
                     unknown(&self.mode),
@@ -138,6 +176,87 @@ impl fmt::Display for NodeHealth {
             }
         }
     }
+}
+
+/// Refuses a configuration in which the nodes whose user may not run the lock's scripts
+/// ([`HealthProblem::CommandsRefused`]) leave fewer than a quorum of `n` nodes: no lock
+/// could be released there. Fewer such nodes are a problem of each (warned about, or
+/// refused by the strict policy).
+pub(crate) fn check_commands(health: &[NodeHealth], n: usize) -> Result<(), ConfigError> {
+    let refusing: Vec<(&NodeHealth, &Vec<String>, &String)> = health
+        .iter()
+        .filter_map(|h| {
+            h.problems.iter().find_map(|p| match p {
+                HealthProblem::CommandsRefused { commands, reply } => Some((h, commands, reply)),
+                _ => None,
+            })
+        })
+        .collect();
+    if !crate::quorum::out_of_reach(n, refusing.len()) {
+        return Ok(());
+    }
+    let mut commands: Vec<String> = Vec::new();
+    for (_, refused, _) in &refusing {
+        for command in *refused {
+            if !commands.contains(command) {
+                commands.push(command.clone());
+            }
+        }
+    }
+    Err(ConfigError::CommandsRefused {
+        nodes: refusing
+            .iter()
+            .map(|(h, _, _)| h.node.to_string())
+            .collect(),
+        commands,
+        reply: refusing[0].2.clone(),
+    })
+}
+
+/// The value of field `name` in an `INFO` reply, if present and not empty.
+fn info_field(info: &str, name: &str) -> Option<String> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+        .map(|value| value.trim().to_string())
+        .filter(|value| !value.is_empty())
+}
+
+/// Which server a node runs, from the fields of `INFO server` it really has.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct ServerIdentity {
+    /// `server_name` (`valkey`), or `redis` when only `redis_version` is there.
+    pub(crate) name: Option<String>,
+    /// `<server_name>_version`, else `redis_version`.
+    pub(crate) version: Option<String>,
+    /// `server_mode`, else `redis_mode`.
+    pub(crate) mode: Option<String>,
+}
+
+impl ServerIdentity {
+    pub(crate) fn of(info: &str) -> ServerIdentity {
+        let field = |name: &str| info_field(info, name);
+        let named = field("server_name");
+        let own_version = named
+            .as_deref()
+            .and_then(|name| field(&format!("{name}_version")));
+        let redis_version = field("redis_version");
+        ServerIdentity {
+            name: named.or_else(|| redis_version.as_ref().map(|_| "redis".to_string())),
+            version: own_version.or(redis_version),
+            mode: field("server_mode").or_else(|| field("redis_mode")),
+        }
+    }
+}
+
+/// What the health check learned of the commands a node offers and lets its user run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    /// `DELIFEQ`, from `COMMAND INFO`; `None` when that was not answered.
+    pub(crate) compare_and_delete: Option<bool>,
+    /// The commands the lock needs that the node refused (`NOPERM`) or does not know.
+    pub(crate) refused: Vec<String>,
+    /// The node's own words for the first refusal.
+    pub(crate) refusal: String,
 }
 
 /// A node setting that breaks one of the algorithm's assumptions, with what to do.
@@ -159,6 +278,16 @@ pub enum HealthProblem {
     /// `appendfsync` (given) is not `always`: a crash can lose the last writes, locks
     /// among them (H2).
     FsyncNotAlways(String),
+    /// The node's user may not run commands the lock needs (the ACL refuses them:
+    /// `NOPERM`), or the server does not offer them (renamed away): today `EVALSHA` and
+    /// `EVAL`, with which every release and most acquisitions run their scripts. A plain
+    /// lock could still be taken there (`SET NX`), but never released before its TTL.
+    CommandsRefused {
+        /// The commands refused, as the lock sends them (`EVALSHA`, `EVAL`).
+        commands: Vec<String>,
+        /// What the node answered to the first of them.
+        reply: String,
+    },
 }
 
 impl fmt::Display for HealthProblem {
@@ -183,6 +312,16 @@ impl fmt::Display for HealthProblem {
                 f,
                 "appendfsync `{fsync}` can lose the last writes in a crash: set `appendfsync always`, or keep a crashed node down for longer than the longest TTL (H2)"
             ),
+            HealthProblem::CommandsRefused { commands, reply } => write!(
+                f,
+                "refuses {} ({reply}): the lock runs its releases and most acquisitions as scripts; grant the node's user {} (and `+script|load`), or `+@scripting`",
+                commands.join(", "),
+                commands
+                    .iter()
+                    .map(|c| format!("`+{}`", c.to_ascii_lowercase()))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
         }
     }
 }
@@ -199,6 +338,130 @@ mod tests {
         NodeName::redacted("redis://127.0.0.1:7001")
     }
 
+    /// The whole `INFO` of each server the suite runs against, as it answers it (started
+    /// with `--appendonly yes --appendfsync always`; paths and host name neutral).
+    const VALKEY_9: &str = include_str!("../testdata/info/valkey-9.1.2.txt");
+    const REDIS_7: &str = include_str!("../testdata/info/redis-7.0.15.txt");
+    /// `INFO server` of Valkey 9.1.2 started with `--cluster-enabled yes`.
+    const VALKEY_9_CLUSTER: &str = include_str!("../testdata/info/valkey-9.1.2-cluster-server.txt");
+
+    fn read(info: &str, capabilities: Capabilities) -> NodeHealth {
+        NodeHealth::from_info(
+            node(),
+            Duration::ZERO,
+            info,
+            Some("always".into()),
+            capabilities,
+        )
+    }
+
+    #[test]
+    fn each_server_is_named_from_the_fields_it_has() {
+        let valkey = read(VALKEY_9, Capabilities::default());
+        assert_eq!(valkey.server.as_deref(), Some("valkey"));
+        // Not the `redis_version:7.2.4` Valkey keeps for compatibility.
+        assert_eq!(valkey.version.as_deref(), Some("9.1.2"));
+        // `server_mode`: Valkey has no `redis_mode`.
+        assert_eq!(valkey.mode.as_deref(), Some("standalone"));
+        assert_eq!(valkey.server_label(), "valkey 9.1.2, standalone");
+        assert!(valkey.is_healthy(), "{valkey}");
+        assert!(
+            valkey.to_string().contains("server valkey, version 9.1.2"),
+            "{valkey}"
+        );
+
+        let redis = read(REDIS_7, Capabilities::default());
+        assert_eq!(redis.server.as_deref(), Some("redis"));
+        assert_eq!(redis.version.as_deref(), Some("7.0.15"));
+        assert_eq!(redis.mode.as_deref(), Some("standalone"));
+        assert_eq!(redis.server_label(), "redis 7.0.15, standalone");
+        assert!(redis.is_healthy(), "{redis}");
+    }
+
+    /// A Valkey node in cluster mode said `server_mode:cluster` only: read as `redis_mode`,
+    /// it passed the standalone check unseen.
+    #[test]
+    fn a_valkey_cluster_node_is_not_standalone() {
+        let h = read(VALKEY_9_CLUSTER, Capabilities::default());
+        assert_eq!(h.mode.as_deref(), Some("cluster"));
+        assert_eq!(
+            h.problems,
+            vec![HealthProblem::NotStandalone("cluster".into())]
+        );
+        assert_eq!(h.server_label(), "valkey 9.1.2, cluster");
+    }
+
+    #[test]
+    fn a_server_that_names_nothing_is_unknown() {
+        let h = read("# Server\r\nrole:master\r\n", Capabilities::default());
+        assert_eq!(h.server_label(), "? ?, ?");
+        assert_eq!((h.server, h.version, h.mode), (None, None, None));
+    }
+
+    #[test]
+    fn refused_script_commands_are_a_problem_that_names_them() {
+        let refused = Capabilities {
+            compare_and_delete: Some(true),
+            refused: vec!["EVALSHA".into(), "EVAL".into()],
+            refusal: "NOPERM User locker has no permissions to run the 'evalsha' command".into(),
+        };
+        let h = read(VALKEY_9, refused);
+        assert_eq!(h.compare_and_delete, Some(true));
+        let [HealthProblem::CommandsRefused { commands, reply }] = &h.problems[..] else {
+            panic!("{h}");
+        };
+        assert_eq!(commands, &["EVALSHA", "EVAL"]);
+        assert!(reply.starts_with("NOPERM"), "{reply}");
+        let said = h.problems[0].to_string();
+        assert!(said.contains("refuses EVALSHA, EVAL (NOPERM"), "{said}");
+        assert!(said.contains("`+evalsha` `+eval`"), "{said}");
+    }
+
+    /// Nodes that refuse the scripts fail the connect only when the others cannot make a
+    /// quorum; fewer are each node's problem.
+    #[test]
+    fn refused_scripts_fail_the_check_only_without_a_quorum_left() {
+        let refusing = || {
+            read(
+                REDIS_7,
+                Capabilities {
+                    refused: vec!["EVALSHA".into()],
+                    refusal: "NOPERM this user has no permissions to run the 'evalsha' command"
+                        .into(),
+                    ..Capabilities::default()
+                },
+            )
+        };
+        let healthy = || read(REDIS_7, Capabilities::default());
+        assert_eq!(
+            check_commands(&[refusing(), healthy(), healthy()], 3),
+            Ok(())
+        );
+        let error = check_commands(&[refusing(), healthy(), refusing()], 3).unwrap_err();
+        let ConfigError::CommandsRefused {
+            nodes,
+            commands,
+            reply,
+        } = &error
+        else {
+            panic!("{error}");
+        };
+        assert_eq!(nodes.len(), 2);
+        assert_eq!(commands, &["EVALSHA"]);
+        assert!(reply.starts_with("NOPERM"));
+        assert!(
+            error
+                .to_string()
+                .contains("grant the nodes' user `+evalsha`"),
+            "{error}"
+        );
+        // Five nodes: two refusing leave a quorum of three.
+        let five = [refusing(), refusing(), healthy(), healthy(), healthy()];
+        assert_eq!(check_commands(&five, 5), Ok(()));
+        // A node down at connect is not checked, but counts against the quorum of all.
+        assert!(check_commands(&[refusing(), refusing()], 3).is_err());
+    }
+
     #[test]
     fn a_persistent_standalone_master_is_healthy() {
         let h = NodeHealth::from_info(
@@ -206,6 +469,7 @@ mod tests {
             Duration::from_millis(1),
             INFO,
             Some("always".into()),
+            Capabilities::default(),
         );
         assert!(h.is_healthy(), "{h}");
         assert_eq!(h.version.as_deref(), Some("7.0.15"));
@@ -221,7 +485,13 @@ mod tests {
                 "maxmemory_policy:noeviction",
                 "maxmemory_policy:volatile-lru",
             );
-        let h = NodeHealth::from_info(node(), Duration::ZERO, &info, Some("everysec".into()));
+        let h = NodeHealth::from_info(
+            node(),
+            Duration::ZERO,
+            &info,
+            Some("everysec".into()),
+            Capabilities::default(),
+        );
         assert_eq!(
             h.problems,
             vec![
@@ -236,6 +506,7 @@ mod tests {
             Duration::ZERO,
             &INFO.replace("aof_enabled:1", "aof_enabled:0"),
             None,
+            Capabilities::default(),
         );
         assert_eq!(h.problems, vec![HealthProblem::NoAppendOnly]);
     }
@@ -247,6 +518,7 @@ mod tests {
             Duration::ZERO,
             "# Server\r\nredis_version:7.2.4\r\n",
             None,
+            Capabilities::default(),
         );
         assert!(h.is_healthy(), "{h}");
         assert_eq!(h.role, None);

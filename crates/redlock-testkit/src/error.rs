@@ -6,10 +6,11 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HarnessError {
-    /// No usable `redis-server` binary was found.
+    /// No usable server binary (`redis-server`, or the one `REDIS_SERVER` names) was found.
     #[error(
         "redis-server not found ({detail}): install it with `apt-get install -y redis-server` \
-         (Debian) or set REDIS_SERVER to the path of a redis-server binary"
+         (Debian) or set REDIS_SERVER to the path of a server binary (redis-server, \
+         valkey-server)"
     )]
     BinaryNotFound {
         /// Where the harness looked.
@@ -51,7 +52,7 @@ pub enum HarnessError {
     /// redis-server exited or misbehaved during start-up.
     #[error(
         "{name} (port {port}) failed to start: {reason}\n\
-         --- last lines of the redis-server log ---\n{log_tail}"
+         --- last lines of the server log ---\n{log_tail}"
     )]
     StartFailed {
         /// Node name (`node-0`, ...).
@@ -68,7 +69,7 @@ pub enum HarnessError {
     #[error(
         "{name}: no free loopback port after {attempts} attempts (each port was taken by another \
          process before redis-server could bind it); stop stray servers or retry\n\
-         --- last lines of the redis-server log ---\n{log_tail}"
+         --- last lines of the server log ---\n{log_tail}"
     )]
     PortUnavailable {
         /// Node name.
@@ -83,7 +84,7 @@ pub enum HarnessError {
     #[error(
         "{name} (port {port}) did not answer PING with PONG within {waited:?}; the machine may be \
          overloaded or the server stuck (it has been killed)\n\
-         --- last lines of the redis-server log ---\n{log_tail}"
+         --- last lines of the server log ---\n{log_tail}"
     )]
     NotReady {
         /// Node name.

@@ -147,6 +147,7 @@ mod postgres;
 mod process;
 mod proxy;
 mod ready;
+mod server;
 mod set;
 mod urls;
 
@@ -164,6 +165,7 @@ pub use postgres::{
 };
 pub use process::{find_redis_cli, REDIS_SERVER_ENV};
 pub use proxy::{FaultProxy, LinkFault, LinkStats, Links};
+pub use server::{server_binary, skip_without_tls, ServerBinary};
 pub use set::NodeSet;
 
 // The README's examples, compiled as doc tests so that they stay true.

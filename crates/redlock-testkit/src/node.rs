@@ -163,7 +163,7 @@ impl Node {
                     name: self.name.clone(),
                     port: self.port(),
                     reason: format!(
-                        "redis-server exited during start-up ({status}); check the arguments \
+                        "the server exited during start-up ({status}); check the arguments \
                          (NodeOptions::extra_args) against the log below"
                     ),
                     log_tail,
@@ -173,7 +173,7 @@ impl Node {
                 Probe::Pong { pid: answered } if answered == pid => return Ok(()),
                 Probe::Pong { pid: answered } => {
                     return Err(LaunchError::PortTaken(format!(
-                        "port {} is answered by another redis-server (pid {answered})",
+                        "port {} is answered by another server process (pid {answered})",
                         self.port()
                     )))
                 }

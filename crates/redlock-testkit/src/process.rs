@@ -257,6 +257,21 @@ mod tests {
         assert!(joined.ends_with("--logfile l --requirepass pw --hz 50"));
     }
 
+    /// What each server writes when its port is taken (Redis 7.0, Valkey 9.1).
+    #[test]
+    fn a_taken_port_is_read_from_either_servers_log() {
+        let redis = "1:M 29 Nov 2026 14:53:14.395 # Warning: Could not create server TCP \
+            listening socket *:7777: bind: Address already in use\n\
+            1:M 29 Nov 2026 14:53:14.395 # Failed listening on port 7777 (TCP), aborting.";
+        let valkey = "1:M 29 Nov 2026 14:53:14.395 * Running mode=standalone, port=7777.\n\
+            1:M 29 Nov 2026 14:53:14.395 # Warning: Could not create server TCP listening \
+            socket *:7777: bind: Address already in use\n\
+            1:M 29 Nov 2026 14:53:14.395 # Failed listening on port 7777 (tcp), aborting.";
+        assert!(says_port_in_use(redis));
+        assert!(says_port_in_use(valkey));
+        assert!(!says_port_in_use("1:M # Failed finding TLS support."));
+    }
+
     #[test]
     fn missing_binary_says_how_to_install() {
         let err = locate(None, Some(OsStr::new(""))).unwrap_err().to_string();

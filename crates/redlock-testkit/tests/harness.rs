@@ -15,12 +15,15 @@ async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("{what} hung"))
 }
 
-/// Whether the redis-server process `pid` is gone: no `/proc` entry, or (pid reused) the entry
-/// is not a redis-server, alive or zombie.
+/// Whether the server process `pid` is gone: no `/proc` entry, or (pid reused) the entry
+/// is not the server's (by the binary's name, whichever server it is), alive or zombie.
 fn redis_gone(pid: u32) -> bool {
+    let name = redlock_testkit::server_binary()
+        .expect("the server binary")
+        .process_name();
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(stat) => !stat.contains("(redis-server)"),
+        Ok(stat) => !stat.contains(&format!("({name})")),
     }
 }
 

@@ -18,6 +18,11 @@ fn tls_options(require_client_cert: bool) -> NodeOptions {
 
 #[tokio::test]
 async fn a_tls_node_answers_with_the_ca_and_refuses_a_client_trusting_another() {
+    if redlock_testkit::skip_without_tls(
+        "a_tls_node_answers_with_the_ca_and_refuses_a_client_trusting_another",
+    ) {
+        return;
+    }
     let nodes = NodeSet::start_with(2, tls_options(false))
         .await
         .expect("start TLS nodes");
@@ -55,6 +60,11 @@ async fn a_tls_node_answers_with_the_ca_and_refuses_a_client_trusting_another() 
 
 #[tokio::test]
 async fn require_client_cert_accepts_only_a_certificate_of_the_sets_ca() {
+    if redlock_testkit::skip_without_tls(
+        "require_client_cert_accepts_only_a_certificate_of_the_sets_ca",
+    ) {
+        return;
+    }
     let nodes = NodeSet::start_with(1, tls_options(true))
         .await
         .expect("start a mutual-TLS node");
@@ -79,6 +89,9 @@ async fn require_client_cert_accepts_only_a_certificate_of_the_sets_ca() {
 
 #[tokio::test]
 async fn restart_keeps_the_tls_port_and_certificates() {
+    if redlock_testkit::skip_without_tls("restart_keeps_the_tls_port_and_certificates") {
+        return;
+    }
     let opts = NodeOptions {
         password: Some("tls-pw".to_owned()),
         ..tls_options(false)

@@ -1,14 +1,22 @@
-//! Reading a node's settings for the health check (`INFO`, `CONFIG GET appendfsync`) over
-//! its connection; what they mean is judged in the crate's `health` module.
+//! Reading a node's settings for the health check (`INFO`, `CONFIG GET appendfsync`) and
+//! what it offers and lets its user run (`COMMAND INFO`, the script commands tried) over its
+//! connection; what they mean is judged in the crate's `health` module.
 
 use fred::types::Value;
 
 use super::Connection;
-use crate::health::NodeHealth;
+use crate::health::{Capabilities, NodeHealth};
+use crate::report::NodeOutcome;
+use crate::server_error::ServerErrorKind;
+
+/// A SHA1 no script has: `EVALSHA` with it runs nothing, and a user that may run `EVALSHA`
+/// gets `NOSCRIPT`.
+const NO_SCRIPT: &str = "0000000000000000000000000000000000000000";
 
 impl Connection {
-    /// Reads the node's settings for the health check: `INFO` (timed, for the latency) and
-    /// `CONFIG GET appendfsync`, which managed services may refuse (then unknown).
+    /// Reads the node's settings for the health check: `INFO` (timed, for the latency),
+    /// then together `CONFIG GET appendfsync` and `COMMAND INFO`, which managed services may
+    /// refuse (then unknown), and the script commands (see [`scripts_refused`]).
     pub(crate) async fn health(&self) -> NodeHealth {
         let started = tokio::time::Instant::now();
         // Not gated: a node that casts no vote is still reachable, and its settings count.
@@ -20,21 +28,81 @@ impl Connection {
             Err(why) => return NodeHealth::unreachable(self.name.clone(), why),
         };
         let latency = started.elapsed();
-        let appendfsync = match self
-            .send_custom(
-                "CONFIG",
-                vec![Value::from("GET"), Value::from("appendfsync")],
-            )
-            .await
-        {
-            Ok(reply) => config_value(reply, "appendfsync"),
-            Err(why) => {
-                tracing::debug!(node = %self.name, %why, "CONFIG GET appendfsync not answered; reported as unknown");
-                None
+        let config = async {
+            match self
+                .send_custom(
+                    "CONFIG",
+                    vec![Value::from("GET"), Value::from("appendfsync")],
+                )
+                .await
+            {
+                Ok(reply) => config_value(reply, "appendfsync"),
+                Err(why) => {
+                    tracing::debug!(node = %self.name, %why, "CONFIG GET appendfsync not answered; reported as unknown");
+                    None
+                }
             }
         };
-        NodeHealth::from_info(self.name.clone(), latency, &info, appendfsync)
+        let offered = async {
+            match self
+                .send_custom("COMMAND", vec![Value::from("INFO"), Value::from("DELIFEQ")])
+                .await
+            {
+                Ok(reply) => first_offered(&reply),
+                Err(why) => {
+                    tracing::debug!(node = %self.name, %why, "COMMAND INFO not answered; the server's commands are unknown");
+                    None
+                }
+            }
+        };
+        // Sent so that they run nothing: `EVALSHA` of a script no server has, `EVAL` with a
+        // negative key count (refused before the script is even compiled).
+        let evalsha = self.send_custom("EVALSHA", vec![Value::from(NO_SCRIPT), Value::from(0_i64)]);
+        let eval = self.send_custom("EVAL", vec![Value::from("return 0"), Value::from(-1_i64)]);
+        let (appendfsync, offered, evalsha, eval) = tokio::join!(config, offered, evalsha, eval);
+        let (refused, refusal) = scripts_refused([("EVALSHA", evalsha), ("EVAL", eval)]);
+        let capabilities = Capabilities {
+            compare_and_delete: offered,
+            refused,
+            refusal,
+        };
+        NodeHealth::from_info(self.name.clone(), latency, &info, appendfsync, capabilities)
     }
+}
+
+/// Whether a `COMMAND INFO` reply describes the (first) command asked about: an unknown
+/// command's entry is nil. `None` for a reply that is not a list.
+fn first_offered(reply: &Value) -> Option<bool> {
+    match reply {
+        Value::Array(entries) => Some(entries.first().is_some_and(|e| !matches!(e, Value::Null))),
+        _ => None,
+    }
+}
+
+/// Which of the script commands tried the node refused, and its words for the first
+/// refusal. Refused: the ACL says no (`NOPERM`), or the server does not know the command
+/// (renamed away). Any other answer, `NOSCRIPT` and the key-count error among them (the
+/// command was allowed to run), or none (timed out), is not a refusal.
+fn scripts_refused(answers: [(&str, Result<Value, NodeOutcome>); 2]) -> (Vec<String>, String) {
+    let mut refused = Vec::new();
+    let mut first = String::new();
+    for (command, answer) in answers {
+        let Err(NodeOutcome::ServerError(e)) = answer else {
+            continue;
+        };
+        let unknown = e
+            .message
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("err unknown command");
+        if e.kind == ServerErrorKind::Permission || unknown {
+            if first.is_empty() {
+                first = e.message.to_string();
+            }
+            refused.push(command.to_string());
+        }
+    }
+    (refused, first)
 }
 
 /// The value of `name` in a `CONFIG GET` reply (an array of name, value pairs, or a map).
@@ -50,5 +118,75 @@ fn config_value(reply: Value, name: &str) -> Option<String> {
             .find(|(k, _)| k.as_str() == Some(name))
             .and_then(|(_, v)| v.as_string()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::NodeOutcome;
+    use crate::server_error::ServerError;
+
+    fn reply(command: &'static str, message: &str) -> Result<Value, NodeOutcome> {
+        Err(NodeOutcome::ServerError(ServerError::new(command, message)))
+    }
+
+    /// The answers each server gives to the two probes, allowed and refused (as a user
+    /// granted `+@all -@scripting` gets them).
+    #[test]
+    fn only_a_refusal_or_an_unknown_command_counts_as_refused() {
+        for allowed in [
+            // Valkey 9.1.2, then Redis 7.0.
+            [
+                reply("EVALSHA", "NOSCRIPT No matching script."),
+                reply("EVAL", "ERR Number of keys can't be negative"),
+            ],
+            [
+                reply("EVALSHA", "NOSCRIPT No matching script. Please use EVAL."),
+                Err(NodeOutcome::TimedOut),
+            ],
+        ] {
+            let [evalsha, eval] = allowed;
+            let (refused, _) = scripts_refused([("EVALSHA", evalsha), ("EVAL", eval)]);
+            assert!(refused.is_empty(), "{refused:?}");
+        }
+        let (refused, first) = scripts_refused([
+            (
+                "EVALSHA",
+                reply(
+                    "EVALSHA",
+                    "NOPERM User locker has no permissions to run the 'evalsha' command",
+                ),
+            ),
+            (
+                "EVAL",
+                reply(
+                    "EVAL",
+                    "NOPERM this user has no permissions to run the 'eval' command",
+                ),
+            ),
+        ]);
+        assert_eq!(refused, ["EVALSHA", "EVAL"]);
+        assert!(first.contains("'evalsha'"), "{first}");
+        let (refused, first) = scripts_refused([
+            ("EVALSHA", reply("EVALSHA", "NOSCRIPT No matching script.")),
+            (
+                "EVAL",
+                reply(
+                    "EVAL",
+                    "ERR unknown command 'EVAL', with args beginning with: 'return 0' '-1' ",
+                ),
+            ),
+        ]);
+        assert_eq!(refused, ["EVAL"]);
+        assert!(first.starts_with("ERR unknown command"), "{first}");
+    }
+
+    #[test]
+    fn command_info_says_whether_the_command_is_offered() {
+        let described = Value::Array(vec![Value::Array(vec![Value::from("delifeq")])]);
+        assert_eq!(first_offered(&described), Some(true));
+        assert_eq!(first_offered(&Value::Array(vec![Value::Null])), Some(false));
+        assert_eq!(first_offered(&Value::from("OK")), None);
     }
 }

@@ -94,7 +94,12 @@ impl Redlock {
 
     /// The key as stored on the nodes: the configured prefix plus `key`.
     pub fn full_key(&self, key: &str) -> String {
-        format!("{}{key}", self.inner.config.key_prefix)
+        // Every call names a key: no formatting machinery for two strings.
+        let prefix = &self.inner.config.key_prefix;
+        let mut full = String::with_capacity(prefix.len() + key.len());
+        full.push_str(prefix);
+        full.push_str(key);
+        full
     }
 
     /// [`full_key`](Self::full_key) for a key a caller asked to lock or inspect: the key

@@ -175,10 +175,7 @@ impl Config {
     /// repair's marker) or starts with the fair queues' prefix: no lock may be taken,
     /// released or extended under it.
     pub(crate) fn is_reserved(&self, key: &str) -> bool {
-        key == self.fence_key
-            || key == crate::fence::stamp_key(&self.fence_key)
-            || key == crate::fence::marker_key(&self.fence_key)
-            || key.starts_with(&self.fair_prefix)
+        crate::fence::is_counter_key(&self.fence_key, key) || key.starts_with(&self.fair_prefix)
     }
 
     /// Checks every value without connecting anywhere.

@@ -59,12 +59,23 @@ pub const WRITE_BACK_WINDOW: Duration = Duration::from_secs(1);
 /// The companions of the counter's key on each node: its stamp (the `run_id` of the server
 /// run that wrote it) and a repair's marker.
 pub(crate) fn stamp_key(fence_key: &str) -> String {
-    format!("{fence_key}:run")
+    format!("{fence_key}{STAMP_SUFFIX}")
 }
 
 /// See [`stamp_key`].
 pub(crate) fn marker_key(fence_key: &str) -> String {
-    format!("{fence_key}:repair")
+    format!("{fence_key}{MARKER_SUFFIX}")
+}
+
+/// What [`stamp_key`] and [`marker_key`] add to the counter's key.
+const STAMP_SUFFIX: &str = ":run";
+const MARKER_SUFFIX: &str = ":repair";
+
+/// Whether `key` is the fencing counter `fence_key` or one of its companions
+/// ([`stamp_key`], [`marker_key`]); read on every acquisition, so no name is built.
+pub(crate) fn is_counter_key(fence_key: &str, key: &str) -> bool {
+    key.strip_prefix(fence_key)
+        .is_some_and(|rest| rest.is_empty() || rest == STAMP_SUFFIX || rest == MARKER_SUFFIX)
 }
 
 /// One safeguard of the fencing design, switched off only by tests (feature `test-util`)
@@ -394,6 +405,17 @@ pub(crate) fn above(counter: i64) -> FencingToken {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_counter_and_its_companions_are_told_apart_from_other_keys() {
+        let fence = "redlock:fencing-counter";
+        for key in [fence.to_string(), stamp_key(fence), marker_key(fence)] {
+            assert!(is_counter_key(fence, &key), "{key}");
+        }
+        for key in ["redlock:fencing", "redlock:fencing-counter:x", "job", ""] {
+            assert!(!is_counter_key(fence, key), "{key}");
+        }
+    }
+
     use super::*;
 
     #[test]

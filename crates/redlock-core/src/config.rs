@@ -74,7 +74,7 @@ pub struct Config {
     /// run that wrote it) and `<fence_key>:repair` (a repair's marker). No lock may use
     /// these keys. Defaults to `"redlock:fencing-counter"`.
     pub fence_key: String,
-    /// The prefix of the keys of the fair queues (see [`FairPlace`](crate::support::FairPlace)): the
+    /// The prefix of the keys of the fair queues (see `support::FairPlace`): the
     /// queue of lock key `k` is `<fair_prefix>queue:{k}`, its expiry
     /// `<fair_prefix>expiry:{k}` (the braces are a hash tag; see [`crate::layout`]). It may
     /// not hold a brace. No lock key may start with it. Defaults to

@@ -205,7 +205,7 @@ pub enum ConfigError {
     },
 }
 
-/// What makes a fair acquisition's place ([`FairPlace`](crate::support::FairPlace)) unusable
+/// What makes a fair acquisition's place (`support::FairPlace`) unusable
 /// ([`ConfigError::FairPlace`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -26,7 +26,7 @@ pub struct Lock {
     pub(crate) kind: &'static dyn crate::kind::Kind,
     /// The owner, for a reentrant lock (the kind's argument).
     pub(crate) owner: Option<Arc<str>>,
-    /// Won through a fair queue ([`FairPlace`](crate::support::FairPlace)).
+    /// Won through a fair queue (`support::FairPlace`).
     pub(crate) fair: bool,
     pub(crate) ttl: Duration,
     pub(crate) valid_until: Deadline,

@@ -62,7 +62,7 @@ impl Token {
 
     /// Checks a caller's token for an acquisition, beside [`check`](Self::check): no `~`.
     /// Only the nodes' release scripts write hand-over tokens (`"<waiter>~<number>"`, see
-    /// [`handover_token`](crate::support::handover_token)), and a lock whose token looked like one
+    /// `support::handover_token`), and a lock whose token looked like one
     /// would be taken on by that fair waiter's next attempt while its holder still held it.
     /// Releases and extensions take such a token: a handed-over lock's.
     pub(crate) fn check_not_handover(&self) -> Result<(), ConfigError> {
@@ -131,9 +131,8 @@ mod tests {
             Token::from_string("worker-1~7").check_not_handover(),
             Err(ConfigError::InvalidToken { .. })
         ));
-        assert!(crate::support::handover_token("w", 1)
-            .check_not_handover()
-            .is_err());
+        let handed = Token::from_string(crate::message::handover_token_text("w", 1));
+        assert!(handed.check_not_handover().is_err());
     }
 
     #[test]

@@ -47,10 +47,10 @@ pub struct FairPlace<'a> {
     pub patience: Duration,
     /// For a fair (gated) attempt: its hand-over number, increasing from attempt to attempt
     /// of this wait (the attempt's count, say) and below 2^53 (the nodes' scripts compare
-    /// numbers as doubles): [`Waiters::leave_up_to`](crate::support::Waiters::leave_up_to) keeps the hand-overs of the
+    /// numbers as doubles): `Waiters::leave_up_to` ([`Coordinator::waiters`](crate::Coordinator::waiters)) keeps the hand-overs of the
     /// attempts after the number it is given. A release that finds the waiter at the head of the
     /// queue then hands it the key under the token `"<waiter>~<number>"`, with this
-    /// attempt's TTL; see [`Waiters::handed_over`](crate::support::Waiters::handed_over). `None` (the default): releases only
+    /// attempt's TTL; see `Waiters::handed_over` ([`Coordinator::waiters`](crate::Coordinator::waiters)). `None` (the default): releases only
     /// announce themselves to the waiter, which runs a round of its own. Only a plain lock
     /// of one key, not fenced, is handed over: the attempt of a reentrant or fenced lock
     /// ignores it (a hold, or a fencing token, needs the waiter's own round).
@@ -117,7 +117,7 @@ pub fn handover_token(waiter: &str, number: u64) -> Token {
 }
 
 /// A lock handed over to a fair waiter by the nodes' release scripts (see
-/// [`Waiters::handed_over`](crate::support::Waiters::handed_over)).
+/// `Waiters::handed_over` ([`Coordinator::waiters`](crate::Coordinator::waiters))).
 #[derive(Debug, Clone, Copy)]
 pub struct Handover<'a> {
     /// The key.
@@ -131,7 +131,7 @@ pub struct Handover<'a> {
     /// An instant before that attempt's round sent its first command (its `t0`, or
     /// earlier).
     pub since: Instant,
-    /// [`host_suspended`](crate::support::host_suspended) read at `since` (or just before it): a
+    /// `support::host_suspended` read at `since` (or just before it): a
     /// host suspend after it shortens the validity (see [`Deadline`](crate::Deadline)). Not a default such
     /// as zero: every suspend since the host booted would count, and a laptop's hand-overs
     /// would all come too late.

@@ -14,7 +14,8 @@
 //!   `token` with a TTL of `ttl` ms; returns whether it did, and changes nothing when not.
 //! - `held(first, last, token, ttl, waiter, arg)`: whether the lock is already the caller's
 //!   on this node without a round of its own: a further hold of the same owner, or a key
-//!   handed over to `waiter` (nil outside the fair queue). When it is, it renews the lock
+//!   handed over to `waiter` (nil outside the fair queue, whose scripts alone define the
+//!   release message's helpers such as `handed_to`). When it is, it renews the lock
 //!   under `token`, never shortening a TTL that other holds count on.
 //! - `free(key, token, arg)`: drops `token`'s hold of `key`; returns whether the hold was
 //!   there and whether the key is now free (deleted).

@@ -1,8 +1,11 @@
 //! A kind's acquisition (see the `kind` module for the Lua it is composed from), the
 //! batches of group commit (acquisitions of many locks of one key each in one call per
 //! node), and the extension of many locks of any kind in one call.
-
-use super::MESSAGE;
+//!
+//! None of these calls a kind's `held` with a waiter (only the fair queue's scripts do),
+//! so they leave out the release message's helpers (`handed_to` and the rest, see
+//! [`crate::message`]) that `held` may call for one: every call of a script defines its
+//! functions again, and group commit's batches run under load.
 
 /// How a script composed for a kind binds the kind's argument: `ARGV[at]` for a kind that
 /// has one, nil otherwise.
@@ -21,8 +24,7 @@ pub(super) fn arg_at(has_arg: bool, at: usize) -> String {
 pub(crate) fn acquire(lua: &str, has_arg: bool) -> String {
     let arg = arg_at(has_arg, 3);
     format!(
-        r#"{MESSAGE}
-{lua}
+        r#"{lua}
 local token, ttl = ARGV[1], ARGV[2]
 {arg}
 if held(1, #KEYS, token, ttl, nil, arg) or take(1, #KEYS, token, ttl, arg) then return 1 end
@@ -36,8 +38,7 @@ return 0"#
 /// one 1 (taken) or 0 (held) per key, in order.
 pub(crate) fn grouped_acquire(lua: &str) -> String {
     format!(
-        r#"{MESSAGE}
-{lua}
+        r#"{lua}
 local results = {{}}
 for i = 1, #KEYS do
   if take(i, i, ARGV[2 * i - 1], ARGV[2 * i], nil) then
@@ -64,7 +65,7 @@ return results"#
 /// shared reentrant hold, not a longer manual extension's that renewal follows, and not
 /// the validity a failed extension leaves in place.
 pub(crate) fn extend_batch(kinds: &[(&str, &str)]) -> String {
-    let mut script = format!("{MESSAGE}\nlocal kinds = {{}}\n");
+    let mut script = String::from("local kinds = {}\n");
     for (tag, lua) in kinds {
         script.push_str(&format!("do\n{lua}\nkinds[\"{tag}\"] = holds\nend\n"));
     }

@@ -1121,10 +1121,18 @@ fn patient(b: redlock_client::LockConfigBuilder) -> redlock_client::LockConfigBu
 
 /// A fair holder client and a patient waiter's client with a 30 s TTL (not woken, the
 /// waiter tries again only after 10 s, so a release comes before any second attempt however
-/// slow the machine), both subscribed.
+/// slow the machine), both subscribed. The waiter's node timeout is a second: a waiter
+/// handed the key by the first nodes gives the others one node timeout to say so before
+/// it takes the key on with a round of its own, and on a loaded machine the release
+/// messages of a quorum can take longer than the default 100 ms.
 async fn holder_and_patient(set: &NodeSet) -> (Redlock, Redlock) {
     let holder = fair_client(set).await;
-    let c = client(set, |b| patient(b).ttl(Duration::from_secs(30))).await;
+    let c = client(set, |b| {
+        patient(b)
+            .ttl(Duration::from_secs(30))
+            .node_timeout(Duration::from_secs(1))
+    })
+    .await;
     common::subscribed(set, 2).await;
     (holder, c)
 }

@@ -87,6 +87,7 @@ mod fair;
 mod fence;
 mod group;
 mod health;
+mod hold;
 mod inspect;
 mod kind;
 pub mod layout;
@@ -109,7 +110,7 @@ pub use config::{
     Config, HealthPolicy, DEFAULT_FAIR_PREFIX, DEFAULT_FENCE_KEY, DEFAULT_NODE_TIMEOUT,
     MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
 };
-pub use coordinator::{Coordinator, EXTEND_BATCH_LOCKS};
+pub use coordinator::Coordinator;
 #[cfg(feature = "test-util")]
 pub use deadline::simulate_host_suspend;
 pub use deadline::Deadline;
@@ -122,6 +123,7 @@ pub use fence::{
     WRITE_BACK_WINDOW,
 };
 pub use health::{HealthProblem, NodeHealth};
+pub use hold::EXTEND_BATCH_LOCKS;
 pub use inspect::{Holder, Inspection};
 pub use lock::{Lock, Renewed};
 pub use quorum::quorum;

@@ -51,7 +51,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use redlock_testkit::NodeSet;
+    use redlock_testkit::{eventually, NodeSet};
 
     use super::*;
     use crate::config::Config;
@@ -85,12 +85,10 @@ mod tests {
     /// is in, and the last node may still be answering.
     async fn settles(set: &NodeSet, value: Option<String>) {
         let every = vec![value; set.len()];
-        for _ in 0..250 {
-            if held(set).await == every {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually(Duration::from_secs(5), || async {
+            held(set).await == every
+        })
+        .await;
         assert_eq!(held(set).await, every);
     }
 
@@ -142,12 +140,10 @@ mod tests {
             .await
             .unwrap();
         settles(&set, Some(format!("blue={}", second.as_str()))).await;
-        for _ in 0..250 {
-            if set.nodes_holding(&queue).await.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually(Duration::from_secs(5), || async {
+            set.nodes_holding(&queue).await.is_empty()
+        })
+        .await;
         assert_eq!(set.nodes_holding(&queue).await, Vec::<usize>::new());
         c.release(&won).await.unwrap();
 

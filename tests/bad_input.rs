@@ -21,7 +21,7 @@ use redlock_client::{
     Error, InvalidConfig, LockConfig, LockGuard, LockOptions, NodeOutcome, Redlock, RetryPolicy,
     RoundReport, ServerErrorKind,
 };
-use redlock_core::{ConfigError, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL};
+use redlock_core::{ArgumentError, ConfigError, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL};
 use redlock_testkit::NodeSet;
 
 /// A hang guard for the rounds against a node that never answers, not a performance claim:
@@ -199,7 +199,7 @@ fn config_cases() -> Vec<(&'static str, ConfigCase)> {
             "ttl 0",
             ConfigCase {
                 change: |c| c.ttl = Duration::ZERO,
-                expect: |e| matches!(e, InvalidConfig::Core(ZeroTtl)),
+                expect: |e| matches!(e, InvalidConfig::Ttl(ArgumentError::ZeroTtl)),
                 advice: "give the lock a lifetime",
             },
         ),
@@ -207,7 +207,7 @@ fn config_cases() -> Vec<(&'static str, ConfigCase)> {
             "ttl 1 ms, shorter than the node timeout",
             ConfigCase {
                 change: |c| c.ttl = Duration::from_millis(1),
-                expect: |e| matches!(e, InvalidConfig::Core(TtlTooShort { .. })),
+                expect: |e| matches!(e, InvalidConfig::Ttl(ArgumentError::TtlTooShort { .. })),
                 advice: "use a TTL many times the node timeout, or a shorter node timeout",
             },
         ),
@@ -215,7 +215,7 @@ fn config_cases() -> Vec<(&'static str, ConfigCase)> {
             "ttl twice MAX_TTL",
             ConfigCase {
                 change: |c| c.ttl = MAX_TTL * 2,
-                expect: |e| matches!(e, InvalidConfig::Core(TtlTooLong { max, .. }) if *max == MAX_TTL),
+                expect: |e| matches!(e, InvalidConfig::Ttl(ArgumentError::TtlTooLong { max, .. }) if *max == MAX_TTL),
                 advice: "use a shorter TTL and extend it while you work",
             },
         ),
@@ -425,21 +425,29 @@ fn with_ttl(ttl: Duration) -> Request {
     )
 }
 
-fn core(e: &Error) -> Option<&ConfigError> {
+/// A per-call TTL is an option over the configured one: checked as the configuration is.
+fn ttl(e: &Error) -> Option<&ArgumentError> {
     match e {
-        Error::InvalidConfig(InvalidConfig::Core(c)) => Some(c),
+        Error::InvalidConfig(InvalidConfig::Ttl(a)) => Some(a),
+        _ => None,
+    }
+}
+
+fn argument(e: &Error) -> Option<&ArgumentError> {
+    match e {
+        Error::InvalidArgument(a) => Some(a),
         _ => None,
     }
 }
 
 fn request_cases() -> Vec<(&'static str, RequestCase)> {
-    use ConfigError::*;
+    use ArgumentError::*;
     vec![
         (
             "per-call ttl 0",
             RequestCase {
                 request: with_ttl(Duration::ZERO),
-                expect: |e| matches!(core(e), Some(ZeroTtl)),
+                expect: |e| matches!(ttl(e), Some(ZeroTtl)),
                 advice: "give the lock a lifetime",
             },
         ),
@@ -447,7 +455,7 @@ fn request_cases() -> Vec<(&'static str, RequestCase)> {
             "per-call ttl 1 ms",
             RequestCase {
                 request: with_ttl(Duration::from_millis(1)),
-                expect: |e| matches!(core(e), Some(TtlTooShort { .. })),
+                expect: |e| matches!(ttl(e), Some(TtlTooShort { .. })),
                 advice: "use a TTL many times the node timeout",
             },
         ),
@@ -455,7 +463,7 @@ fn request_cases() -> Vec<(&'static str, RequestCase)> {
             "per-call ttl twice MAX_TTL",
             RequestCase {
                 request: with_ttl(MAX_TTL * 2),
-                expect: |e| matches!(core(e), Some(TtlTooLong { .. })),
+                expect: |e| matches!(ttl(e), Some(TtlTooLong { .. })),
                 advice: "use a shorter TTL and extend it while you work",
             },
         ),
@@ -463,7 +471,7 @@ fn request_cases() -> Vec<(&'static str, RequestCase)> {
             "empty key",
             RequestCase {
                 request: Request::Lock(String::new(), one_attempt()),
-                expect: |e| matches!(core(e), Some(EmptyKey)),
+                expect: |e| matches!(argument(e), Some(EmptyKey)),
                 advice: "name the resource the lock protects",
             },
         ),
@@ -473,7 +481,7 @@ fn request_cases() -> Vec<(&'static str, RequestCase)> {
                 request: Request::Lock("k".repeat(MAX_KEY_LEN + 1), one_attempt()),
                 expect: |e| {
                     matches!(
-                        core(e),
+                        argument(e),
                         Some(KeyTooLong { len, max }) if *len > MAX_KEY_LEN && *max == MAX_KEY_LEN
                     )
                 },
@@ -484,7 +492,7 @@ fn request_cases() -> Vec<(&'static str, RequestCase)> {
             "lock_many with no keys",
             RequestCase {
                 request: Request::Many(Vec::new()),
-                expect: |e| matches!(core(e), Some(NoKeys)),
+                expect: |e| matches!(argument(e), Some(NoKeys)),
                 advice: "a lock over several keys needs at least one",
             },
         ),
@@ -492,7 +500,7 @@ fn request_cases() -> Vec<(&'static str, RequestCase)> {
             "lock_many with a key twice",
             RequestCase {
                 request: Request::Many(vec!["a".into(), "b".into(), "a".into()]),
-                expect: |e| matches!(core(e), Some(DuplicateKey { key }) if key == "redlock:a"),
+                expect: |e| matches!(argument(e), Some(DuplicateKey { key }) if key == "redlock:a"),
                 advice: "appears twice in one lock: list each resource once",
             },
         ),
@@ -500,7 +508,7 @@ fn request_cases() -> Vec<(&'static str, RequestCase)> {
             "lock_many with an empty key",
             RequestCase {
                 request: Request::Many(vec!["a".into(), String::new()]),
-                expect: |e| matches!(core(e), Some(EmptyKey)),
+                expect: |e| matches!(argument(e), Some(EmptyKey)),
                 advice: "name the resource the lock protects",
             },
         ),

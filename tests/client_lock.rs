@@ -117,7 +117,7 @@ async fn invalid_configuration_is_an_error_not_a_panic() {
     ));
     let bare = client(&set, |b| b.key_prefix("")).await;
     assert!(
-        matches!(bare.lock("").await, Err(Error::InvalidConfig(_))),
+        matches!(bare.lock("").await, Err(Error::InvalidArgument(_))),
         "an empty key with an empty prefix"
     );
 }

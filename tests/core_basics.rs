@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::coordinator;
-use redlock_core::{ConfigError, Error, NodeOutcome, RoundKind};
+use redlock_core::{ArgumentError, Error, NodeOutcome, RoundKind};
 use redlock_testkit::NodeSet;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -91,12 +91,12 @@ async fn bad_requests_are_errors_that_send_nothing() {
     ];
     for (key, ttl, what) in cases {
         let err = c.acquire(key, ttl).await.unwrap_err();
-        assert!(matches!(err, Error::Config(_)), "{what}: {err}");
+        assert!(matches!(err, Error::Argument(_)), "{what}: {err}");
     }
     let long = "k".repeat(redlock_core::MAX_KEY_LEN + 1);
     assert!(matches!(
         c.acquire(&long, TTL).await,
-        Err(Error::Config(ConfigError::KeyTooLong { .. }))
+        Err(Error::Argument(ArgumentError::KeyTooLong { .. }))
     ));
     for node in set.nodes() {
         assert_eq!(node.dbsize().await.unwrap(), 0);

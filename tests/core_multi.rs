@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::coordinator;
-use redlock_core::{ConfigError, Error, NodeOutcome, Token};
+use redlock_core::{ArgumentError, Error, NodeOutcome, Token};
 use redlock_testkit::NodeSet;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -52,14 +52,17 @@ async fn several_keys_are_acquired_all_or_nothing() {
         .await
         .unwrap_err();
     assert!(
-        matches!(dup, Error::Config(ConfigError::DuplicateKey { .. })),
+        matches!(dup, Error::Argument(ArgumentError::DuplicateKey { .. })),
         "{dup}"
     );
     let none = c
         .acquire_many::<&str>(&[], Token::random(), TTL)
         .await
         .unwrap_err();
-    assert!(matches!(none, Error::Config(ConfigError::NoKeys)), "{none}");
+    assert!(
+        matches!(none, Error::Argument(ArgumentError::NoKeys)),
+        "{none}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,7 +153,7 @@ async fn a_batch_extends_each_lock_on_its_own() {
     );
     assert!(matches!(
         &results[4],
-        Err(Error::Config(ConfigError::ZeroTtl))
+        Err(Error::Argument(ArgumentError::ZeroTtl))
     ));
     // Each lock was extended on a quorum (the batch returns once every lock is decided).
     for key in ["batch:plain", "batch:m1", "batch:m2", "batch:re"] {

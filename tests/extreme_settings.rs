@@ -7,13 +7,20 @@ use std::time::Duration;
 
 use common::client;
 use redlock_client::{Error, InvalidConfig, LockConfig, LockOptions, Owner, RenewalPolicy};
-use redlock_core::{Config, ConfigError, Coordinator, Token, MAX_NODE_TIMEOUT};
+use redlock_core::{ArgumentError, Config, ConfigError, Coordinator, Token, MAX_NODE_TIMEOUT};
 use redlock_testkit::NodeSet;
 
-fn core_error(e: &Error) -> &ConfigError {
+fn ttl_error(e: &Error) -> &ArgumentError {
     match e {
-        Error::InvalidConfig(InvalidConfig::Core(c)) => c,
-        other => panic!("expected a core configuration error, got {other:?}"),
+        Error::InvalidConfig(InvalidConfig::Ttl(a)) => a,
+        other => panic!("expected a TTL the configuration refuses, got {other:?}"),
+    }
+}
+
+fn argument_error(e: &Error) -> &ArgumentError {
+    match e {
+        Error::InvalidArgument(a) => a,
+        other => panic!("expected an argument error, got {other:?}"),
     }
 }
 
@@ -94,8 +101,8 @@ async fn extreme_ttls_are_typed_errors_and_send_nothing() {
         let err = c.lock_with("ttl", &options).await.unwrap_err();
         assert!(
             matches!(
-                core_error(&err),
-                ConfigError::ZeroTtl | ConfigError::TtlTooLong { .. }
+                ttl_error(&err),
+                ArgumentError::ZeroTtl | ArgumentError::TtlTooLong { .. }
             ),
             "{err}"
         );
@@ -126,7 +133,9 @@ async fn extreme_ttls_are_typed_errors_and_send_nothing() {
     };
     assert!(matches!(
         core.waiters().handed_over(handover),
-        Err(redlock_core::Error::Config(ConfigError::TtlTooLong { .. }))
+        Err(redlock_core::Error::Argument(
+            ArgumentError::TtlTooLong { .. }
+        ))
     ));
     // A hand-over whose attempt started "in the future" (a caller's wrong instant): its
     // validity is counted from now at the latest, never past what the TTL gives from now.
@@ -208,7 +217,7 @@ async fn a_per_call_ttl_gets_the_renewal_rule_of_the_configuration() {
 async fn empty_keys_and_unusable_tokens_are_typed_errors() {
     let set = NodeSet::start(3).await.unwrap();
     let c = client(&set, |b| b).await;
-    let empty = |e: Error| assert_eq!(core_error(&e), &ConfigError::EmptyKey);
+    let empty = |e: Error| assert_eq!(argument_error(&e), &ArgumentError::EmptyKey);
     empty(c.lock("").await.unwrap_err());
     empty(c.try_lock("").await.unwrap_err());
     empty(
@@ -237,7 +246,7 @@ async fn empty_keys_and_unusable_tokens_are_typed_errors() {
         assert!(
             matches!(
                 err,
-                redlock_core::Error::Config(ConfigError::InvalidToken { .. })
+                redlock_core::Error::Argument(ArgumentError::InvalidToken { .. })
             ),
             "{bad:?}: {err}"
         );
@@ -249,7 +258,7 @@ async fn empty_keys_and_unusable_tokens_are_typed_errors() {
         assert!(
             !matches!(
                 e,
-                Error::InvalidConfig(InvalidConfig::Core(ConfigError::InvalidToken { .. }))
+                Error::InvalidArgument(ArgumentError::InvalidToken { .. })
             ),
             "{e}"
         );

@@ -8,9 +8,9 @@ use std::time::Duration;
 use common::{client, eventually, raw};
 use fred::prelude::{ClientLike, HashesInterface, KeysInterface, LuaInterface};
 use fred::types::{CustomCommand, Value};
-use redlock_client::{Error, InvalidConfig, LockOptions, Redlock, RetryPolicy};
+use redlock_client::{Error, LockOptions, Redlock, RetryPolicy};
 use redlock_core::support::FairPlace;
-use redlock_core::{Acquisition, ConfigError, Token};
+use redlock_core::{Acquisition, ArgumentError, Token};
 use redlock_testkit::NodeSet;
 
 const QUEUE: &str = "redlock:fair-queue:{redlock:job}";
@@ -307,7 +307,7 @@ async fn fair_takes_every_shape_of_lock_and_reserves_its_keys() {
     assert!(
         matches!(
             err,
-            Error::InvalidConfig(InvalidConfig::Core(ConfigError::ReservedKey { .. }))
+            Error::InvalidArgument(ArgumentError::ReservedKey { .. })
         ),
         "{err}"
     );
@@ -325,7 +325,9 @@ async fn fair_takes_every_shape_of_lock_and_reserves_its_keys() {
     };
     assert!(matches!(
         core.acquire_with(empty).await,
-        Err(redlock_core::Error::Config(ConfigError::FairPlace { .. }))
+        Err(redlock_core::Error::Argument(
+            ArgumentError::FairPlace { .. }
+        ))
     ));
     c.shutdown().await;
     core.close().await;
@@ -2138,7 +2140,7 @@ async fn a_patience_past_a_year_is_a_typed_error_and_leaves_no_key() {
         assert!(
             matches!(
                 err,
-                redlock_core::Error::Config(ConfigError::FairPlace { .. })
+                redlock_core::Error::Argument(ArgumentError::FairPlace { .. })
             ),
             "{err}"
         );

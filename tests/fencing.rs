@@ -418,7 +418,7 @@ async fn a_quorum_that_lost_its_counters_gets_no_token_until_an_operator_raises_
     // 0 and values past 2^53 (scripts compare numbers as doubles) are refused.
     for wrong in [0, redlock_core::MAX_FENCING_COUNTER + 1] {
         match c.coordinator().raise_fencing_counters(wrong).await {
-            Err(CoreError::Config(redlock_core::ConfigError::FencingCounter { value })) => {
+            Err(CoreError::Argument(redlock_core::ArgumentError::FencingCounter { value })) => {
                 assert_eq!(value, wrong)
             }
             other => panic!("{other:?}"),

@@ -7,8 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::client;
-use redlock_client::{Error, InvalidConfig, LockOptions, NodeOutcome, Token};
-use redlock_core::ConfigError;
+use redlock_client::{Error, LockOptions, NodeOutcome, Token};
+use redlock_core::ArgumentError;
 use redlock_testkit::NodeSet;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -114,18 +114,18 @@ async fn bad_keys_tokens_and_ttls_are_typed_errors_and_send_nothing() {
     let c = client(&set, |b| b).await;
     let token = Token::random();
     let core = |e: Error| match e {
-        Error::InvalidConfig(InvalidConfig::Core(e)) => e,
-        other => panic!("expected a configuration error, got {other}"),
+        Error::InvalidArgument(e) => e,
+        other => panic!("expected an argument error, got {other}"),
     };
 
     assert_eq!(
         core(c.release_token("", &token).await.unwrap_err()),
-        ConfigError::EmptyKey
+        ArgumentError::EmptyKey
     );
     let spaced = Token::from_string("two words");
     assert!(matches!(
         core(c.release_token("job", &spaced).await.unwrap_err()),
-        ConfigError::InvalidToken { .. }
+        ArgumentError::InvalidToken { .. }
     ));
     assert!(matches!(
         core(
@@ -133,7 +133,7 @@ async fn bad_keys_tokens_and_ttls_are_typed_errors_and_send_nothing() {
                 .await
                 .unwrap_err()
         ),
-        ConfigError::InvalidToken { .. }
+        ArgumentError::InvalidToken { .. }
     ));
     assert_eq!(
         core(
@@ -141,7 +141,7 @@ async fn bad_keys_tokens_and_ttls_are_typed_errors_and_send_nothing() {
                 .await
                 .unwrap_err()
         ),
-        ConfigError::ZeroTtl
+        ArgumentError::ZeroTtl
     );
     // The fencing counter holds a number: a number as token must not delete or expire it.
     for err in [
@@ -158,7 +158,7 @@ async fn bad_keys_tokens_and_ttls_are_typed_errors_and_send_nothing() {
             .unwrap_err(),
     ] {
         assert!(
-            matches!(core(err), ConfigError::ReservedKey { .. }),
+            matches!(core(err), ArgumentError::ReservedKey { .. }),
             "the fencing counter and the fair queues are reserved"
         );
     }

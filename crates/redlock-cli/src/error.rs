@@ -32,6 +32,10 @@ pub enum CliError {
     /// A value from flags, environment or file cannot work.
     #[error("{0}; fix the flag, environment variable or configuration file that sets it")]
     InvalidConfig(redlock_client::InvalidConfig),
+    /// An argument on the command line cannot work: an empty or reserved key, a token that
+    /// cannot be stored, a counter out of range.
+    #[error("{0}; fix the argument on the command line")]
+    InvalidArgument(redlock_client::ArgumentError),
     /// `--grace` does not fit in the lock's validity.
     #[error("{reason}")]
     Grace {
@@ -111,6 +115,7 @@ impl CliError {
             CliError::Unavailable { .. }
             | CliError::ReleaseFailed { .. }
             | CliError::CommandsRefused(_) => Exit::Unavailable,
+            CliError::InvalidArgument(_) => Exit::Usage,
             CliError::NotAcquired(_) => Exit::NotAcquired,
             CliError::LockLost { .. } => Exit::LockLost,
             CliError::CommandNotFound { .. } => Exit::NotFound,
@@ -128,6 +133,9 @@ impl CliError {
                 return CliError::CommandsRefused(invalid);
             }
             return CliError::InvalidConfig(invalid);
+        }
+        if let LockError::InvalidArgument(invalid) = error {
+            return CliError::InvalidArgument(invalid);
         }
         if let LockError::LockLost { key, reason } = error {
             return CliError::LockLost {

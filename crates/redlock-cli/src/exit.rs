@@ -23,7 +23,8 @@ pub enum Exit {
     /// The command's own exit code (`run`), or 128 + N when a signal N ended it (or ended
     /// the wait for the lock), as shells report it.
     Command(u8),
-    /// 64 (`EX_USAGE`): the command line is wrong (unknown flag, missing argument).
+    /// 64 (`EX_USAGE`): the command line is wrong (unknown flag, missing argument, a key or
+    /// number the library refuses).
     Usage,
     /// 69 (`EX_UNAVAILABLE`): fewer than a quorum of nodes could be reached or accepted the
     /// commands (an ACL without a permission, a replica); also `run` when the command
@@ -80,7 +81,7 @@ Exit codes:
   1      the answer is no (inspect: not held; nodes: some node unhealthy; release:
          no node held the key with that token; fence: the counters must be raised)
   N      run: the command's own exit code; 128+N when signal N ended it
-  64     usage error (unknown flag, missing argument)
+  64     usage error (unknown flag, missing argument, an empty or reserved key)
   69     fewer than a quorum of nodes reachable or accepting the commands (ACL,
          replica; the message says which) (also run: the command exited 0 but
          its release failed on a quorum; run --fenced: no token until the

@@ -234,6 +234,15 @@ async fn configuration_and_usage_errors() {
         let out = output(redlock(&set).args(args)).await;
         assert_exit(&out, 64);
     }
+    // An argument the library refuses (an empty key): 64, with the library's reason; a
+    // configuration error (above) is 78.
+    let out = output(redlock(&set).args(["run", "", "--", "true"])).await;
+    assert_exit(&out, 64);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the lock key is empty") && stderr.contains("fix the argument"),
+        "{stderr}"
+    );
     // Help is no error, and does not show the password in REDLOCK_NODES.
     let out = output(
         bare()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use redlock_core::{ConfigError, Coordinator, Inspection, RoundReport, Token};
+use redlock_core::{ArgumentError, Coordinator, Inspection, RoundReport, Token};
 
 use crate::acquire::{acquire, LockOptions, Shape};
 use crate::config::LockConfig;
@@ -106,7 +106,7 @@ impl Redlock {
     /// itself must not be empty (the prefix alone names no resource).
     fn checked_key(&self, key: &str) -> Result<String, Error> {
         if key.is_empty() {
-            return Err(InvalidConfig::Core(ConfigError::EmptyKey).into());
+            return Err(ArgumentError::EmptyKey.into());
         }
         Ok(self.full_key(key))
     }
@@ -263,7 +263,7 @@ impl Redlock {
     /// [`NotHeld`](crate::NodeOutcome::NotHeld) (absent, or held by another token).
     ///
     /// For plain locks of one key (a reentrant hold's release also needs its owner).
-    /// Fails with [`Error::InvalidConfig`] for an empty key or an unusable token (nothing
+    /// Fails with [`Error::InvalidArgument`] for an empty key or an unusable token (nothing
     /// is sent), and with [`Error::Round`] when fewer than a quorum of nodes answered.
     ///
     /// ```no_run
@@ -287,7 +287,7 @@ impl Redlock {
     /// Like every extension it never shortens: a node whose key already lives at least
     /// `ttl` keeps its expiry (the validity returned is then a lower bound), and it never
     /// recreates a key that expired. For plain locks of one key. Fails with
-    /// [`Error::InvalidConfig`] for an empty key, an unusable token or TTL, and with
+    /// [`Error::InvalidArgument`] for an empty key, an unusable token or TTL, and with
     /// [`Error::Round`] when the round did not reach a quorum or left no validity; a
     /// failed extension deletes nothing.
     pub async fn extend_token(

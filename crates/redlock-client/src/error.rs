@@ -39,9 +39,12 @@ impl fmt::Display for LostReason {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InvalidConfig {
-    /// A value checked by redlock-core: nodes, node timeout, drift factor or TTL.
+    /// A value checked by redlock-core: nodes, node timeout, drift factor, TLS, node health.
     #[error(transparent)]
     Core(#[from] redlock_core::ConfigError),
+    /// A TTL the nodes cannot hold, as configured or given per call (`LockOptions::ttl`).
+    #[error(transparent)]
+    Ttl(redlock_core::ArgumentError),
     /// The retry policy.
     #[error("invalid retry policy: {reason}")]
     Retry {
@@ -105,9 +108,13 @@ pub enum Error {
         /// Why.
         reason: LostReason,
     },
-    /// The configuration (or a request argument) cannot work; nothing was sent.
+    /// The configuration, or an option given per call, cannot work; nothing was sent.
     #[error("invalid lock configuration: {0}")]
     InvalidConfig(#[from] InvalidConfig),
+    /// An argument of this call cannot work (an empty or reserved key, a token that
+    /// cannot be stored, a fencing counter out of range); nothing was sent.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(#[from] redlock_core::ArgumentError),
     /// No node answered about the key before the last round was decided: each failed
     /// (timed out, connection down) or had not answered yet. A node that had not answered
     /// may still answer later (see `RoundReport::settled`).
@@ -179,7 +186,10 @@ impl Error {
             | Error::Unreachable { report, .. }
             | Error::BelowMinValidity { report, .. } => Some(report),
             Error::Round(e) => e.report(),
-            Error::LockLost { .. } | Error::InvalidConfig(_) | Error::Closed { .. } => None,
+            Error::LockLost { .. }
+            | Error::InvalidConfig(_)
+            | Error::InvalidArgument(_)
+            | Error::Closed { .. } => None,
         }
     }
 }
@@ -188,6 +198,7 @@ impl From<redlock_core::Error> for Error {
     fn from(e: redlock_core::Error) -> Self {
         match e {
             redlock_core::Error::Config(c) => Error::InvalidConfig(InvalidConfig::Core(c)),
+            redlock_core::Error::Argument(a) => Error::InvalidArgument(a),
             other => Error::Round(other),
         }
     }

@@ -98,9 +98,9 @@ pub use guard::{HoldHealth, LockGuard, LockHandle};
 pub use owner::Owner;
 pub use redlock_core;
 pub use redlock_core::{
-    FencingCounter, FencingCounters, FencingToken, HealthPolicy, HealthProblem, Holder, Inspection,
-    NodeHealth, NodeOutcome, RoundReport, ServerError, ServerErrorKind, TlsConfig, Token,
-    MAX_FENCING_COUNTER,
+    ArgumentError, FencingCounter, FencingCounters, FencingToken, HealthPolicy, HealthProblem,
+    Holder, Inspection, NodeHealth, NodeOutcome, RoundReport, ServerError, ServerErrorKind,
+    TlsConfig, Token, MAX_FENCING_COUNTER,
 };
 pub use renew::policy::RenewalPolicy;
 pub use resource::{fence_record_key, fenced_set, FENCED_UPDATE_SQL};

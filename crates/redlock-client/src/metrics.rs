@@ -33,7 +33,7 @@ fn acquisition_outcome<T>(result: &Result<T, Error>) -> usize {
         Err(Error::NotAcquired { .. }) => 1,
         Err(Error::DeadlinePassed { .. }) => 2,
         Err(Error::Unreachable { .. }) => 3,
-        Err(Error::InvalidConfig(_)) => 4,
+        Err(Error::InvalidConfig(_) | Error::InvalidArgument(_)) => 4,
         Err(Error::BelowMinValidity { .. }) => 5,
         // Not returned by an acquisition; named so that every error has a label.
         Err(Error::LockLost { .. }) => 6,

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::drift::{drift, DEFAULT_DRIFT_FACTOR};
-use crate::error::ConfigError;
+use crate::error::{ArgumentError, ConfigError};
 use crate::report::NodeName;
 use crate::tls::TlsConfig;
 
@@ -208,8 +208,9 @@ impl Config {
         if self.release_channel.as_deref() == Some("") {
             return Err(ConfigError::EmptyChannel);
         }
-        check_key(&self.fence_key)?;
-        check_key(&self.fair_prefix)?;
+        let setting = |setting| move |problem| ConfigError::Setting { setting, problem };
+        check_key(&self.fence_key).map_err(setting("fence_key"))?;
+        check_key(&self.fair_prefix).map_err(setting("fair_prefix"))?;
         if !crate::layout::prefix_has_no_tag(&self.fair_prefix) {
             return Err(ConfigError::FairPrefixHashTag {
                 prefix: self.fair_prefix.clone(),
@@ -270,7 +271,7 @@ impl Config {
 
     /// Checks a TTL against this configuration and returns it truncated to whole
     /// milliseconds (the precision of `PX`).
-    pub fn check_ttl(&self, ttl: Duration) -> Result<Duration, ConfigError> {
+    pub fn check_ttl(&self, ttl: Duration) -> Result<Duration, ArgumentError> {
         check_ttl(ttl, self.drift_factor, self.node_timeout)
     }
 }
@@ -331,19 +332,19 @@ pub fn check_ttl(
     ttl: Duration,
     drift_factor: f64,
     node_timeout: Duration,
-) -> Result<Duration, ConfigError> {
+) -> Result<Duration, ArgumentError> {
     let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
     if ttl.is_zero() {
-        return Err(ConfigError::ZeroTtl);
+        return Err(ArgumentError::ZeroTtl);
     }
     if ttl > MAX_TTL {
-        return Err(ConfigError::TtlTooLong { ttl, max: MAX_TTL });
+        return Err(ArgumentError::TtlTooLong { ttl, max: MAX_TTL });
     }
     let drift = drift(ttl, drift_factor);
     // A round that waits one full node timeout must still end with validity left, or every
     // round with one slow node would be lost by construction.
     if ttl <= drift.saturating_add(node_timeout) {
-        return Err(ConfigError::TtlTooShort {
+        return Err(ArgumentError::TtlTooShort {
             ttl,
             drift,
             node_timeout,
@@ -353,12 +354,12 @@ pub fn check_ttl(
 }
 
 /// Checks a lock key: not empty, at most [`MAX_KEY_LEN`] bytes.
-pub fn check_key(key: &str) -> Result<(), ConfigError> {
+pub fn check_key(key: &str) -> Result<(), ArgumentError> {
     if key.is_empty() {
-        return Err(ConfigError::EmptyKey);
+        return Err(ArgumentError::EmptyKey);
     }
     if key.len() > MAX_KEY_LEN {
-        return Err(ConfigError::KeyTooLong {
+        return Err(ArgumentError::KeyTooLong {
             len: key.len(),
             max: MAX_KEY_LEN,
         });
@@ -521,19 +522,19 @@ mod tests {
         let t = Duration::from_millis(100);
         assert!(matches!(
             check_ttl(Duration::ZERO, 0.01, t),
-            Err(ConfigError::ZeroTtl)
+            Err(ArgumentError::ZeroTtl)
         ));
         assert!(matches!(
             check_ttl(Duration::from_micros(900), 0.01, t),
-            Err(ConfigError::ZeroTtl)
+            Err(ArgumentError::ZeroTtl)
         ));
         assert!(matches!(
             check_ttl(Duration::from_millis(100), 0.01, t),
-            Err(ConfigError::TtlTooShort { .. })
+            Err(ArgumentError::TtlTooShort { .. })
         ));
         assert!(matches!(
             check_ttl(MAX_TTL * 2, 0.01, t),
-            Err(ConfigError::TtlTooLong { .. })
+            Err(ArgumentError::TtlTooLong { .. })
         ));
         // humantime's "1y" (365.25 days) is the longest TTL; a millisecond more is not.
         let year = Duration::from_secs(365 * 24 * 3600 + 6 * 3600);
@@ -547,10 +548,10 @@ mod tests {
 
     #[test]
     fn key_checks() {
-        assert!(matches!(check_key(""), Err(ConfigError::EmptyKey)));
+        assert!(matches!(check_key(""), Err(ArgumentError::EmptyKey)));
         assert!(matches!(
             check_key(&"k".repeat(MAX_KEY_LEN + 1)),
-            Err(ConfigError::KeyTooLong { .. })
+            Err(ArgumentError::KeyTooLong { .. })
         ));
         assert!(check_key(&"k".repeat(MAX_KEY_LEN)).is_ok());
     }

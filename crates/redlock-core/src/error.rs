@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use crate::report::{NodeName, RoundReport};
 
-/// A configuration value or a request argument that cannot work. Nothing was sent to any
-/// node. Each message names the value and what to change.
+/// A configuration value that cannot work: nothing was connected, or, for the checks made at
+/// connect (duplicate servers, node health, refused commands), the connections were closed
+/// again. Each message names the value and what to change.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -66,6 +67,78 @@ pub enum ConfigError {
         /// The rejected factor.
         factor: f64,
     },
+    /// The fair queues' prefix holds a brace, which could make a hash tag of its own (see
+    /// `redlock_core::layout`).
+    #[error("the fair queues' prefix {prefix:?} holds a brace: a queue key must take its hash tag from its lock key, so use a prefix without '{{' or '}}'")]
+    FairPrefixHashTag {
+        /// The prefix.
+        prefix: String,
+    },
+    /// The release notification channel is empty.
+    #[error("the release notification channel is empty: name a channel, or set it to None to publish nothing")]
+    EmptyChannel,
+    /// A TLS setting cannot be used: a file that cannot be read, PEM without a certificate
+    /// or key, settings given twice or half. Never quotes a key.
+    #[error("TLS setting not usable: {what} {reason}")]
+    Tls {
+        /// Which setting.
+        what: String,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+    /// TLS settings were given but no node URL uses TLS: the connections would not be
+    /// encrypted.
+    #[error("TLS settings are given, but no node URL uses TLS: write the nodes as rediss://host:port (plain redis:// connections are not encrypted), or remove the TLS settings")]
+    TlsUnused,
+    /// A node breaks the algorithm's assumptions and the configuration asks to refuse
+    /// such nodes ([`HealthPolicy::Strict`](crate::HealthPolicy::Strict)).
+    #[error("node `{node}` breaks the algorithm's assumptions: {problems}; fix its settings, or set the health policy to warn")]
+    UnhealthyNode {
+        /// The node, with any password masked.
+        node: String,
+        /// Each problem and what to do about it.
+        problems: String,
+    },
+    /// So many of the nodes that answered refuse the commands the lock runs its scripts
+    /// with (`EVALSHA`, `EVAL`: an ACL user without them, or a server that renamed them
+    /// away) that the others cannot make a quorum: no lock could ever be released. Found by
+    /// the health check at connect under every policy but
+    /// [`HealthPolicy::Off`](crate::HealthPolicy::Off), before any lock is taken.
+    #[error("nodes {} refuse {} ({reply}): the lock runs its releases and most acquisitions as scripts, and the other nodes cannot make a quorum; grant the nodes' user {} (and `+script|load`), or `+@scripting`", nodes.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "), commands.join(", "), commands.iter().map(|c| format!("`+{}`", c.to_ascii_lowercase())).collect::<Vec<_>>().join(" "))]
+    CommandsRefused {
+        /// The nodes that refuse them, with any password masked.
+        nodes: Vec<String>,
+        /// The commands refused (`EVALSHA`, `EVAL`).
+        commands: Vec<String>,
+        /// What the first of those nodes answered.
+        reply: String,
+    },
+    /// The Redis client for a node could not be created.
+    #[error("could not create the client for node `{node}`: {reason}")]
+    Client {
+        /// The node, with any password masked.
+        node: String,
+        /// fred's explanation.
+        reason: String,
+    },
+    /// A setting that names a key (the fencing counter's key, the fair queues' prefix)
+    /// holds one that no lock could use.
+    #[error("the setting `{setting}` cannot work: {problem}")]
+    Setting {
+        /// Which setting.
+        setting: &'static str,
+        /// What is wrong with its value.
+        #[source]
+        problem: ArgumentError,
+    },
+}
+
+/// A request argument that cannot work: a key, a TTL, a token, an owner, a fair place or a
+/// fencing counter given to one call. Nothing was sent to any node. Each message names the
+/// value and what to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArgumentError {
     /// The TTL is zero (or below one millisecond, the precision of `PX`).
     #[error("the lock TTL is zero (or under 1ms): give the lock a lifetime, for example 10s")]
     ZeroTtl,
@@ -90,13 +163,6 @@ pub enum ConfigError {
     /// The key is empty.
     #[error("the lock key is empty: name the resource the lock protects")]
     EmptyKey,
-    /// The fair queues' prefix holds a brace, which could make a hash tag of its own (see
-    /// `redlock_core::layout`).
-    #[error("the fair queues' prefix {prefix:?} holds a brace: a queue key must take its hash tag from its lock key, so use a prefix without '{{' or '}}'")]
-    FairPrefixHashTag {
-        /// The prefix.
-        prefix: String,
-    },
     /// The key is longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN).
     #[error("the lock key is {len} bytes long, more than the maximum {max}: hash long resource names into a shorter key")]
     KeyTooLong {
@@ -147,45 +213,6 @@ pub enum ConfigError {
         "the owner of a reentrant lock is empty: give each owner a unique, non-empty identity"
     )]
     EmptyOwner,
-    /// The release notification channel is empty.
-    #[error("the release notification channel is empty: name a channel, or set it to None to publish nothing")]
-    EmptyChannel,
-    /// A TLS setting cannot be used: a file that cannot be read, PEM without a certificate
-    /// or key, settings given twice or half. Never quotes a key.
-    #[error("TLS setting not usable: {what} {reason}")]
-    Tls {
-        /// Which setting.
-        what: String,
-        /// What is wrong, and what to do.
-        reason: String,
-    },
-    /// TLS settings were given but no node URL uses TLS: the connections would not be
-    /// encrypted.
-    #[error("TLS settings are given, but no node URL uses TLS: write the nodes as rediss://host:port (plain redis:// connections are not encrypted), or remove the TLS settings")]
-    TlsUnused,
-    /// A node breaks the algorithm's assumptions and the configuration asks to refuse
-    /// such nodes ([`HealthPolicy::Strict`](crate::HealthPolicy::Strict)).
-    #[error("node `{node}` breaks the algorithm's assumptions: {problems}; fix its settings, or set the health policy to warn")]
-    UnhealthyNode {
-        /// The node, with any password masked.
-        node: String,
-        /// Each problem and what to do about it.
-        problems: String,
-    },
-    /// So many of the nodes that answered refuse the commands the lock runs its scripts
-    /// with (`EVALSHA`, `EVAL`: an ACL user without them, or a server that renamed them
-    /// away) that the others cannot make a quorum: no lock could ever be released. Found by
-    /// the health check at connect under every policy but
-    /// [`HealthPolicy::Off`](crate::HealthPolicy::Off), before any lock is taken.
-    #[error("nodes {} refuse {} ({reply}): the lock runs its releases and most acquisitions as scripts, and the other nodes cannot make a quorum; grant the nodes' user {} (and `+script|load`), or `+@scripting`", nodes.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "), commands.join(", "), commands.iter().map(|c| format!("`+{}`", c.to_ascii_lowercase())).collect::<Vec<_>>().join(" "))]
-    CommandsRefused {
-        /// The nodes that refuse them, with any password masked.
-        nodes: Vec<String>,
-        /// The commands refused (`EVALSHA`, `EVAL`).
-        commands: Vec<String>,
-        /// What the first of those nodes answered.
-        reply: String,
-    },
     /// A fencing counter to raise to is zero or above [`MAX_FENCING_COUNTER`] (2^53: Redis
     /// scripts compare numbers as doubles, exact only up to there).
     ///
@@ -195,18 +222,10 @@ pub enum ConfigError {
         /// The value given.
         value: u64,
     },
-    /// The Redis client for a node could not be created.
-    #[error("could not create the client for node `{node}`: {reason}")]
-    Client {
-        /// The node, with any password masked.
-        node: String,
-        /// fred's explanation.
-        reason: String,
-    },
 }
 
 /// What makes a fair acquisition's place (`support::FairPlace`) unusable
-/// ([`ConfigError::FairPlace`]).
+/// ([`ArgumentError::FairPlace`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FairPlaceProblem {
@@ -238,9 +257,12 @@ pub enum FairPlaceProblem {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Invalid configuration or request; nothing was sent.
+    /// Invalid configuration; nothing was sent.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// An argument of this call cannot work; nothing was sent.
+    #[error(transparent)]
+    Argument(#[from] ArgumentError),
     /// Fewer than a quorum of nodes accepted. For an acquisition, everything that was set
     /// has been (or is being) rolled back on every node.
     #[error("{report}; {}", report.advice())]
@@ -319,7 +341,7 @@ impl Error {
     /// The per-node report of the round, when a round was run.
     pub fn report(&self) -> Option<&RoundReport> {
         match self {
-            Error::Config(_) => None,
+            Error::Config(_) | Error::Argument(_) => None,
             Error::NoQuorum { report }
             | Error::ValidityExhausted { report, .. }
             | Error::NotFenced { report, .. }

@@ -8,7 +8,7 @@ use fred::types::{Key, Value};
 use futures::future::join;
 
 use crate::coordinator::Coordinator;
-use crate::error::{ConfigError, Error};
+use crate::error::{ArgumentError, Error};
 use crate::kind::EXTEND_BATCH;
 use crate::lock::{Lock, Renewed};
 use crate::lock_spec::LockSpec;
@@ -185,7 +185,7 @@ impl Coordinator {
     /// ([`NotHeld`](crate::NodeOutcome::NotHeld): absent, or held by another token).
     ///
     /// Only for a lock of one key taken with a token (not a reentrant hold, whose release
-    /// also needs its owner). Fails with [`Error::Config`] for an empty or invalid key or
+    /// also needs its owner). Fails with [`Error::Argument`] for an empty or invalid key or
     /// token, or a reserved key (the fencing counter's, or one under the fair queues'
     /// prefix), and with [`Error::NoQuorum`] when fewer than a quorum of nodes answered.
     pub async fn release_token(&self, key: &str, token: &Token) -> Result<RoundReport, Error> {
@@ -223,10 +223,10 @@ impl Coordinator {
     /// The identity of a plain lock known only by its key and token, checked like an
     /// acquisition's: the key, the token, and not the fencing counter (whose value a
     /// number as token would match).
-    fn token_spec(&self, key: &str, token: &Token) -> Result<LockSpec, ConfigError> {
+    fn token_spec(&self, key: &str, token: &Token) -> Result<LockSpec, ArgumentError> {
         let spec = LockSpec::new(&[key], token.clone(), None)?;
         if self.inner.config.is_reserved(key) {
-            return Err(ConfigError::ReservedKey {
+            return Err(ArgumentError::ReservedKey {
                 key: key.to_string(),
             });
         }

@@ -115,7 +115,7 @@ pub use coordinator::Coordinator;
 pub use deadline::simulate_host_suspend;
 pub use deadline::Deadline;
 pub use drift::{drift, validity, DEFAULT_DRIFT_FACTOR, DRIFT_FLOOR};
-pub use error::{ConfigError, Error};
+pub use error::{ArgumentError, ConfigError, Error};
 #[cfg(feature = "test-util")]
 pub use fence::Safeguard;
 pub use fence::{

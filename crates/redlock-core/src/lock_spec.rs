@@ -8,7 +8,7 @@ use fred::bytes_utils::Str;
 use fred::types::{Key, Value};
 
 use crate::config::check_key;
-use crate::error::ConfigError;
+use crate::error::ArgumentError;
 use crate::fair::place::FairPlace;
 use crate::kind::{self, Kind};
 use crate::layout::queue_keys;
@@ -39,7 +39,7 @@ impl LockSpec {
         keys: &[&str],
         token: Token,
         owner: Option<Arc<str>>,
-    ) -> Result<LockSpec, ConfigError> {
+    ) -> Result<LockSpec, ArgumentError> {
         let kind = kind::of(owner.is_some(), keys.len());
         LockSpec::of_kind(kind, keys, token, owner)
     }
@@ -50,9 +50,9 @@ impl LockSpec {
         keys: &[&str],
         token: Token,
         arg: Option<Arc<str>>,
-    ) -> Result<LockSpec, ConfigError> {
+    ) -> Result<LockSpec, ArgumentError> {
         if keys.is_empty() {
-            return Err(ConfigError::NoKeys);
+            return Err(ArgumentError::NoKeys);
         }
         token.check()?;
         // Only multi-key locks can repeat a key; the common single-key round skips the set.
@@ -61,7 +61,7 @@ impl LockSpec {
         for key in keys {
             check_key(key)?;
             if keys.len() > 1 && !seen.insert(*key) {
-                return Err(ConfigError::DuplicateKey {
+                return Err(ArgumentError::DuplicateKey {
                     key: (*key).to_string(),
                 });
             }

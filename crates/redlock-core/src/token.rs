@@ -4,7 +4,7 @@ use std::fmt;
 
 use fred::bytes_utils::Str;
 
-use crate::error::ConfigError;
+use crate::error::ArgumentError;
 use crate::message::HANDOVER_MARK;
 
 /// A random value that identifies one acquisition attempt.
@@ -45,7 +45,7 @@ impl Token {
     /// Checks a token before it is stored: not empty, at most [`MAX_TOKEN_LEN`] bytes, and
     /// no white space or control characters (release notifications carry `"<token> <key>"`,
     /// so a space in a token would name the wrong key).
-    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self) -> Result<(), ArgumentError> {
         let reason = if self.0.is_empty() {
             "it is empty"
         } else if self.0.len() > MAX_TOKEN_LEN {
@@ -55,7 +55,7 @@ impl Token {
         } else {
             return Ok(());
         };
-        Err(ConfigError::InvalidToken {
+        Err(ArgumentError::InvalidToken {
             reason: reason.into(),
         })
     }
@@ -65,9 +65,9 @@ impl Token {
     /// `support::handover_token`), and a lock whose token looked like one
     /// would be taken on by that fair waiter's next attempt while its holder still held it.
     /// Releases and extensions take such a token: a handed-over lock's.
-    pub(crate) fn check_not_handover(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check_not_handover(&self) -> Result<(), ArgumentError> {
         if self.0.contains(HANDOVER_MARK) {
-            return Err(ConfigError::InvalidToken {
+            return Err(ArgumentError::InvalidToken {
                 reason: "it contains '~', which marks a key handed over to a fair waiter".into(),
             });
         }
@@ -129,7 +129,7 @@ mod tests {
         assert!(Token::from_string("worker-1~7").check().is_ok());
         assert!(matches!(
             Token::from_string("worker-1~7").check_not_handover(),
-            Err(ConfigError::InvalidToken { .. })
+            Err(ArgumentError::InvalidToken { .. })
         ));
         let handed = Token::from_string(crate::message::handover_token_text("w", 1));
         assert!(handed.check_not_handover().is_err());
@@ -151,7 +151,7 @@ mod tests {
             assert!(
                 matches!(
                     Token::from_string(bad.clone()).check(),
-                    Err(ConfigError::InvalidToken { .. })
+                    Err(ArgumentError::InvalidToken { .. })
                 ),
                 "{bad:?}"
             );

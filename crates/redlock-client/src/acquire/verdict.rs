@@ -45,6 +45,7 @@ impl Lost {
                 }
             },
             Err(redlock_core::Error::Config(e)) => return Err(InvalidConfig::Core(e).into()),
+            Err(redlock_core::Error::Argument(e)) => return Err(Error::InvalidArgument(e)),
             Err(
                 e @ (redlock_core::Error::FencingCountersLost { .. }
                 | redlock_core::Error::FencingTokenBehind { .. }),

@@ -73,7 +73,8 @@ impl LockConfig {
     /// core's TTL rule, the renewal rule when the lock is renewed (`renew`), and `max_hold`.
     /// Returns the TTL truncated to whole milliseconds.
     pub(crate) fn check_hold(&self, ttl: Duration, renew: bool) -> Result<Duration, InvalidConfig> {
-        let ttl = redlock_core::support::check_ttl(ttl, self.drift_factor, self.node_timeout)?;
+        let ttl = redlock_core::support::check_ttl(ttl, self.drift_factor, self.node_timeout)
+            .map_err(InvalidConfig::Ttl)?;
         let invalid = |reason: String| Err(InvalidConfig::Renewal { reason });
         let renewal = &self.renewal;
         // `ttl` has passed `check_ttl`, so it exceeds `drift + node_timeout`.
@@ -128,7 +129,7 @@ impl LockConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redlock_core::ConfigError;
+    use redlock_core::{ArgumentError, ConfigError};
 
     const MS: Duration = Duration::from_millis(1);
     use crate::builder::tests::builder;
@@ -143,11 +144,11 @@ mod tests {
     fn core_errors_pass_through() {
         assert_eq!(
             reason(builder().ttl(Duration::ZERO).build()),
-            InvalidConfig::Core(ConfigError::ZeroTtl)
+            InvalidConfig::Ttl(ArgumentError::ZeroTtl)
         );
         assert!(matches!(
             reason(builder().ttl(100 * MS).build()),
-            InvalidConfig::Core(ConfigError::TtlTooShort { .. })
+            InvalidConfig::Ttl(ArgumentError::TtlTooShort { .. })
         ));
         assert!(matches!(
             reason(builder().drift_factor(1.5).build()),
@@ -159,7 +160,7 @@ mod tests {
         ));
         // Transparent: the core message is shown as is.
         let err = reason(builder().ttl(Duration::ZERO).build());
-        assert_eq!(err.to_string(), ConfigError::ZeroTtl.to_string());
+        assert_eq!(err.to_string(), ArgumentError::ZeroTtl.to_string());
     }
 
     #[test]

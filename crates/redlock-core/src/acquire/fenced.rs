@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::coordinator::Coordinator;
 use crate::deadline::Deadline;
-use crate::error::{ConfigError, Error};
+use crate::error::{ArgumentError, Error};
 use crate::fence::{self, FencingCounters, FencingToken, NodeFence, Safeguard};
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
@@ -297,11 +297,11 @@ impl Coordinator {
     /// node that does not answer keeps what it had; the counters returned show which, and
     /// raising again is safe.
     ///
-    /// Fails with [`ConfigError::FencingCounter`] for 0 or a value above
+    /// Fails with [`ArgumentError::FencingCounter`] for 0 or a value above
     /// [`MAX_FENCING_COUNTER`](crate::MAX_FENCING_COUNTER) (nothing is sent).
     pub async fn raise_fencing_counters(&self, at_least: u64) -> Result<FencingCounters, Error> {
         if !(1..=fence::MAX_FENCING_COUNTER).contains(&at_least) {
-            return Err(ConfigError::FencingCounter { value: at_least }.into());
+            return Err(ArgumentError::FencingCounter { value: at_least }.into());
         }
         // Never below a counter some node has: a quorum of the raised nodes alone would
         // otherwise hand out tokens below it.

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::coordinator::Coordinator;
 use crate::deadline::{host_suspended, Deadline};
-use crate::error::{ConfigError, Error};
+use crate::error::{ArgumentError, Error};
 use crate::fair::FairPlace;
 use crate::fence;
 use crate::lock::Lock;
@@ -179,7 +179,7 @@ impl Coordinator {
         let mut spec = LockSpec::new(what.keys, what.token, what.owner.map(Arc::from))?;
         spec.fair = what.fair.is_some();
         if let Some(key) = what.keys.iter().find(|k| config.is_reserved(k)) {
-            return Err(ConfigError::ReservedKey {
+            return Err(ArgumentError::ReservedKey {
                 key: key.to_string(),
             }
             .into());
@@ -257,10 +257,10 @@ impl Coordinator {
 fn check_owner(owner: Option<&str>, keys: &[&str]) -> Result<(), Error> {
     if let Some(owner) = owner {
         if owner.is_empty() {
-            return Err(ConfigError::EmptyOwner.into());
+            return Err(ArgumentError::EmptyOwner.into());
         }
         if keys.len() != 1 {
-            return Err(ConfigError::ReentrantKeys { count: keys.len() }.into());
+            return Err(ArgumentError::ReentrantKeys { count: keys.len() }.into());
         }
     }
     Ok(())

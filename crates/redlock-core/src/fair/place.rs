@@ -9,7 +9,7 @@ use fred::types::Value;
 use tokio::time::Instant;
 
 use crate::config::MAX_TTL;
-use crate::error::{ConfigError, FairPlaceProblem};
+use crate::error::{ArgumentError, FairPlaceProblem};
 use crate::message::HANDOVER_MARK;
 use crate::token::Token;
 
@@ -73,7 +73,7 @@ impl<'a> FairPlace<'a> {
         }
     }
 
-    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self) -> Result<(), ArgumentError> {
         // `~` separates a waiter id from its hand-over number in a hand-over token: with
         // it, one waiter's id could begin another's token, and the first would take that
         // key on (or delete it) as its own.
@@ -95,7 +95,7 @@ impl<'a> FairPlace<'a> {
         } else {
             return Ok(());
         };
-        Err(ConfigError::FairPlace { problem })
+        Err(ArgumentError::FairPlace { problem })
     }
 
     /// The script's arguments after the token and the TTL: waiter, ticket, patience in ms.
@@ -161,7 +161,7 @@ mod tests {
         .check()
         .is_ok());
         let problem = |place: FairPlace<'_>| match place.check() {
-            Err(ConfigError::FairPlace { problem }) => problem,
+            Err(ArgumentError::FairPlace { problem }) => problem,
             other => panic!("{other:?}"),
         };
         assert_eq!(
@@ -202,7 +202,7 @@ mod tests {
                 }
             );
         }
-        let message = ConfigError::FairPlace {
+        let message = ArgumentError::FairPlace {
             problem: FairPlaceProblem::WhiteSpace,
         }
         .to_string();

@@ -242,6 +242,10 @@ impl Ctx<'_> {
                 "{}: the mix asked for a lock the configuration refuses: {e}",
                 self.name
             ))),
+            Err(Error::InvalidArgument(e)) => Err(LabError::Setup(format!(
+                "{}: the mix asked for a lock with an argument the library refuses: {e}",
+                self.name
+            ))),
             Err(error) => {
                 tally.failed += 1;
                 tally.rounds += u64::from(rounds_run(&error));

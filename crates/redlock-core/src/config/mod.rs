@@ -4,22 +4,17 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use crate::drift::{drift, DEFAULT_DRIFT_FACTOR};
+mod checks;
+mod node_url;
+
+pub use checks::{check_key, check_ttl, MAX_KEY_LEN, MAX_TTL};
+pub(crate) use node_url::Endpoint;
+
+use crate::drift::DEFAULT_DRIFT_FACTOR;
 use crate::error::{ArgumentError, ConfigError};
 use crate::report::NodeName;
 use crate::tls::TlsConfig;
-
-/// The longest key a round accepts, in bytes.
-///
-/// Redis takes keys up to 512 MB, but every round sends the key to every node, several
-/// times; a longer key is almost always a bug (an unbounded value used as a lock name).
-/// Hash long resource names into a key instead.
-pub const MAX_KEY_LEN: usize = 4096;
-
-/// The longest TTL a round accepts: a year as humantime counts one (365.25 days), so that
-/// a configuration's `"1y"` is accepted. Locks are leases: a TTL of a year is a bug, and
-/// keeping TTLs bounded keeps every `Instant` computed from them far from overflow.
-pub const MAX_TTL: Duration = Duration::from_secs(31_557_600);
+use node_url::parse_node;
 
 /// The key of the fencing counter on each node, unless configured otherwise.
 pub const DEFAULT_FENCE_KEY: &str = "redlock:fencing-counter";
@@ -154,22 +149,6 @@ impl Default for Config {
     }
 }
 
-/// A node URL that passed the checks, with the name it is reported under.
-#[derive(Clone)]
-pub(crate) struct Endpoint {
-    pub(crate) name: NodeName,
-    pub(crate) fred: fred::types::config::Config,
-}
-
-/// Only the name: fred's `Config` prints its password as given.
-impl std::fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Config {
     /// Whether `key` is the fencing counter's (or one of its companions: its stamp and a
     /// repair's marker) or starts with the fair queues' prefix: no lock may be taken,
@@ -274,97 +253,6 @@ impl Config {
     pub fn check_ttl(&self, ttl: Duration) -> Result<Duration, ArgumentError> {
         check_ttl(ttl, self.drift_factor, self.node_timeout)
     }
-}
-
-fn parse_node(url: &str) -> Result<Endpoint, ConfigError> {
-    let trimmed = url.trim();
-    if trimmed.is_empty() {
-        return Err(ConfigError::InvalidUrl {
-            url: String::new(),
-            reason: "the URL is empty".into(),
-        });
-    }
-    let name = NodeName::redacted(trimmed);
-    let invalid = |reason: String| ConfigError::InvalidUrl {
-        url: name.to_string(),
-        reason,
-    };
-    let parsed = url::Url::parse(trimmed).map_err(|e| invalid(e.to_string()))?;
-    if parsed.port() == Some(0) {
-        return Err(invalid(
-            "port 0 is no server's port: give the port the Redis master listens on \
-             (6379 when omitted)"
-                .into(),
-        ));
-    }
-    match parsed.scheme() {
-        "redis" | "valkey" => {}
-        "rediss" | "valkeys" if cfg!(feature = "tls") => {}
-        "rediss" | "valkeys" => {
-            return Err(invalid("TLS URLs need redlock-core's `tls` feature".into()));
-        }
-        "redis+unix" | "valkey+unix" if cfg!(feature = "unix-sockets") => {}
-        "redis+unix" | "valkey+unix" => {
-            return Err(invalid(
-                "unix socket URLs need redlock-core's `unix-sockets` feature".into(),
-            ));
-        }
-        other => {
-            return Err(invalid(format!(
-                "unsupported scheme `{other}`: Redlock needs standalone masters, \
-                 written redis://host:port (no cluster or sentinel URLs)"
-            )));
-        }
-    }
-    let fred = fred::types::config::Config::from_url(trimmed)
-        .map_err(|e| invalid(e.details().to_string()))?;
-    if fred.server.is_clustered() || fred.server.is_sentinel() {
-        return Err(invalid(
-            "Redlock needs standalone masters, not a cluster or sentinel set".into(),
-        ));
-    }
-    Ok(Endpoint { name, fred })
-}
-
-/// Checks a TTL: not zero, at most [`MAX_TTL`], and long enough that the drift allowance
-/// plus one node timeout leave some validity. Returns it truncated to whole milliseconds.
-pub fn check_ttl(
-    ttl: Duration,
-    drift_factor: f64,
-    node_timeout: Duration,
-) -> Result<Duration, ArgumentError> {
-    let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-    if ttl.is_zero() {
-        return Err(ArgumentError::ZeroTtl);
-    }
-    if ttl > MAX_TTL {
-        return Err(ArgumentError::TtlTooLong { ttl, max: MAX_TTL });
-    }
-    let drift = drift(ttl, drift_factor);
-    // A round that waits one full node timeout must still end with validity left, or every
-    // round with one slow node would be lost by construction.
-    if ttl <= drift.saturating_add(node_timeout) {
-        return Err(ArgumentError::TtlTooShort {
-            ttl,
-            drift,
-            node_timeout,
-        });
-    }
-    Ok(ttl)
-}
-
-/// Checks a lock key: not empty, at most [`MAX_KEY_LEN`] bytes.
-pub fn check_key(key: &str) -> Result<(), ArgumentError> {
-    if key.is_empty() {
-        return Err(ArgumentError::EmptyKey);
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(ArgumentError::KeyTooLong {
-            len: key.len(),
-            max: MAX_KEY_LEN,
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -515,44 +403,5 @@ mod tests {
             ..config(&["redis://127.0.0.1:7001"])
         };
         assert!(matches!(c.validate(), Err(ConfigError::ZeroNodeTimeout)));
-    }
-
-    #[test]
-    fn ttl_checks() {
-        let t = Duration::from_millis(100);
-        assert!(matches!(
-            check_ttl(Duration::ZERO, 0.01, t),
-            Err(ArgumentError::ZeroTtl)
-        ));
-        assert!(matches!(
-            check_ttl(Duration::from_micros(900), 0.01, t),
-            Err(ArgumentError::ZeroTtl)
-        ));
-        assert!(matches!(
-            check_ttl(Duration::from_millis(100), 0.01, t),
-            Err(ArgumentError::TtlTooShort { .. })
-        ));
-        assert!(matches!(
-            check_ttl(MAX_TTL * 2, 0.01, t),
-            Err(ArgumentError::TtlTooLong { .. })
-        ));
-        // humantime's "1y" (365.25 days) is the longest TTL; a millisecond more is not.
-        let year = Duration::from_secs(365 * 24 * 3600 + 6 * 3600);
-        assert_eq!(check_ttl(year, 0.01, t).unwrap(), year);
-        assert!(check_ttl(year + Duration::from_millis(1), 0.01, t).is_err());
-        assert_eq!(
-            check_ttl(Duration::from_micros(1_000_999), 0.01, t).unwrap(),
-            Duration::from_millis(1000)
-        );
-    }
-
-    #[test]
-    fn key_checks() {
-        assert!(matches!(check_key(""), Err(ArgumentError::EmptyKey)));
-        assert!(matches!(
-            check_key(&"k".repeat(MAX_KEY_LEN + 1)),
-            Err(ArgumentError::KeyTooLong { .. })
-        ));
-        assert!(check_key(&"k".repeat(MAX_KEY_LEN)).is_ok());
     }
 }

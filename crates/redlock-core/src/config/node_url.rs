@@ -1,0 +1,71 @@
+//! A node's URL: the schemes a node may use, and the name it is reported under (its
+//! password masked).
+
+use crate::error::ConfigError;
+use crate::report::NodeName;
+
+/// A node URL that passed the checks, with the name it is reported under.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) name: NodeName,
+    pub(crate) fred: fred::types::config::Config,
+}
+
+/// Only the name: fred's `Config` prints its password as given.
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(super) fn parse_node(url: &str) -> Result<Endpoint, ConfigError> {
+    let trimmed = url.trim();
+    if trimmed.is_empty() {
+        return Err(ConfigError::InvalidUrl {
+            url: String::new(),
+            reason: "the URL is empty".into(),
+        });
+    }
+    let name = NodeName::redacted(trimmed);
+    let invalid = |reason: String| ConfigError::InvalidUrl {
+        url: name.to_string(),
+        reason,
+    };
+    let parsed = url::Url::parse(trimmed).map_err(|e| invalid(e.to_string()))?;
+    if parsed.port() == Some(0) {
+        return Err(invalid(
+            "port 0 is no server's port: give the port the Redis master listens on \
+             (6379 when omitted)"
+                .into(),
+        ));
+    }
+    match parsed.scheme() {
+        "redis" | "valkey" => {}
+        "rediss" | "valkeys" if cfg!(feature = "tls") => {}
+        "rediss" | "valkeys" => {
+            return Err(invalid("TLS URLs need redlock-core's `tls` feature".into()));
+        }
+        "redis+unix" | "valkey+unix" if cfg!(feature = "unix-sockets") => {}
+        "redis+unix" | "valkey+unix" => {
+            return Err(invalid(
+                "unix socket URLs need redlock-core's `unix-sockets` feature".into(),
+            ));
+        }
+        other => {
+            return Err(invalid(format!(
+                "unsupported scheme `{other}`: Redlock needs standalone masters, \
+                 written redis://host:port (no cluster or sentinel URLs)"
+            )));
+        }
+    }
+    let fred = fred::types::config::Config::from_url(trimmed)
+        .map_err(|e| invalid(e.details().to_string()))?;
+    if fred.server.is_clustered() || fred.server.is_sentinel() {
+        return Err(invalid(
+            "Redlock needs standalone masters, not a cluster or sentinel set".into(),
+        ));
+    }
+    Ok(Endpoint { name, fred })
+}

@@ -26,14 +26,7 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
         Ok(guard) => guard,
         Err(signal) => return Ok(Exit::signalled(signal as i32)),
     };
-    let mut env = vec![
-        ("REDLOCK_KEY", guard.key()),
-        ("REDLOCK_TOKEN", guard.lock().token().as_str().to_string()),
-    ];
-    if let Some(token) = guard.fencing_token() {
-        env.push(("REDLOCK_FENCING_TOKEN", token.get().to_string()));
-    }
-    let mut child = match Child::spawn(&args.command, &env) {
+    let mut child = match Child::spawn(&args.command, &command_env(&guard)) {
         Ok(child) => child,
         Err(e) => {
             release_or_warn(guard, console).await;
@@ -118,6 +111,19 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
         reason,
         renewal,
     })
+}
+
+/// What the command finds in its environment: the key, the lock's token, and its fencing
+/// token when the lock is fenced.
+fn command_env(guard: &LockGuard) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("REDLOCK_KEY", guard.key()),
+        ("REDLOCK_TOKEN", guard.lock().token().as_str().to_string()),
+    ];
+    if let Some(token) = guard.fencing_token() {
+        env.push(("REDLOCK_FENCING_TOKEN", token.get().to_string()));
+    }
+    env
 }
 
 /// How the command's run ended, as far as `redlock` is concerned.

@@ -19,6 +19,9 @@ pub struct RenewalDoctests;
 #[doc = include_str!("../docs/several-keys-and-reentrancy.md")]
 pub struct SeveralKeysAndReentrancyDoctests;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/semaphores.md")]
+pub struct SemaphoresDoctests;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/fair-hand-off.md")]
 pub struct FairHandOffDoctests;
 #[cfg(doctest)]

@@ -63,6 +63,12 @@ pub enum InvalidConfig {
         /// What is wrong and what to change.
         reason: String,
     },
+    /// An option a semaphore's permits do not take (fencing, the fair queue).
+    #[error("invalid semaphore options: {reason}")]
+    Semaphore {
+        /// What is wrong and what to change.
+        reason: String,
+    },
     /// The minimum validity (`min_validity`, configured or per call).
     #[error("invalid minimum validity: {reason}")]
     MinValidity {

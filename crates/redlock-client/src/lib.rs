@@ -87,6 +87,7 @@ mod owner;
 mod renew;
 mod resource;
 mod retry;
+mod semaphore;
 mod shared;
 
 pub use acquire::LockOptions;
@@ -100,11 +101,12 @@ pub use redlock_core;
 pub use redlock_core::{
     ArgumentError, FencingCounter, FencingCounters, FencingToken, HealthPolicy, HealthProblem,
     Holder, Inspection, NodeHealth, NodeOutcome, RoundReport, ServerError, ServerErrorKind,
-    TlsConfig, Token, MAX_FENCING_COUNTER,
+    TlsConfig, Token, MAX_FENCING_COUNTER, MAX_PERMITS,
 };
 pub use renew::policy::RenewalPolicy;
 pub use resource::{fence_record_key, fenced_set, FENCED_UPDATE_SQL};
 pub use retry::{Backoff, RetryPolicy};
+pub use semaphore::Semaphore;
 
 // The README's examples, compiled as doc tests so that they stay true.
 #[cfg(doctest)]

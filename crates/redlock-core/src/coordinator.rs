@@ -282,6 +282,7 @@ impl Coordinator {
     pub(crate) fn untimed_round(&self, kind: RoundKind, command: Command, name: Arc<str>) -> Round {
         Round {
             kind,
+            alternatives: false,
             command,
             requests: vec![Request {
                 name,
@@ -313,6 +314,7 @@ impl Coordinator {
         check_key(key)?;
         let round = Round {
             kind: RoundKind::Inspect,
+            alternatives: false,
             command: Command::Script {
                 script: &INSPECT,
                 keys: vec![Key::from(key)],

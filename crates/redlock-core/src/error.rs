@@ -67,10 +67,12 @@ pub enum ConfigError {
         /// The rejected factor.
         factor: f64,
     },
-    /// The fair queues' prefix holds a brace, which could make a hash tag of its own (see
-    /// `redlock_core::layout`).
-    #[error("the fair queues' prefix {prefix:?} holds a brace: a queue key must take its hash tag from its lock key, so use a prefix without '{{' or '}}'")]
-    FairPrefixHashTag {
+    /// The fair queues' or the semaphores' prefix holds a brace, which could make a hash
+    /// tag of its own (see `redlock_core::layout`).
+    #[error("the setting `{setting}` = {prefix:?} holds a brace: a key under it takes its hash tag from its lock key or semaphore name, so use a prefix without '{{' or '}}'")]
+    PrefixHashTag {
+        /// Which prefix (`fair_prefix`, `semaphore_prefix`).
+        setting: &'static str,
         /// The prefix.
         prefix: String,
     },
@@ -139,6 +141,15 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ArgumentError {
+    /// A semaphore's number of permits is zero or above
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS).
+    #[error("a semaphore of {permits} permits cannot be taken: give it from 1 to {max} permits (every round proposes each of them to every node)")]
+    Permits {
+        /// The number given.
+        permits: u32,
+        /// The most accepted.
+        max: u32,
+    },
     /// The TTL is zero (or below one millisecond, the precision of `PX`).
     #[error("the lock TTL is zero (or under 1ms): give the lock a lifetime, for example 10s")]
     ZeroTtl,

@@ -153,6 +153,7 @@ impl Coordinator {
         }
         let round = Round {
             kind: RoundKind::Extend,
+            alternatives: false,
             command: Command::Script {
                 script: &EXTEND_BATCH,
                 keys,

@@ -71,6 +71,20 @@ pub(crate) fn queue_keys(prefix: &str, key: &str) -> [Key; 3] {
     ]
 }
 
+/// The keys of semaphore `name`'s permits under the semaphores' prefix `prefix`:
+/// `<prefix>{name}:<i>` for `i` from 1 to `permits`, in `name`'s hash slot (a name with a
+/// hash tag of its own keeps it, unwrapped), so that one script may propose them all.
+pub(crate) fn permit_keys(prefix: &str, name: &str, permits: u32) -> Vec<String> {
+    let (open, close) = if hash_tag(name).is_some() {
+        ("", "")
+    } else {
+        ("{", "}")
+    };
+    (1..=permits)
+        .map(|i| format!("{prefix}{open}{name}{close}:{i}"))
+        .collect()
+}
+
 /// Whether `prefix` may prefix companion keys: it must not bring a hash tag of its own.
 pub(crate) fn prefix_has_no_tag(prefix: &str) -> bool {
     !prefix.contains(['{', '}'])
@@ -132,6 +146,26 @@ mod tests {
             !REENTRANT_OWNER_FIELD.starts_with(REENTRANT_HOLD_PREFIX),
             "the owner field is never read as a hold"
         );
+    }
+
+    #[test]
+    fn permit_keys_share_the_names_slot_and_never_collide_between_names() {
+        let keys = permit_keys("redlock:semaphore-", "jobs", 3);
+        assert_eq!(
+            keys,
+            [
+                "redlock:semaphore-{jobs}:1",
+                "redlock:semaphore-{jobs}:2",
+                "redlock:semaphore-{jobs}:3"
+            ]
+        );
+        assert!(keys.iter().all(|k| hash_tag(k) == Some("jobs")));
+        // A name that ends like another's permit is not one of them.
+        assert!(!permit_keys("p-", "jobs}:1", 1)
+            .iter()
+            .any(|k| keys.iter().any(|other| other.ends_with(k.as_str()))));
+        let tagged = permit_keys("p-", "app:{tenant}:jobs", 2);
+        assert_eq!(tagged, ["p-app:{tenant}:jobs:1", "p-app:{tenant}:jobs:2"]);
     }
 
     #[test]

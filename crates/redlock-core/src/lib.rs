@@ -100,6 +100,7 @@ mod quorum;
 mod report;
 mod round;
 mod scripts;
+mod semaphore;
 mod server_error;
 pub mod support;
 mod tls;
@@ -108,7 +109,7 @@ mod token;
 pub use acquire::Acquisition;
 pub use config::{
     Config, HealthPolicy, DEFAULT_FAIR_PREFIX, DEFAULT_FENCE_KEY, DEFAULT_NODE_TIMEOUT,
-    MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
+    DEFAULT_SEMAPHORE_PREFIX, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
 };
 pub use coordinator::Coordinator;
 #[cfg(feature = "test-util")]
@@ -130,6 +131,7 @@ pub use quorum::quorum;
 pub use report::{
     CleanupOutcome, ClosedReason, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport,
 };
+pub use semaphore::MAX_PERMITS;
 pub use server_error::{ServerError, ServerErrorKind};
 pub use tls::TlsConfig;
 pub use token::{Token, MAX_TOKEN_LEN};

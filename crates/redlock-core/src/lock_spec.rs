@@ -314,7 +314,7 @@ impl LockSpec {
 
 /// A TTL in whole milliseconds, as `PX` and the scripts take it. TTLs are checked to be at
 /// most a year before any round, so this never saturates.
-fn ttl_ms(ttl: Duration) -> i64 {
+pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
 }
 

@@ -63,6 +63,7 @@ pub(crate) async fn acquire(
 ) -> Result<LockGuard, Error> {
     let inner = &**client;
     let plan = Plan::resolve(&inner.config, options)?;
+    plan.check_shape(shape)?;
     // One waiter id for every attempt of this call: its place in the keys' fair queues.
     let waiter = plan
         .queues(shape, inner.notifier.is_some())
@@ -245,6 +246,10 @@ impl<'a> Call<'a> {
         let keys: Vec<&str> = match self.shape {
             Shape::One(key) | Shape::Reentrant(key, _) => vec![key],
             Shape::Many(keys) => keys.iter().map(String::as_str).collect(),
+            Shape::Permit { name, permits, .. } => {
+                let core = &self.inner().core;
+                return core.acquire_permit(name, permits, self.plan.ttl).await;
+            }
         };
         let acquisition = Acquisition {
             owner: self.shape.owner(),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::config::LockConfig;
-use crate::error::Error;
+use crate::error::{Error, InvalidConfig};
 use crate::owner::Owner;
 use crate::retry::RetryPolicy;
 
@@ -37,6 +37,13 @@ pub(crate) enum Shape<'a> {
     Many(&'a [String]),
     /// One key, reentrantly for its owner.
     Reentrant(&'a str, &'a Owner),
+    /// A permit of a semaphore: its `name` (as the core takes it), the name `shown` in
+    /// errors and traces, and its number of `permits`.
+    Permit {
+        name: &'a str,
+        shown: &'a str,
+        permits: u32,
+    },
 }
 
 impl<'a> Shape<'a> {
@@ -45,6 +52,7 @@ impl<'a> Shape<'a> {
         match self {
             Shape::One(key) | Shape::Reentrant(key, _) => vec![key.to_string()],
             Shape::Many(keys) => keys.to_vec(),
+            Shape::Permit { shown, .. } => vec![shown.to_string()],
         }
     }
 
@@ -52,7 +60,7 @@ impl<'a> Shape<'a> {
     pub(super) fn owner(self) -> Option<&'a str> {
         match self {
             Shape::Reentrant(_, owner) => Some(owner.as_str()),
-            Shape::One(_) | Shape::Many(_) => None,
+            Shape::One(_) | Shape::Many(_) | Shape::Permit { .. } => None,
         }
     }
 }
@@ -100,6 +108,26 @@ impl<'a> Plan<'a> {
         })
     }
 
+    /// Refuses what a semaphore's permits do not offer yet: fencing tokens (each would
+    /// have to name its permit) and the fair queue (each permit has its own).
+    pub(super) fn check_shape(&self, shape: Shape<'_>) -> Result<(), InvalidConfig> {
+        let Shape::Permit { .. } = shape else {
+            return Ok(());
+        };
+        let what = match (self.fenced, self.fair) {
+            (false, false) => return Ok(()),
+            (true, _) => "fencing tokens",
+            (false, true) => "the fair queue",
+        };
+        Err(InvalidConfig::Semaphore {
+            reason: format!(
+                "a semaphore's permits offer no {what}: acquire them with \
+                 `LockOptions {{ fenced: Some(false), fair: Some(false), .. }}`, or from a \
+                 client configured without fencing and fairness"
+            ),
+        })
+    }
+
     /// Whether the call takes a place in its keys' fair queues (and so needs a waiter id).
     ///
     /// A fair call queues from its first attempt, gated. Without `fair`, a call that may
@@ -118,8 +146,16 @@ impl<'a> Plan<'a> {
     /// one, which wakes its owner's other waiters for the key in this client when it wins.
     /// Registering costs a waiter id and a turn of the registry's lock, which calls that
     /// never wait are spared.
+    ///
+    /// A semaphore's waiter does not: a permit's release announces itself only to waiters
+    /// queued for that permit, and a semaphore's waiters do not queue; they try again after
+    /// their backoff's delay.
     pub(super) fn watches(&self, shape: Shape<'_>) -> bool {
-        self.waits || self.fair || matches!(shape, Shape::Reentrant(..))
+        match shape {
+            Shape::Permit { .. } => false,
+            Shape::Reentrant(..) => true,
+            Shape::One(_) | Shape::Many(_) => self.waits || self.fair,
+        }
     }
 
     /// Whether a fair attempt registers a hand-over: only a plain lock of one key is handed

@@ -188,6 +188,7 @@ impl LockConfig {
             drift_factor: self.drift_factor,
             fence_key: format!("{}fencing-counter", self.key_prefix),
             fair_prefix: format!("{}fair-", self.key_prefix),
+            semaphore_prefix: format!("{}semaphore-", self.key_prefix),
             tls: self.tls.clone(),
             health: self.health,
             group_commit: self.group_commit,

@@ -231,6 +231,7 @@ impl Coordinator {
         let fence_key = fenced.then_some(config.fence_key.as_str());
         Round {
             kind: RoundKind::Acquire,
+            alternatives: false,
             command: match place {
                 Some(place) => {
                     spec.acquire_queued(ttl, place, fair, &config.fair_prefix, fence_key)

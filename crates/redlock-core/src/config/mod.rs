@@ -19,6 +19,9 @@ use node_url::parse_node;
 /// The key of the fencing counter on each node, unless configured otherwise.
 pub const DEFAULT_FENCE_KEY: &str = "redlock:fencing-counter";
 
+/// The default prefix of the semaphores' permit keys ([`Config::semaphore_prefix`]).
+pub const DEFAULT_SEMAPHORE_PREFIX: &str = "redlock:semaphore-";
+
 /// The default prefix of the fair queues' keys ([`Config::fair_prefix`]).
 pub const DEFAULT_FAIR_PREFIX: &str = "redlock:fair-";
 
@@ -75,6 +78,11 @@ pub struct Config {
     /// not hold a brace. No lock key may start with it. Defaults to
     /// `"redlock:fair-"`.
     pub fair_prefix: String,
+    /// The prefix of the semaphores' permit keys: permit `i` of semaphore `name` is
+    /// `<semaphore_prefix>{name}:<i>` (see `Coordinator::acquire_permit`). It may not hold
+    /// a brace. No lock key may start with it, so that no plain lock takes a permit's key.
+    /// Defaults to `"redlock:semaphore-"`.
+    pub semaphore_prefix: String,
     /// TLS settings for the `rediss://` nodes (CA, client certificate, name check). `None`:
     /// `rediss://` nodes are checked against the system's roots and their URL's host.
     /// Given while no node URL uses `rediss://`, it is an error (the connections would
@@ -125,6 +133,7 @@ impl fmt::Debug for Config {
             .field("release_channel", &self.release_channel)
             .field("fence_key", &self.fence_key)
             .field("fair_prefix", &self.fair_prefix)
+            .field("semaphore_prefix", &self.semaphore_prefix)
             .field("tls", &self.tls)
             .field("health", &self.health)
             .field("group_commit", &self.group_commit)
@@ -142,6 +151,7 @@ impl Default for Config {
             release_channel: None,
             fence_key: DEFAULT_FENCE_KEY.into(),
             fair_prefix: DEFAULT_FAIR_PREFIX.into(),
+            semaphore_prefix: DEFAULT_SEMAPHORE_PREFIX.into(),
             tls: None,
             health: HealthPolicy::default(),
             group_commit: true,
@@ -151,10 +161,12 @@ impl Default for Config {
 
 impl Config {
     /// Whether `key` is the fencing counter's (or one of its companions: its stamp and a
-    /// repair's marker) or starts with the fair queues' prefix: no lock may be taken,
-    /// released or extended under it.
+    /// repair's marker) or starts with the fair queues' or the semaphores' prefix: no lock
+    /// may be taken, released or extended under it by its key.
     pub(crate) fn is_reserved(&self, key: &str) -> bool {
-        crate::fence::is_counter_key(&self.fence_key, key) || key.starts_with(&self.fair_prefix)
+        crate::fence::is_counter_key(&self.fence_key, key)
+            || key.starts_with(&self.fair_prefix)
+            || key.starts_with(&self.semaphore_prefix)
     }
 
     /// Checks every value without connecting anywhere.
@@ -189,11 +201,17 @@ impl Config {
         }
         let setting = |setting| move |problem| ConfigError::Setting { setting, problem };
         check_key(&self.fence_key).map_err(setting("fence_key"))?;
-        check_key(&self.fair_prefix).map_err(setting("fair_prefix"))?;
-        if !crate::layout::prefix_has_no_tag(&self.fair_prefix) {
-            return Err(ConfigError::FairPrefixHashTag {
-                prefix: self.fair_prefix.clone(),
-            });
+        for (name, prefix) in [
+            ("fair_prefix", &self.fair_prefix),
+            ("semaphore_prefix", &self.semaphore_prefix),
+        ] {
+            check_key(prefix).map_err(setting(name))?;
+            if !crate::layout::prefix_has_no_tag(prefix) {
+                return Err(ConfigError::PrefixHashTag {
+                    setting: name,
+                    prefix: prefix.clone(),
+                });
+            }
         }
         if let Some(tls) = &self.tls {
             tls.check()?;
@@ -267,17 +285,28 @@ mod tests {
     }
 
     #[test]
-    fn a_fair_prefix_with_a_brace_is_refused_and_says_why() {
+    fn a_prefix_with_a_brace_is_refused_and_says_why() {
         let braced = Config {
             fair_prefix: "redlock:{fair}-".into(),
             ..config(&["redis://127.0.0.1:6379"])
         };
         let error = braced.validate().unwrap_err();
         assert!(
-            matches!(&error, ConfigError::FairPrefixHashTag { prefix } if prefix == "redlock:{fair}-"),
+            matches!(&error, ConfigError::PrefixHashTag { setting: "fair_prefix", prefix } if prefix == "redlock:{fair}-"),
             "{error:?}"
         );
         assert!(error.to_string().contains("without '{' or '}'"), "{error}");
+        let braced = Config {
+            semaphore_prefix: "redlock:sem}-".into(),
+            ..config(&["redis://127.0.0.1:6379"])
+        };
+        assert!(matches!(
+            braced.validate(),
+            Err(ConfigError::PrefixHashTag {
+                setting: "semaphore_prefix",
+                ..
+            })
+        ));
         assert!(config(&["redis://127.0.0.1:6379"]).validate().is_ok());
     }
 

@@ -255,6 +255,7 @@ impl Coordinator {
                 }
                 Round {
                     kind: RoundKind::Acquire,
+                    alternatives: false,
                     command: Command::Script {
                         script: &grouped(&many[0].spec).0,
                         keys,
@@ -348,6 +349,7 @@ impl Coordinator {
                 keys.append(&mut queues);
                 Round {
                     kind: RoundKind::Release,
+                    alternatives: false,
                     command: Command::Script {
                         script: &grouped(&many[0].spec).1,
                         keys,
@@ -384,6 +386,7 @@ impl Coordinator {
     fn plain_round(&self, spec: &LockSpec, ttl: Duration) -> Round {
         Round {
             kind: RoundKind::Acquire,
+            alternatives: false,
             command: spec.acquire(ttl, None),
             requests: vec![spec.acquire_request(ttl)],
             drift_factor: self.inner.config.drift_factor,

@@ -259,8 +259,13 @@ fn finish(flight: &mut InFlight, tally: &mut RoundVotes, decide: &Decide<'_>) ->
     }
     flight.hand_off(roll_back, false);
     // A batch counts as won only if every lock in it was: one lost renewal is worth seeing.
-    let all_won = results.iter().all(|((_, won, _), early)| *won || *early);
-    metrics::round_decided(round.kind, all_won, elapsed);
+    let won = |((_, won, _), early): &(Outcome, bool)| *won || *early;
+    let round_won = if round.alternatives {
+        results.iter().any(won)
+    } else {
+        results.iter().all(won)
+    };
+    metrics::round_decided(round.kind, round_won, elapsed);
 
     let span = tracing::Span::current();
     let values = std::mem::take(&mut tally.values);
@@ -279,7 +284,7 @@ fn finish(flight: &mut InFlight, tally: &mut RoundVotes, decide: &Decide<'_>) ->
         })
         .collect();
     if r > 1 {
-        span.record("won", all_won);
+        span.record("won", round_won);
     }
     span.record("elapsed_us", elapsed.as_micros() as u64);
     decided

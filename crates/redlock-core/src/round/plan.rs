@@ -44,6 +44,10 @@ pub(crate) struct Undo {
 #[derive(Debug)]
 pub(crate) struct Round {
     pub(crate) kind: RoundKind,
+    /// The requests are alternatives, of which at most one can win (a semaphore's
+    /// permits): the round counts as won when one did. Otherwise the requests are a batch
+    /// of locks, and the round counts as won only when every one did.
+    pub(crate) alternatives: bool,
     pub(crate) command: Command,
     pub(crate) requests: Vec<Request>,
     pub(crate) drift_factor: f64,

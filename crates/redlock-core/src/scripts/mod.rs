@@ -8,7 +8,8 @@
 //! functions here compose it into each script a lock needs, one file per concern:
 //! `plain.rs` (the acquisition, group commit's batches, the extension), `release.rs`
 //! (releases and the helpers that pass a freed key on), `fence.rs` (the fenced form and
-//! the fencing counters' own scripts), `fair.rs` (the fair queue), `inspect.rs`.
+//! the fencing counters' own scripts), `fair.rs` (the fair queue), `inspect.rs`,
+//! `permit.rs` (the semaphore's acquisition).
 
 use std::borrow::Cow;
 
@@ -40,12 +41,14 @@ pub(super) const MESSAGE: &str = message_lua!();
 mod fair;
 mod fence;
 mod inspect;
+mod permit;
 mod plain;
 mod release;
 
 pub(crate) use fair::{queued, queued_rollback, FAIR_LEAVE};
 pub(crate) use fence::{fenced, FENCE_MARK, FENCE_READ, FENCE_RECORD, FENCE_SEED};
 pub(crate) use inspect::INSPECT;
+pub(crate) use permit::PERMIT_TAKE;
 pub(crate) use plain::{acquire, extend_batch, grouped_acquire};
 pub(crate) use release::{grouped_release, release};
 
@@ -88,8 +91,9 @@ pub(crate) fn channel_arg(channel: Option<&Value>) -> Value {
 }
 
 /// The scripts that no lock kind composes, for preloading (see `kind` for the rest).
-pub(crate) fn own() -> [&'static Script; 6] {
+pub(crate) fn own() -> [&'static Script; 7] {
     [
+        &PERMIT_TAKE,
         &FENCE_RECORD,
         &FENCE_READ,
         &FENCE_MARK,

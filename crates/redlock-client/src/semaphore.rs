@@ -1,0 +1,99 @@
+//! A semaphore: at most a number of holders of one name at once, each holding a permit
+//! that is a guard like a lock's (renewed, released on drop, with a loss signal).
+//!
+//! Each permit is a Redlock key of its own, so the bound holds as a lock's exclusion
+//! does: see `redlock_core`'s `Coordinator::acquire_permit`.
+
+use redlock_core::{ArgumentError, MAX_PERMITS};
+
+use crate::acquire::{acquire, LockOptions, Shape};
+use crate::client::Redlock;
+use crate::error::Error;
+use crate::guard::LockGuard;
+use crate::retry::RetryPolicy;
+
+/// A semaphore of `permits` permits under one name, from [`Redlock::semaphore`].
+///
+/// ```no_run
+/// # async fn demo(client: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+/// let encoders = client.semaphore("encoders", 4)?;
+/// let permit = encoders.acquire().await?; // one of at most 4 holders
+/// // ... work while `permit.is_valid()` ...
+/// permit.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// A permit's guard names its permit in its key (`<key_prefix>semaphore-{name}:<i>`).
+/// Waiters are not woken by a release: they try again after their retry policy's delay.
+/// Permits offer no fencing tokens and no fair queue yet: a call that asks for either
+/// (or a client configured with them) fails with [`crate::InvalidConfig::Semaphore`].
+#[derive(Clone, Debug)]
+pub struct Semaphore {
+    client: Redlock,
+    name: String,
+    shown: String,
+    permits: u32,
+}
+
+impl Redlock {
+    /// The semaphore `name` with `permits` permits: at most `permits` holders at once,
+    /// across every client of the same nodes that names it with the same number of
+    /// permits. Nothing is sent until a permit is acquired.
+    ///
+    /// Fails with [`Error::InvalidArgument`] for an empty name, or for zero permits or
+    /// more than [`MAX_PERMITS`].
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore, Error> {
+        if !(1..=MAX_PERMITS).contains(&permits) {
+            return Err(ArgumentError::Permits {
+                permits,
+                max: MAX_PERMITS,
+            }
+            .into());
+        }
+        redlock_core::support::check_key(name)?;
+        Ok(Semaphore {
+            client: self.clone(),
+            name: name.to_string(),
+            shown: format!("{}semaphore-{{{name}}}", self.config().key_prefix),
+            permits,
+        })
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many holders it admits at once.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Acquires a permit, retrying under the client's retry policy: the permit's guard.
+    /// Cancel-safe as [`Redlock::lock`] is.
+    pub async fn acquire(&self) -> Result<LockGuard, Error> {
+        self.acquire_with(&LockOptions::default()).await
+    }
+
+    /// One attempt, no waiting: a permit, or why not.
+    pub async fn try_acquire(&self) -> Result<LockGuard, Error> {
+        let options = LockOptions {
+            retry: Some(RetryPolicy::no_retry()),
+            ..Default::default()
+        };
+        self.acquire_with(&options).await
+    }
+
+    /// [`acquire`](Self::acquire) with per-call overrides.
+    pub async fn acquire_with(&self, options: &LockOptions) -> Result<LockGuard, Error> {
+        let shape = Shape::Permit {
+            name: &self.name,
+            shown: &self.shown,
+            permits: self.permits,
+        };
+        acquire(&self.client.inner, shape, options).await
+    }
+}

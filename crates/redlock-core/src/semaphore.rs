@@ -1,0 +1,195 @@
+//! A semaphore over the quorum: at most `permits` holders of one name at any instant.
+//!
+//! Each permit is an ordinary Redlock key, `<semaphore_prefix>{name}:<i>` for `i` from 1
+//! to `permits` (see `layout::permit_keys`), so a permit's safety is a lock's: no two
+//! holders of one permit inside their validity, hence at most `permits` holders of the
+//! name. One round proposes every permit to every node, in an order that starts at a random
+//! permit (so that contenders spread over the permits); each node takes the first free one
+//! of that order for the round's token (`scripts::PERMIT_TAKE`). The round counts the
+//! votes of each permit apart, as a batch of one request per permit: at most one permit
+//! reaches a quorum (two quorums share a node, and a node takes one permit per round), and
+//! every other permit is rolled back on every node by compare-and-delete with the token,
+//! late answers too. The permit won is a plain lock of its key: it is extended, renewed and
+//! released as any lock of one key.
+//!
+//! Why not a per-node limit of `permits` with a majority: with three nodes and two permits,
+//! three contenders can each win a different two-node majority, three holders of two
+//! permits. A per-node limit of `floor(permits * quorum / N)` is safe but leaves fewer
+//! permits than asked for (five nodes, ten permits: six). Slots give exactly `permits`.
+
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+
+use crate::config::check_key;
+use crate::coordinator::Coordinator;
+use crate::error::{ArgumentError, Error};
+use crate::kind;
+use crate::layout::permit_keys;
+use crate::lock::Lock;
+use crate::lock_spec::LockSpec;
+use crate::report::RoundKind;
+use crate::round::command::Command;
+use crate::round::plan::Round;
+use crate::round::{self, Decided};
+use crate::scripts::PERMIT_TAKE;
+use crate::token::Token;
+
+/// The most permits a semaphore may have: every round proposes each of them to every node,
+/// and its reply has one flag per permit.
+pub const MAX_PERMITS: u32 = 1024;
+
+impl Coordinator {
+    /// One acquisition round for a permit of semaphore `name`, which has `permits`
+    /// permits, for `ttl` (see the `semaphore` module): the permit's lock, whose key names
+    /// the permit (`<semaphore_prefix>{name}:<i>`), or the error of a lost round (every
+    /// permit held by others on too many nodes, or the nodes split between permits). No
+    /// retries: that is the client's policy. A round split between permits rolls back
+    /// everything it took.
+    ///
+    /// Fails with [`Error::Argument`] for an empty or too long name, zero permits or more
+    /// than [`MAX_PERMITS`], or an unusable TTL, before anything is sent.
+    pub async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        ttl: Duration,
+    ) -> Result<Lock, Error> {
+        self.acquire_permit_with(name, permits, ttl, Token::random())
+            .await
+    }
+
+    /// [`acquire_permit`](Self::acquire_permit) under the caller's `token` (unique per
+    /// acquisition, see [`Token::from_string`]).
+    pub async fn acquire_permit_with(
+        &self,
+        name: &str,
+        permits: u32,
+        ttl: Duration,
+        token: Token,
+    ) -> Result<Lock, Error> {
+        let config = &self.inner.config;
+        if !(1..=MAX_PERMITS).contains(&permits) {
+            return Err(ArgumentError::Permits {
+                permits,
+                max: MAX_PERMITS,
+            }
+            .into());
+        }
+        check_key(name)?;
+        token.check()?;
+        token.check_not_handover()?;
+        let ttl = config.check_ttl(ttl)?;
+        let keys = proposed(permit_keys(&config.semaphore_prefix, name, permits));
+        let mut specs = Vec::with_capacity(keys.len());
+        for key in &keys {
+            check_key(key)?;
+            specs.push(LockSpec::of_kind(&kind::ONE, &[key], token.clone(), None)?);
+        }
+        let round = Round {
+            kind: RoundKind::Acquire,
+            alternatives: true,
+            command: Command::Script {
+                script: &PERMIT_TAKE,
+                keys: keys.iter().map(|k| Key::from(k.as_str())).collect(),
+                args: vec![
+                    Value::String(token.as_fred().clone()),
+                    Value::from(crate::lock_spec::ttl_ms(ttl)),
+                ],
+            },
+            requests: specs.iter().map(|spec| spec.acquire_request(ttl)).collect(),
+            drift_factor: config.drift_factor,
+        };
+        let decided = round::run(&self.inner.connections, round, &self.inner.work).await;
+        won_permit(decided, specs, ttl)
+    }
+}
+
+/// Every permit's key, in the order one round proposes them: starting at a random one.
+fn proposed(mut keys: Vec<String>) -> Vec<String> {
+    let start = rand::Rng::gen_range(&mut rand::thread_rng(), 0..keys.len());
+    keys.rotate_left(start);
+    keys
+}
+
+/// The lock of the permit that won its quorum, or the error of the permit that came
+/// closest (the most nodes took it) when none did.
+fn won_permit(decided: Vec<Decided>, specs: Vec<LockSpec>, ttl: Duration) -> Result<Lock, Error> {
+    let best = decided
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, d)| (d.won, d.report.accepted))
+        .map_or(0, |(i, _)| i);
+    let (decided, spec) = decided
+        .into_iter()
+        .zip(specs)
+        .nth(best)
+        .expect("a round decides each of its permits");
+    decided.into_lock(spec, ttl, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_proposes_every_permit_once_starting_anywhere() {
+        let keys: Vec<String> = (1..=5).map(|i| i.to_string()).collect();
+        let mut starts = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let order = proposed(keys.clone());
+            let mut sorted = order.clone();
+            sorted.sort();
+            assert_eq!(sorted, keys);
+            // A rotation: each permit is followed by the next, the last by the first.
+            let at = keys.iter().position(|k| *k == order[0]).unwrap();
+            assert!(order
+                .iter()
+                .enumerate()
+                .all(|(i, k)| *k == keys[(at + i) % 5]));
+            starts.insert(at);
+        }
+        assert_eq!(starts.len(), 5, "{starts:?}");
+    }
+
+    /// The design not taken, as the negative control of the module's argument: a per-node
+    /// limit of `permits` and a majority lets three contenders each win a different
+    /// majority of three nodes, three holders of two permits; permits as keys, each node
+    /// taking one per round, let at most two of them win.
+    #[test]
+    fn a_per_node_limit_with_a_majority_admits_more_holders_than_permits() {
+        let (permits, quorum) = (2, 2);
+        let majorities = [[0, 1], [1, 2], [2, 0]];
+        let mut limit = [0; 3];
+        let mut limited_holders = 0;
+        let mut slots: [[Option<usize>; 2]; 3] = [[None; 2]; 3];
+        let mut slot_holders = 0;
+        for (contender, majority) in majorities.iter().enumerate() {
+            if majority.iter().all(|&n| limit[n] < permits) {
+                majority.iter().for_each(|&n| limit[n] += 1);
+                limited_holders += 1;
+            }
+            // Each node of the majority takes its first free permit for the contender; it
+            // holds one permit if a quorum took the same one.
+            let mut taken = [0; 2];
+            for &n in majority {
+                if let Some(free) = slots[n].iter().position(Option::is_none) {
+                    slots[n][free] = Some(contender);
+                    taken[free] += 1;
+                }
+            }
+            if taken.iter().any(|&votes| votes >= quorum) {
+                slot_holders += 1;
+            } else {
+                // Lost: rolled back on every node.
+                for node in &mut slots {
+                    node.iter_mut()
+                        .filter(|s| **s == Some(contender))
+                        .for_each(|s| *s = None);
+                }
+            }
+        }
+        assert_eq!(limited_holders, 3, "the per-node limit admits one too many");
+        assert!(slot_holders <= permits, "{slot_holders}");
+    }
+}

@@ -1,0 +1,253 @@
+//! The semaphore over the quorum (`Coordinator::acquire_permit`) against real
+//! redis-server processes: at most `permits` holders, a round split between permits rolls
+//! back everything it took, and a permit is a lock like any other once won.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{client, coordinator};
+use redlock_client::{Error as ClientError, InvalidConfig, LockOptions};
+use redlock_core::{ArgumentError, Error, Token, MAX_PERMITS};
+use redlock_testkit::NodeSet;
+
+const TTL: Duration = Duration::from_secs(10);
+const PERMIT: &str = "redlock:semaphore-{jobs}:";
+
+/// Every key on every node, sorted, with its value.
+async fn every_key(set: &NodeSet) -> Vec<Vec<(String, String)>> {
+    let mut nodes = Vec::new();
+    for node in set.nodes() {
+        let mut keys = Vec::new();
+        for key in node.keys("*").await.unwrap() {
+            let value = node.get(&key).await.unwrap().unwrap_or_default();
+            keys.push((key, value));
+        }
+        keys.sort();
+        nodes.push(keys);
+    }
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_the_permits_are_held_and_a_release_frees_one() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let first = c.acquire_permit("jobs", 2, TTL).await.unwrap();
+    let second = c.acquire_permit("jobs", 2, TTL).await.unwrap();
+    assert_ne!(first.key(), second.key());
+    for lock in [&first, &second] {
+        assert!(lock.key().starts_with(PERMIT), "{}", lock.key());
+        assert!(lock.is_valid());
+    }
+    let err = c.acquire_permit("jobs", 2, TTL).await.unwrap_err();
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    c.quiesce().await;
+    // The refused round left nothing: each node holds the two permits, under their tokens.
+    let mut held = vec![
+        (first.key().to_string(), first.token().as_str().to_string()),
+        (
+            second.key().to_string(),
+            second.token().as_str().to_string(),
+        ),
+    ];
+    held.sort();
+    for keys in every_key(&set).await {
+        assert_eq!(keys, held);
+    }
+    // Another semaphore's permits are its own.
+    let other = c.acquire_permit("mail", 1, TTL).await.unwrap();
+    // A permit extends and releases as a lock of one key.
+    let extended = c.extend(&first, Duration::from_secs(60)).await.unwrap();
+    assert!(extended.valid_until() > first.valid_until());
+    c.release(&extended).await.unwrap().settled().await;
+    assert!(set.nodes_holding(first.key()).await.is_empty());
+    let third = c.acquire_permit("jobs", 2, TTL).await.unwrap();
+    assert_eq!(third.key(), first.key());
+    for lock in [&second, &third, &other] {
+        c.release(lock).await.unwrap().settled().await;
+    }
+    c.quiesce().await;
+    assert!(every_key(&set).await.iter().all(Vec::is_empty));
+}
+
+/// Each node has a different permit free: every node takes one for the round, no permit
+/// reaches a quorum, and the rollback leaves every node as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_split_between_permits_rolls_back_everything_it_took() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    for (i, node) in set.nodes().iter().enumerate() {
+        for permit in 1..=3 {
+            if permit != i + 1 {
+                node.set(&format!("{PERMIT}{permit}"), "other", Some(60_000))
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    let before = every_key(&set).await;
+    for _ in 0..5 {
+        let token = Token::random();
+        let err = c
+            .acquire_permit_with("jobs", 3, TTL, token.clone())
+            .await
+            .unwrap_err();
+        let Error::NoQuorum { report } = &err else {
+            panic!("expected NoQuorum, got {err}");
+        };
+        assert!(report.accepted < report.quorum, "{report}");
+        c.quiesce().await;
+        assert_eq!(every_key(&set).await, before, "the round left a key behind");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_holders_never_exceed_the_permits() {
+    const PERMITS: u32 = 2;
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let holding = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let won = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let (c, holding, most, won) = (c.clone(), holding.clone(), most.clone(), won.clone());
+            tokio::spawn(async move {
+                for _ in 0..15 {
+                    let Ok(lock) = c.acquire_permit("jobs", PERMITS, TTL).await else {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        continue;
+                    };
+                    let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    won.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    holding.fetch_sub(1, Ordering::SeqCst);
+                    c.release(&lock).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        most <= PERMITS as usize,
+        "{most} holders of {PERMITS} permits"
+    );
+    assert!(won.load(Ordering::SeqCst) > 0);
+    c.quiesce().await;
+    assert!(every_key(&set).await.iter().all(Vec::is_empty));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_typed_error_and_sends_nothing() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    for permits in [0, MAX_PERMITS + 1] {
+        let err = c.acquire_permit("jobs", permits, TTL).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Argument(ArgumentError::Permits { max, .. }) if max == MAX_PERMITS),
+            "{err}"
+        );
+        assert!(err.to_string().contains("give it from 1 to"), "{err}");
+    }
+    let err = c.acquire_permit("", 2, TTL).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Argument(ArgumentError::EmptyKey)),
+        "{err}"
+    );
+    let err = c
+        .acquire_permit("jobs", 2, Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Argument(ArgumentError::ZeroTtl)),
+        "{err}"
+    );
+    // No plain lock takes a permit's key.
+    let err = c.acquire(&format!("{PERMIT}1"), TTL).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Argument(ArgumentError::ReservedKey { .. })),
+        "{err}"
+    );
+    assert!(every_key(&set).await.iter().all(Vec::is_empty));
+}
+
+/// The client's semaphore: permits as guards, renewed while held, released on drop, and
+/// at most its number of permits at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_permits_are_guards_and_never_more_than_the_permits() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.ttl(Duration::from_millis(600))).await;
+    let encoders = c.semaphore("encoders", 2).unwrap();
+    assert_eq!(encoders.permits(), 2);
+    let first = encoders.acquire().await.unwrap();
+    let second = encoders.try_acquire().await.unwrap();
+    assert_ne!(first.key(), second.key());
+    assert!(first.key().starts_with("redlock:semaphore-{encoders}:"));
+    let err = encoders.try_acquire().await.unwrap_err();
+    assert!(matches!(err, ClientError::NotAcquired { .. }), "{err}");
+    assert!(
+        err.to_string().contains("redlock:semaphore-{encoders}"),
+        "{err}"
+    );
+    // Renewed past their TTL.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(first.is_valid() && second.is_valid());
+    // A dropped guard gives its permit back, and a waiter takes it.
+    let freed = first.key();
+    drop(first);
+    let third = encoders.acquire().await.unwrap();
+    assert_eq!(third.key(), freed);
+    second.release().await.unwrap();
+    third.release().await.unwrap();
+    c.coordinator().quiesce().await;
+    assert!(every_key(&set).await.iter().all(Vec::is_empty));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_semaphore_refuses_what_it_does_not_offer() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b).await;
+    for permits in [0, MAX_PERMITS + 1] {
+        let err = c.semaphore("jobs", permits).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ClientError::InvalidArgument(ArgumentError::Permits { .. })
+            ),
+            "{err}"
+        );
+    }
+    let err = c.semaphore("", 2).unwrap_err();
+    assert!(
+        matches!(err, ClientError::InvalidArgument(ArgumentError::EmptyKey)),
+        "{err}"
+    );
+    let jobs = c.semaphore("jobs", 2).unwrap();
+    for options in [
+        LockOptions {
+            fenced: Some(true),
+            ..Default::default()
+        },
+        LockOptions {
+            fair: Some(true),
+            ..Default::default()
+        },
+    ] {
+        let err = jobs.acquire_with(&options).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ClientError::InvalidConfig(InvalidConfig::Semaphore { .. })
+            ),
+            "{err}"
+        );
+    }
+    assert!(every_key(&set).await.iter().all(Vec::is_empty));
+}

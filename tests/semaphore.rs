@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{client, coordinator};
 use redlock_client::{Error as ClientError, InvalidConfig, LockOptions};
-use redlock_core::{ArgumentError, Error, Token, MAX_PERMITS};
+use redlock_core::{ArgumentError, Error, PermitAcquisition, MAX_PERMITS};
 use redlock_testkit::NodeSet;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -89,12 +89,12 @@ async fn a_round_split_between_permits_rolls_back_everything_it_took() {
         }
     }
     let before = every_key(&set).await;
-    for _ in 0..5 {
-        let token = Token::random();
-        let err = c
-            .acquire_permit_with("jobs", 3, TTL, token.clone())
-            .await
-            .unwrap_err();
+    for fenced in [false, true, false, true, false] {
+        let what = PermitAcquisition {
+            fenced,
+            ..PermitAcquisition::new("jobs", 3, TTL)
+        };
+        let err = c.acquire_permit_with(what).await.unwrap_err();
         let Error::NoQuorum { report } = &err else {
             panic!("expected NoQuorum, got {err}");
         };
@@ -230,24 +230,98 @@ async fn the_clients_semaphore_refuses_what_it_does_not_offer() {
         "{err}"
     );
     let jobs = c.semaphore("jobs", 2).unwrap();
-    for options in [
-        LockOptions {
-            fenced: Some(true),
-            ..Default::default()
-        },
-        LockOptions {
-            fair: Some(true),
-            ..Default::default()
-        },
-    ] {
-        let err = jobs.acquire_with(&options).await.unwrap_err();
+    let fair = LockOptions {
+        fair: Some(true),
+        ..Default::default()
+    };
+    let err = jobs.acquire_with(&fair).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::InvalidConfig(InvalidConfig::Semaphore { .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no fair queue"), "{err}");
+    assert!(every_key(&set).await.iter().all(Vec::is_empty));
+}
+
+/// Fenced permits: each gets a token from the node set's one counter, above every token
+/// handed out before it, so a resource that keeps the highest token per permit (its key)
+/// refuses a stale holder of that permit while the other permits' holders go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_permits_get_increasing_tokens_checked_per_permit() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let fenced = |permits| PermitAcquisition {
+        fenced: true,
+        ..PermitAcquisition::new("jobs", permits, TTL)
+    };
+    let first = c.acquire_permit_with(fenced(2)).await.unwrap();
+    let second = c.acquire_permit_with(fenced(2)).await.unwrap();
+    let (t1, t2) = (
+        first.fencing_token().expect("fenced"),
+        second.fencing_token().expect("fenced"),
+    );
+    assert!(t2 > t1, "{t1} then {t2}");
+    // A lock of the same node set draws from the same counter.
+    let lock = c
+        .acquire_with(redlock_core::Acquisition {
+            fenced: true,
+            ..redlock_core::Acquisition::new(&["other"], TTL)
+        })
+        .await
+        .unwrap();
+    assert!(lock.fencing_token().unwrap() > t2);
+    // The first permit's holder stalls; its permit is released and taken again.
+    c.release(&first).await.unwrap().settled().await;
+    let again = c.acquire_permit_with(fenced(2)).await.unwrap();
+    assert_eq!(again.key(), first.key());
+    let t3 = again.fencing_token().unwrap();
+    assert!(t3 > t1);
+    // The resource's rule: the highest token seen per permit.
+    let mut highest = std::collections::HashMap::new();
+    let mut accept = |key: &str, token: redlock_core::FencingToken| {
+        let seen = highest.entry(key.to_string()).or_insert(token);
+        let ok = token >= *seen;
+        *seen = (*seen).max(token);
+        ok
+    };
+    assert!(accept(first.key(), t1));
+    assert!(accept(second.key(), t2));
+    assert!(accept(again.key(), t3));
+    assert!(
+        !accept(first.key(), t1),
+        "the stale holder's write must be refused"
+    );
+    assert!(accept(second.key(), t2), "another permit's holder goes on");
+    for held in [&second, &again, &lock] {
+        c.release(held).await.unwrap().settled().await;
+    }
+    c.quiesce().await;
+    for keys in every_key(&set).await {
+        // Only the fencing counter and its companions are left.
         assert!(
-            matches!(
-                err,
-                ClientError::InvalidConfig(InvalidConfig::Semaphore { .. })
-            ),
-            "{err}"
+            keys.iter()
+                .all(|(k, _)| k.starts_with("redlock:fencing-counter")),
+            "{keys:?}"
         );
     }
-    assert!(every_key(&set).await.iter().all(Vec::is_empty));
+}
+
+/// The client's fenced permits: the guard carries its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_fenced_permits_carry_tokens() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.fencing(true)).await;
+    let jobs = c.semaphore("jobs", 2).unwrap();
+    let first = jobs.acquire().await.unwrap();
+    let second = jobs.acquire().await.unwrap();
+    let (t1, t2) = (
+        first.fencing_token().unwrap(),
+        second.fencing_token().unwrap(),
+    );
+    assert!(t2 > t1);
+    first.release().await.unwrap();
+    second.release().await.unwrap();
 }

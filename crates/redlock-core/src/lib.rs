@@ -100,13 +100,12 @@ mod quorum;
 mod report;
 mod round;
 mod scripts;
-mod semaphore;
 mod server_error;
 pub mod support;
 mod tls;
 mod token;
 
-pub use acquire::Acquisition;
+pub use acquire::{Acquisition, PermitAcquisition, MAX_PERMITS};
 pub use config::{
     Config, HealthPolicy, DEFAULT_FAIR_PREFIX, DEFAULT_FENCE_KEY, DEFAULT_NODE_TIMEOUT,
     DEFAULT_SEMAPHORE_PREFIX, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
@@ -131,7 +130,6 @@ pub use quorum::quorum;
 pub use report::{
     CleanupOutcome, ClosedReason, NodeName, NodeOutcome, NodeReport, RoundKind, RoundReport,
 };
-pub use semaphore::MAX_PERMITS;
 pub use server_error::{ServerError, ServerErrorKind};
 pub use tls::TlsConfig;
 pub use token::{Token, MAX_TOKEN_LEN};

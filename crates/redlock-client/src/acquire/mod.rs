@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlock_core::support::FairPlace;
-use redlock_core::{Acquisition, Lock, RoundReport};
+use redlock_core::{Acquisition, Lock, PermitAcquisition, RoundReport};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -247,8 +247,12 @@ impl<'a> Call<'a> {
             Shape::One(key) | Shape::Reentrant(key, _) => vec![key],
             Shape::Many(keys) => keys.iter().map(String::as_str).collect(),
             Shape::Permit { name, permits, .. } => {
-                let core = &self.inner().core;
-                return core.acquire_permit(name, permits, self.plan.ttl).await;
+                let permit = PermitAcquisition {
+                    fenced: self.plan.fenced,
+                    deadline,
+                    ..PermitAcquisition::new(name, permits, self.plan.ttl)
+                };
+                return self.inner().core.acquire_permit_with(permit).await;
             }
         };
         let acquisition = Acquisition {

@@ -108,24 +108,18 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// Refuses what a semaphore's permits do not offer yet: fencing tokens (each would
-    /// have to name its permit) and the fair queue (each permit has its own).
+    /// Refuses what a semaphore's permits do not offer yet: the fair queue (each permit
+    /// has a queue of its own, and a waiter waits for any permit).
     pub(super) fn check_shape(&self, shape: Shape<'_>) -> Result<(), InvalidConfig> {
-        let Shape::Permit { .. } = shape else {
-            return Ok(());
-        };
-        let what = match (self.fenced, self.fair) {
-            (false, false) => return Ok(()),
-            (true, _) => "fencing tokens",
-            (false, true) => "the fair queue",
-        };
-        Err(InvalidConfig::Semaphore {
-            reason: format!(
-                "a semaphore's permits offer no {what}: acquire them with \
-                 `LockOptions {{ fenced: Some(false), fair: Some(false), .. }}`, or from a \
-                 client configured without fencing and fairness"
-            ),
-        })
+        match shape {
+            Shape::Permit { .. } if self.fair => Err(InvalidConfig::Semaphore {
+                reason: "a semaphore's permits have no fair queue: acquire them with \
+                         `LockOptions { fair: Some(false), .. }`, or from a client \
+                         configured without fairness"
+                    .into(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Whether the call takes a place in its keys' fair queues (and so needs a waiter id).

@@ -18,8 +18,10 @@ use crate::round::Round;
 use crate::token::Token;
 
 mod fenced;
+mod permit;
 
 use fenced::Bounds;
+pub use permit::{PermitAcquisition, MAX_PERMITS};
 
 /// What one acquisition round takes: one key (a plain or reentrant lock) or several (all
 /// or nothing), under which token, for how long, and whether it is fenced.
@@ -206,16 +208,21 @@ impl Coordinator {
         // Before the round's start, for a fenced acquisition only: the write-back window
         // (suspend counted), and the highest token handed out before this acquisition
         // began, which its token must pass.
-        let bounds = fenced.then(|| Bounds {
-            window: Deadline::new(Instant::now() + fence::WRITE_BACK_WINDOW, host_suspended()),
-            floor: self.inner.fencing.handed_out.load(Ordering::SeqCst),
-        });
+        let bounds = fenced.then(|| self.fencing_bounds());
         let round = self.acquisition_round(&spec, ttl, place.as_ref(), (spec.fair, fenced));
         let decided = self.run_one(round).await;
         let Some(bounds) = bounds else {
             return decided.into_lock(spec, ttl, None);
         };
         self.fenced_lock(decided, spec, ttl, bounds, deadline).await
+    }
+
+    /// What a fenced acquisition's token must meet, taken before its round starts.
+    fn fencing_bounds(&self) -> Bounds {
+        Bounds {
+            window: Deadline::new(Instant::now() + fence::WRITE_BACK_WINDOW, host_suspended()),
+            floor: self.inner.fencing.handed_out.load(Ordering::SeqCst),
+        }
     }
 
     /// The acquisition round of `spec` for `ttl`: in the queues of `place` when it has one

@@ -48,7 +48,7 @@ mod release;
 pub(crate) use fair::{queued, queued_rollback, FAIR_LEAVE};
 pub(crate) use fence::{fenced, FENCE_MARK, FENCE_READ, FENCE_RECORD, FENCE_SEED};
 pub(crate) use inspect::INSPECT;
-pub(crate) use permit::PERMIT_TAKE;
+pub(crate) use permit::{PERMIT_TAKE, PERMIT_TAKE_FENCED};
 pub(crate) use plain::{acquire, extend_batch, grouped_acquire};
 pub(crate) use release::{grouped_release, release};
 
@@ -91,9 +91,10 @@ pub(crate) fn channel_arg(channel: Option<&Value>) -> Value {
 }
 
 /// The scripts that no lock kind composes, for preloading (see `kind` for the rest).
-pub(crate) fn own() -> [&'static Script; 7] {
+pub(crate) fn own() -> [&'static Script; 8] {
     [
         &PERMIT_TAKE,
+        &PERMIT_TAKE_FENCED,
         &FENCE_RECORD,
         &FENCE_READ,
         &FENCE_MARK,

@@ -10,7 +10,9 @@
 //! reaches a quorum (two quorums share a node, and a node takes one permit per round), and
 //! every other permit is rolled back on every node by compare-and-delete with the token,
 //! late answers too. The permit won is a plain lock of its key: it is extended, renewed and
-//! released as any lock of one key.
+//! released as any lock of one key. A fenced permit reads the fencing counters in the same
+//! round (`scripts::PERMIT_TAKE_FENCED`) and gets its token as a fenced lock does, from the
+//! node set's one counter: a resource keeps the highest token per permit.
 //!
 //! Why not a per-node limit of `permits` with a majority: with three nodes and two permits,
 //! three contenders can each win a different two-node majority, three holders of two
@@ -20,6 +22,7 @@
 use std::time::Duration;
 
 use fred::types::{Key, Value};
+use tokio::time::Instant;
 
 use crate::config::check_key;
 use crate::coordinator::Coordinator;
@@ -27,25 +30,75 @@ use crate::error::{ArgumentError, Error};
 use crate::kind;
 use crate::layout::permit_keys;
 use crate::lock::Lock;
-use crate::lock_spec::LockSpec;
+use crate::lock_spec::{ttl_ms, LockSpec};
 use crate::report::RoundKind;
 use crate::round::command::Command;
 use crate::round::plan::Round;
 use crate::round::{self, Decided};
-use crate::scripts::PERMIT_TAKE;
+use crate::scripts::{PERMIT_TAKE, PERMIT_TAKE_FENCED};
 use crate::token::Token;
 
 /// The most permits a semaphore may have: every round proposes each of them to every node,
 /// and its reply has one flag per permit.
 pub const MAX_PERMITS: u32 = 1024;
 
+/// One acquisition of a semaphore's permit ([`Coordinator::acquire_permit_with`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use redlock_core::PermitAcquisition;
+///
+/// let fenced = PermitAcquisition {
+///     fenced: true,
+///     ..PermitAcquisition::new("encoders", 4, Duration::from_secs(10))
+/// };
+/// assert_eq!(fenced.permits, 4);
+/// ```
+#[derive(Debug, Clone)]
+pub struct PermitAcquisition<'a> {
+    /// The semaphore's name: its permits are `<semaphore_prefix>{name}:<i>`.
+    pub name: &'a str,
+    /// How many holders the semaphore admits at once, from 1 to [`MAX_PERMITS`]. Every
+    /// client must name the semaphore with the same number.
+    pub permits: u32,
+    /// The token stored under the permit won. Defaults to a fresh random one.
+    pub token: Token,
+    /// The permit's TTL.
+    pub ttl: Duration,
+    /// Whether the permit gets a fencing token ([`Lock::fencing_token`]), taken from the
+    /// node set's one counter as a lock's is: it increases with every fenced acquisition
+    /// of the node set, so a resource that keeps the highest token per permit (the
+    /// permit's key, [`Lock::key`]) rejects a stale holder of that permit. Keep one highest
+    /// token per permit, not one per semaphore: the permits' holders are legitimate at
+    /// once. Defaults to `false`.
+    pub fenced: bool,
+    /// For a fenced acquisition: when its fencing step must be over (see
+    /// [`Acquisition::deadline`](crate::Acquisition::deadline)). Defaults to `None`.
+    pub deadline: Option<Instant>,
+}
+
+impl<'a> PermitAcquisition<'a> {
+    /// An unfenced acquisition of a permit of semaphore `name` of `permits` permits, for
+    /// `ttl`, with a fresh random token.
+    pub fn new(name: &'a str, permits: u32, ttl: Duration) -> Self {
+        PermitAcquisition {
+            name,
+            permits,
+            token: Token::random(),
+            ttl,
+            fenced: false,
+            deadline: None,
+        }
+    }
+}
+
 impl Coordinator {
     /// One acquisition round for a permit of semaphore `name`, which has `permits`
-    /// permits, for `ttl` (see the `semaphore` module): the permit's lock, whose key names
-    /// the permit (`<semaphore_prefix>{name}:<i>`), or the error of a lost round (every
-    /// permit held by others on too many nodes, or the nodes split between permits). No
-    /// retries: that is the client's policy. A round split between permits rolls back
-    /// everything it took.
+    /// permits, for `ttl` (see the module docs): the permit's lock, whose key names the
+    /// permit (`<semaphore_prefix>{name}:<i>`), or the error of a lost round (every permit
+    /// held by others on too many nodes, or the nodes split between permits). No retries:
+    /// that is the client's policy. A round split between permits rolls back everything
+    /// it took.
     ///
     /// Fails with [`Error::Argument`] for an empty or too long name, zero permits or more
     /// than [`MAX_PERMITS`], or an unusable TTL, before anything is sent.
@@ -55,53 +108,87 @@ impl Coordinator {
         permits: u32,
         ttl: Duration,
     ) -> Result<Lock, Error> {
-        self.acquire_permit_with(name, permits, ttl, Token::random())
+        self.acquire_permit_with(PermitAcquisition::new(name, permits, ttl))
             .await
     }
 
-    /// [`acquire_permit`](Self::acquire_permit) under the caller's `token` (unique per
-    /// acquisition, see [`Token::from_string`]).
-    pub async fn acquire_permit_with(
-        &self,
-        name: &str,
-        permits: u32,
-        ttl: Duration,
-        token: Token,
-    ) -> Result<Lock, Error> {
+    /// [`acquire_permit`](Self::acquire_permit) as `what` describes: a caller's token,
+    /// fencing. A fenced permit is handed out only once its token was written back to a
+    /// quorum, as a fenced lock is (see [`acquire_with`](Self::acquire_with)).
+    pub async fn acquire_permit_with(&self, what: PermitAcquisition<'_>) -> Result<Lock, Error> {
         let config = &self.inner.config;
-        if !(1..=MAX_PERMITS).contains(&permits) {
+        if !(1..=MAX_PERMITS).contains(&what.permits) {
             return Err(ArgumentError::Permits {
-                permits,
+                permits: what.permits,
                 max: MAX_PERMITS,
             }
             .into());
         }
-        check_key(name)?;
-        token.check()?;
-        token.check_not_handover()?;
-        let ttl = config.check_ttl(ttl)?;
-        let keys = proposed(permit_keys(&config.semaphore_prefix, name, permits));
+        check_key(what.name)?;
+        what.token.check()?;
+        what.token.check_not_handover()?;
+        let ttl = config.check_ttl(what.ttl)?;
+        let keys = proposed(permit_keys(
+            &config.semaphore_prefix,
+            what.name,
+            what.permits,
+        ));
         let mut specs = Vec::with_capacity(keys.len());
         for key in &keys {
             check_key(key)?;
-            specs.push(LockSpec::of_kind(&kind::ONE, &[key], token.clone(), None)?);
+            specs.push(LockSpec::of_kind(
+                &kind::ONE,
+                &[key],
+                what.token.clone(),
+                None,
+            )?);
         }
-        let round = Round {
+        let bounds = what.fenced.then(|| self.fencing_bounds());
+        let round = self.permit_round(&keys, &specs, ttl, what.fenced);
+        let decided = round::run(&self.inner.connections, round, &self.inner.work).await;
+        let (decided, spec) = won_permit(decided, specs);
+        match bounds {
+            None => decided.into_lock(spec, ttl, None),
+            Some(bounds) => {
+                self.fenced_lock(decided, spec, ttl, bounds, what.deadline)
+                    .await
+            }
+        }
+    }
+
+    /// The round that proposes every permit (`keys`, in order; `specs` their locks) to
+    /// every node for `ttl`: one request per permit, each rolled back where it is not won;
+    /// reading the fencing counters too when `fenced`.
+    fn permit_round(
+        &self,
+        keys: &[String],
+        specs: &[LockSpec],
+        ttl: Duration,
+        fenced: bool,
+    ) -> Round {
+        let config = &self.inner.config;
+        let mut fred_keys: Vec<Key> = keys.iter().map(|k| Key::from(k.as_str())).collect();
+        let script = if fenced {
+            fred_keys.push(Key::from(config.fence_key.as_str()));
+            &PERMIT_TAKE_FENCED
+        } else {
+            &PERMIT_TAKE
+        };
+        let token = &specs[0].token;
+        Round {
             kind: RoundKind::Acquire,
             alternatives: true,
             command: Command::Script {
-                script: &PERMIT_TAKE,
-                keys: keys.iter().map(|k| Key::from(k.as_str())).collect(),
+                script,
+                keys: fred_keys,
                 args: vec![
                     Value::String(token.as_fred().clone()),
-                    Value::from(crate::lock_spec::ttl_ms(ttl)),
+                    Value::from(ttl_ms(ttl)),
                 ],
             },
             requests: specs.iter().map(|spec| spec.acquire_request(ttl)).collect(),
             drift_factor: config.drift_factor,
-        };
-        let decided = round::run(&self.inner.connections, round, &self.inner.work).await;
-        won_permit(decided, specs, ttl)
+        }
     }
 }
 
@@ -112,20 +199,19 @@ fn proposed(mut keys: Vec<String>) -> Vec<String> {
     keys
 }
 
-/// The lock of the permit that won its quorum, or the error of the permit that came
-/// closest (the most nodes took it) when none did.
-fn won_permit(decided: Vec<Decided>, specs: Vec<LockSpec>, ttl: Duration) -> Result<Lock, Error> {
+/// The permit that won its quorum, or the one that came closest (the most nodes took it)
+/// when none did, with its lock's identity.
+fn won_permit(decided: Vec<Decided>, specs: Vec<LockSpec>) -> (Decided, LockSpec) {
     let best = decided
         .iter()
         .enumerate()
         .max_by_key(|(_, d)| (d.won, d.report.accepted))
         .map_or(0, |(i, _)| i);
-    let (decided, spec) = decided
+    decided
         .into_iter()
         .zip(specs)
         .nth(best)
-        .expect("a round decides each of its permits");
-    decided.into_lock(spec, ttl, None)
+        .expect("a round decides each of its permits")
 }
 
 #[cfg(test)]

@@ -16,6 +16,11 @@ use redlock_testkit::NodeSet;
 const TTL: Duration = Duration::from_secs(10);
 const PERMIT: &str = "redlock:semaphore-{jobs}:";
 
+/// What a semaphore of one permit makes of `guard`: its permit when that is the first.
+fn permits_of_one(guard: &redlock_client::LockGuard) -> Option<u32> {
+    guard.key().ends_with(":1").then_some(1)
+}
+
 /// Every key on every node, sorted, with its value.
 async fn every_key(set: &NodeSet) -> Vec<Vec<(String, String)>> {
     let mut nodes = Vec::new();
@@ -190,6 +195,14 @@ async fn the_clients_permits_are_guards_and_never_more_than_the_permits() {
     let second = encoders.try_acquire().await.unwrap();
     assert_ne!(first.key(), second.key());
     assert!(first.key().starts_with("redlock:semaphore-{encoders}:"));
+    let mut permits = [encoders.permit(&first), encoders.permit(&second)];
+    permits.sort();
+    assert_eq!(permits, [Some(1), Some(2)]);
+    assert_eq!(
+        c.semaphore("encoders", 1).unwrap().permit(&second),
+        permits_of_one(&second)
+    );
+    assert_eq!(c.semaphore("other", 2).unwrap().permit(&first), None);
     let err = encoders.try_acquire().await.unwrap_err();
     assert!(matches!(err, ClientError::NotAcquired { .. }), "{err}");
     assert!(

@@ -174,7 +174,12 @@ pub struct RunArgs {
     /// a short TTL leaves].
     #[arg(long, env = "REDLOCK_GRACE", value_parser = duration, value_name = "DURATION")]
     pub grace: Option<Duration>,
-    /// The lock's key, without the prefix.
+    /// Take one of K permits of the semaphore KEY instead of the lock KEY: at most K
+    /// commands run at once under that name. The command gets the permit's number
+    /// (1..=K) as REDLOCK_PERMIT; every caller must give the same K.
+    #[arg(long, env = "REDLOCK_PERMITS", value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(redlock_client::MAX_PERMITS)))]
+    pub permits: Option<u32>,
+    /// The lock's key (or with --permits, the semaphore's name), without the prefix.
     pub key: String,
     /// The command and its arguments (after `--`).
     #[arg(
@@ -191,7 +196,11 @@ pub struct RunArgs {
 /// `redlock inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The key, without the prefix.
+    /// Inspect each of the K permits of the semaphore KEY (as `run --permits K` takes
+    /// them): exits 0 when some permit is held, 1 when none is.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(redlock_client::MAX_PERMITS)))]
+    pub permits: Option<u32>,
+    /// The key (or with --permits, the semaphore's name), without the prefix.
     pub key: String,
     /// Print JSON instead of text.
     #[arg(long)]

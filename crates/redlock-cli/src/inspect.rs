@@ -16,6 +16,9 @@ use crate::exit::Exit;
 /// Reads the key from every node and prints what they say. Exit: held 0, not held 1,
 /// too few answers to tell 69.
 pub async fn inspect(client: &Redlock, args: &InspectArgs) -> Result<Exit, CliError> {
+    if let Some(permits) = args.permits {
+        return inspect_permits(client, args, permits).await;
+    }
     let inspection = client
         .inspect(&args.key)
         .await
@@ -30,6 +33,53 @@ pub async fn inspect(client: &Redlock, args: &InspectArgs) -> Result<Exit, CliEr
         Some(true) => Exit::Success,
         Some(false) => Exit::No,
         None => Exit::Unavailable,
+    })
+}
+
+/// Reads each permit of the semaphore `args.key` of `permits` permits, and prints what
+/// the nodes say of each. Exit: some permit held 0, none 1, too few answers to tell of one
+/// 69.
+async fn inspect_permits(
+    client: &Redlock,
+    args: &InspectArgs,
+    permits: u32,
+) -> Result<Exit, CliError> {
+    let semaphore = client
+        .semaphore(&args.key, permits)
+        .map_err(|e| CliError::from_lock("naming the semaphore", e))?;
+    let mut views = Vec::with_capacity(permits as usize);
+    for i in 1..=permits {
+        let key = format!("{}:{i}", semaphore.base_key());
+        let inspection = client
+            .coordinator()
+            .inspect(&key)
+            .await
+            .map_err(|e| CliError::from_lock(&format!("inspecting \"{key}\""), e.into()))?;
+        views.push(View::of(&inspection));
+    }
+    let held = views.iter().filter(|v| v.held == Some(true)).count();
+    let unknown = views.iter().any(|v| v.held.is_none());
+    if args.json {
+        console::print_json(&serde_json::json!({
+            "semaphore": semaphore.base_key(),
+            "permits": permits,
+            "held": held,
+            "each": views,
+        }));
+    } else {
+        let mut out = format!(
+            "{}: {held} of {permits} permits held\n",
+            semaphore.base_key()
+        );
+        for view in &views {
+            out.push_str(&view.text());
+        }
+        console::print(&out);
+    }
+    Ok(match (held, unknown) {
+        (0, true) => Exit::Unavailable,
+        (0, false) => Exit::No,
+        _ => Exit::Success,
     })
 }
 

@@ -1,6 +1,8 @@
 //! `redlock run`: acquire, run the command while the lock is renewed, stop the command if
 //! the lock is lost, release.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -22,11 +24,11 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
     // Before the wait, so that a Ctrl-C during it ends the wait (rolling back the attempt
     // in flight) instead of the process, and none is missed between wait and command.
     let mut signals = Signals::listen().map_err(CliError::Setup)?;
-    let guard = match acquire(client, args, console, &mut signals).await? {
-        Ok(guard) => guard,
+    let (guard, permit) = match acquire(client, args, console, &mut signals).await? {
+        Ok(held) => held,
         Err(signal) => return Ok(Exit::signalled(signal as i32)),
     };
-    let mut child = match Child::spawn(&args.command, &command_env(&guard)) {
+    let mut child = match Child::spawn(&args.command, &command_env(&guard, permit)) {
         Ok(child) => child,
         Err(e) => {
             release_or_warn(guard, console).await;
@@ -113,15 +115,18 @@ pub async fn run(client: &Redlock, args: &RunArgs, console: Console) -> Result<E
     })
 }
 
-/// What the command finds in its environment: the key, the lock's token, and its fencing
-/// token when the lock is fenced.
-fn command_env(guard: &LockGuard) -> Vec<(&'static str, String)> {
+/// What the command finds in its environment: the key, the lock's token, its fencing
+/// token when the lock is fenced, and the permit's number for a semaphore's permit.
+fn command_env(guard: &LockGuard, permit: Option<u32>) -> Vec<(&'static str, String)> {
     let mut env = vec![
         ("REDLOCK_KEY", guard.key()),
         ("REDLOCK_TOKEN", guard.lock().token().as_str().to_string()),
     ];
     if let Some(token) = guard.fencing_token() {
         env.push(("REDLOCK_FENCING_TOKEN", token.get().to_string()));
+    }
+    if let Some(permit) = permit {
+        env.push(("REDLOCK_PERMIT", permit.to_string()));
     }
     env
 }
@@ -159,10 +164,25 @@ async fn acquire(
     args: &RunArgs,
     console: Console,
     signals: &mut Signals,
-) -> Result<Result<LockGuard, nix::sys::signal::Signal>, CliError> {
-    let full_key = client.full_key(&args.key);
+) -> Result<Result<(LockGuard, Option<u32>), nix::sys::signal::Signal>, CliError> {
+    let semaphore = match args.permits {
+        Some(permits) => Some(
+            client
+                .semaphore(&args.key, permits)
+                .map_err(|e| CliError::from_lock("naming the semaphore", e))?,
+        ),
+        None => None,
+    };
+    let full_key = match &semaphore {
+        Some(semaphore) => semaphore.base_key().to_string(),
+        None => client.full_key(&args.key),
+    };
     let mut waiting = console.waiting(&full_key, client.config().retry.max_wait);
-    let lock = client.lock(&args.key);
+    let lock: Pin<Box<dyn Future<Output = Result<LockGuard, redlock_client::Error>> + Send>> =
+        match &semaphore {
+            Some(semaphore) => Box::pin(semaphore.acquire()),
+            None => Box::pin(client.lock(&args.key)),
+        };
     tokio::pin!(lock);
     loop {
         tokio::select! {
@@ -170,7 +190,8 @@ async fn acquire(
                 return match result {
                     Ok(guard) => {
                         waiting.finish("acquired");
-                        Ok(Ok(guard))
+                        let permit = semaphore.as_ref().and_then(|s| s.permit(&guard));
+                        Ok(Ok((guard, permit)))
                     }
                     Err(e) => {
                         waiting.finish("not acquired");

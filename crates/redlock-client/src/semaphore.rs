@@ -55,7 +55,10 @@ impl Redlock {
         Ok(Semaphore {
             client: self.clone(),
             name: name.to_string(),
-            shown: format!("{}semaphore-{{{name}}}", self.config().key_prefix),
+            shown: redlock_core::layout::semaphore_base(
+                &self.coordinator().config().semaphore_prefix,
+                name,
+            ),
             permits,
         })
     }
@@ -70,6 +73,25 @@ impl Semaphore {
     /// How many holders it admits at once.
     pub fn permits(&self) -> u32 {
         self.permits
+    }
+
+    /// What its permits' keys start with, `<key_prefix>semaphore-{name}` (permit `i` is
+    /// `<base>:<i>`): how errors and traces name the semaphore.
+    pub fn base_key(&self) -> &str {
+        &self.shown
+    }
+
+    /// Which of this semaphore's permits `guard` holds, from 1 to
+    /// [`permits`](Self::permits): for work that goes with the permit (the second of four
+    /// GPUs). `None` for a guard of another semaphore or lock.
+    pub fn permit(&self, guard: &LockGuard) -> Option<u32> {
+        let key = guard.key();
+        let i: u32 = key
+            .strip_prefix(&self.shown)?
+            .strip_prefix(':')?
+            .parse()
+            .ok()?;
+        (1..=self.permits).contains(&i).then_some(i)
     }
 
     /// Acquires a permit, retrying under the client's retry policy: the permit's guard.

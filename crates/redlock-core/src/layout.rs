@@ -71,18 +71,23 @@ pub(crate) fn queue_keys(prefix: &str, key: &str) -> [Key; 3] {
     ]
 }
 
-/// The keys of semaphore `name`'s permits under the semaphores' prefix `prefix`:
-/// `<prefix>{name}:<i>` for `i` from 1 to `permits`, in `name`'s hash slot (a name with a
-/// hash tag of its own keeps it, unwrapped), so that one script may propose them all.
-pub(crate) fn permit_keys(prefix: &str, name: &str, permits: u32) -> Vec<String> {
-    let (open, close) = if hash_tag(name).is_some() {
-        ("", "")
+/// What the keys of semaphore `name`'s permits start with under the semaphores' prefix
+/// `prefix`: `<prefix>{name}`, in `name`'s hash slot (a name with a hash tag of its own
+/// keeps it, unwrapped), so that one script may propose every permit. Permit `i` is
+/// `<base>:<i>` ([`permit_keys`]).
+pub fn semaphore_base(prefix: &str, name: &str) -> String {
+    if hash_tag(name).is_some() {
+        format!("{prefix}{name}")
     } else {
-        ("{", "}")
-    };
-    (1..=permits)
-        .map(|i| format!("{prefix}{open}{name}{close}:{i}"))
-        .collect()
+        format!("{prefix}{{{name}}}")
+    }
+}
+
+/// The keys of semaphore `name`'s permits under the semaphores' prefix `prefix`:
+/// `<base>:<i>` for `i` from 1 to `permits` (see [`semaphore_base`]).
+pub fn permit_keys(prefix: &str, name: &str, permits: u32) -> Vec<String> {
+    let base = semaphore_base(prefix, name);
+    (1..=permits).map(|i| format!("{base}:{i}")).collect()
 }
 
 /// Whether `prefix` may prefix companion keys: it must not bring a hash tag of its own.

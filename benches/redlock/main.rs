@@ -18,6 +18,7 @@ mod latency;
 mod limit;
 mod machine;
 mod markdown;
+mod permits;
 mod plan;
 mod plot;
 mod procfs;
@@ -197,6 +198,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
     let mut handoff = None;
     let mut throughput = None;
     let mut renewal = Vec::new();
+    let mut permits = None;
     let p1_kinds = args.subjects(&[
         Kind::Floor,
         Kind::FloorQuorum,
@@ -207,6 +209,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         Kind::OursDefaults,
         // A lone cycle never waits for a group: the same path with grouping off shows it.
         Kind::OursUngrouped,
+        Kind::OursPermit,
         Kind::Rslock,
     ]);
     let fault_kinds = args.subjects(&[Kind::Ours, Kind::Rslock]);
@@ -282,6 +285,12 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         }
     }
 
+    if args.runs("P7") {
+        let (warmup, time) = (plan.contention_warmup, plan.contention_time);
+        permits = Some(permits::run(&urls, warmup, time).await?);
+        flush(&set).await?;
+    }
+
     let mut machine = machine;
     machine.load_average_end = machine::load_average();
     let targets = targets::evaluate(&latency, handoff.as_ref(), throughput.as_ref(), &renewal);
@@ -298,6 +307,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         handoff,
         throughput,
         renewal,
+        permits,
         targets,
     };
     let out = args.out();
@@ -312,6 +322,22 @@ async fn run(args: &Args) -> Result<String, BenchError> {
     );
     // Speed is reported, never asserted; mutual exclusion is: two holders at once in P4
     // fail the run (the figures are written first, for the diagnosis).
+    if let Some(c) = results
+        .permits
+        .iter()
+        .flat_map(|p| &p.cases)
+        .find(|c| c.most_holders > c.admits as usize)
+    {
+        return Err(BenchError::new(
+            format!("P7 with {}", c.label),
+            format!(
+                "{} workers held at once where {} may",
+                c.most_holders, c.admits
+            ),
+            "this is a mutual-exclusion bug: run the fault lab (./scripts/test.sh) and \
+             report it with results.json",
+        ));
+    }
     if let Some(h) = &results.handoff {
         if let Some(c) = h.cases.iter().find(|c| c.overlaps > 0) {
             return Err(BenchError::new(

@@ -45,6 +45,7 @@ impl Results {
         self.handoff_table(&mut md);
         self.throughput_table(&mut md);
         self.renewal_table(&mut md);
+        self.permits_table(&mut md);
         self.targets_table(&mut md);
         md
     }
@@ -180,6 +181,34 @@ impl Results {
                 md,
                 "| servers' limit (redis-benchmark) | {:.0} | | 100 % |",
                 l.cycles_per_second
+            );
+        }
+        md.push('\n');
+    }
+
+    fn permits_table(&self, md: &mut String) {
+        let Some(p) = &self.permits else { return };
+        let _ = writeln!(
+            md,
+            "### P7: a semaphore's permits under contention\n\n\
+             {} workers, each with its own client, take turns holding for {:.0} ms: a plain \
+             lock (one holder at a time), then a permit of a semaphore of four.\n\n\
+             | Contender | Admits | Acquired/s | Holders on average | At most | Failed |\n\
+             |---|---:|---:|---:|---:|---:|",
+            p.workers, p.critical_section_ms
+        );
+        for c in &p.cases {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.0} | {:.2} ({:.0} % of {}) | {} | {} |",
+                c.label,
+                c.admits,
+                c.per_second,
+                c.mean_holders,
+                100.0 * c.mean_holders / f64::from(c.admits),
+                c.admits,
+                c.most_holders,
+                c.failures
             );
         }
         md.push('\n');

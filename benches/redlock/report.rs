@@ -10,6 +10,7 @@ use crate::error::{BenchError, Context, CHECK_OUT_DIR};
 use crate::handoff::Handoff;
 use crate::latency::{LatencyCase, ADDED_ONE_WAY, FAULTY};
 use crate::machine::Machine;
+use crate::permits::Permits;
 use crate::renewal::Renewal;
 use crate::subjects::{RSLOCK_RESPONSE_TIMEOUT, TTL};
 use crate::targets::Target;
@@ -26,6 +27,7 @@ pub struct Results {
     pub handoff: Option<Handoff>,
     pub throughput: Option<Throughput>,
     pub renewal: Vec<Renewal>,
+    pub permits: Option<Permits>,
     pub targets: Vec<Target>,
 }
 

@@ -38,13 +38,19 @@ pub enum Kind {
     /// Ours like `Ours`, with group commit off: every acquisition and release is a
     /// command of its own per node, however many run at once.
     OursUngrouped,
+    /// Ours like `Ours`, taking one of [`PERMITS`] permits of a semaphore named by the
+    /// key instead of the lock of the key.
+    OursPermit,
     /// The `rslock` crate.
     Rslock,
 }
 
+/// How many permits the `ours-permit` contender's semaphores have.
+pub const PERMITS: u32 = 4;
+
 impl Kind {
     /// Every contender, in the order the tables list them.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Floor,
         Kind::FloorQuorum,
         Kind::Ours,
@@ -53,6 +59,7 @@ impl Kind {
         Kind::OursFenced,
         Kind::OursFair,
         Kind::OursUngrouped,
+        Kind::OursPermit,
         Kind::Rslock,
     ];
 
@@ -66,6 +73,7 @@ impl Kind {
             Kind::OursFenced => "ours-fenced",
             Kind::OursFair => "ours-fair",
             Kind::OursUngrouped => "ours-ungrouped",
+            Kind::OursPermit => "ours-permit",
             Kind::Rslock => "rslock",
         }
     }
@@ -81,6 +89,7 @@ impl Kind {
             Kind::OursFenced => "ours, fenced (notify on, no renewal)",
             Kind::OursFair => "ours, fair queue (notify on, no renewal)",
             Kind::OursUngrouped => "ours, group commit off (notify on, no renewal)",
+            Kind::OursPermit => "ours, a permit of a semaphore of 4 (notify on, no renewal)",
             Kind::Rslock => "rslock 0.10",
         }
     }
@@ -94,7 +103,8 @@ impl Kind {
             | Kind::OursDefaults
             | Kind::OursFenced
             | Kind::OursFair
-            | Kind::OursUngrouped => {
+            | Kind::OursUngrouped
+            | Kind::OursPermit => {
                 format!("{} ms (setting, default)", ours.as_millis())
             }
             Kind::Rslock => "500 ms (fixed)".into(),
@@ -111,6 +121,8 @@ const WARM_UP: Duration = Duration::from_secs(30);
 pub enum Subject {
     Floor(Floor),
     Ours(Redlock),
+    /// Ours, taking a permit of the semaphore a key names.
+    Permit(Redlock),
     Rslock(rslock::LockManager),
 }
 
@@ -134,7 +146,8 @@ impl Subject {
             | Kind::OursDefaults
             | Kind::OursFenced
             | Kind::OursFair
-            | Kind::OursUngrouped => {
+            | Kind::OursUngrouped
+            | Kind::OursPermit => {
                 // A prefix per configuration: it names the release channel too, so clients
                 // of different configurations do not hear each other's releases.
                 let mut builder = LockConfig::builder()
@@ -162,7 +175,11 @@ impl Subject {
                 let client = Redlock::connect(config)
                     .await
                     .during("connecting our client", "are the nodes running?")?;
-                let subject = Subject::Ours(client);
+                let subject = if kind == Kind::OursPermit {
+                    Subject::Permit(client)
+                } else {
+                    Subject::Ours(client)
+                };
                 subject.warm_up().await?;
                 Ok(subject)
             }
@@ -233,6 +250,11 @@ impl Subject {
                 Err(redlock_client::Error::NotAcquired { .. }) => Ok(None),
                 Err(e) => Err(format!("ours: {e}")),
             },
+            Subject::Permit(client) => match semaphore(client, key)?.try_acquire().await {
+                Ok(guard) => Ok(Some(Held::Ours(guard))),
+                Err(redlock_client::Error::NotAcquired { .. }) => Ok(None),
+                Err(e) => Err(format!("ours-permit: {e}")),
+            },
             Subject::Rslock(manager) => match manager.lock(key.as_bytes(), TTL).await {
                 Ok(lock) => Ok(Some(Held::Rslock(lock))),
                 Err(rslock::LockError::Unavailable) => Ok(None),
@@ -253,6 +275,14 @@ impl Subject {
                     | redlock_client::Error::DeadlinePassed { .. },
                 ) => Ok(None),
                 Err(e) => Err(format!("ours: {e}")),
+            },
+            Subject::Permit(client) => match semaphore(client, key)?.acquire().await {
+                Ok(guard) => Ok(Some(Held::Ours(guard))),
+                Err(
+                    redlock_client::Error::NotAcquired { .. }
+                    | redlock_client::Error::DeadlinePassed { .. },
+                ) => Ok(None),
+                Err(e) => Err(format!("ours-permit: {e}")),
             },
             Subject::Rslock(manager) => {
                 // rslock's defaults: 3 attempts per `lock`, 0-200 ms apart; `acquire`
@@ -288,7 +318,7 @@ impl Subject {
     pub async fn release(&self, held: Held) -> Result<(), String> {
         match (self, held) {
             (Subject::Floor(floor), Held::Floor(key, token)) => floor.release(&key, &token).await,
-            (Subject::Ours(_), Held::Ours(guard)) => guard
+            (Subject::Ours(_) | Subject::Permit(_), Held::Ours(guard)) => guard
                 .release()
                 .await
                 .map(|_| ())
@@ -304,8 +334,15 @@ impl Subject {
 
     /// Closes what needs closing (our clients wait for their background work).
     pub async fn close(&self) {
-        if let Subject::Ours(client) = self {
+        if let Subject::Ours(client) | Subject::Permit(client) = self {
             client.shutdown().await;
         }
     }
+}
+
+/// The semaphore of [`PERMITS`] permits that `key` names.
+fn semaphore(client: &Redlock, key: &str) -> Result<redlock_client::Semaphore, String> {
+    client
+        .semaphore(key, PERMITS)
+        .map_err(|e| format!("ours-permit: {e}"))
 }

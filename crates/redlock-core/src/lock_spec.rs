@@ -256,9 +256,23 @@ impl LockSpec {
     /// after `fair_prefix`; its keys follow the lock's) when it has one: a fair waiter of a
     /// plain lock of one key is handed the key, any other waiter is told, on its client's
     /// channel alone.
+    ///
+    /// Without a channel, the release of a plain lock of one key outside the fair queue has
+    /// nothing to do but compare and delete: a node with `DELIFEQ` runs that instead of the
+    /// script ([`Command::CompareAndDelete`]). A fair lock (won through its queue, or handed over)
+    /// keeps the script, so that nothing the fair queue does depends on the server's
+    /// commands.
     pub(crate) fn release(&self, channel: Option<&Value>, fair_prefix: &str) -> Command {
         let script = &self.kind.scripts().release;
         let mut args = self.release_args(channel);
+        if channel.is_none() && self.kind.native_release() && !self.fair {
+            return Command::CompareAndDelete {
+                key: Key::from(&*self.keys[0]),
+                token: self.token_value(),
+                script,
+                args,
+            };
+        }
         if channel.is_none() {
             return self.script(script, args);
         }
@@ -341,3 +355,40 @@ pub fn lock_name<S: AsRef<str>>(keys: &[S]) -> String {
 
 /// How many keys [`lock_name`] names.
 pub const NAMED_KEYS: usize = 5;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a plain lock of one key, released without a channel and outside the fair queue,
+    /// is a bare compare-and-delete; its script form is the kind's release on its key.
+    #[test]
+    fn only_a_release_with_nothing_else_to_do_is_a_compare_and_delete() {
+        let token = Token::from_string("t");
+        let native = |spec: &LockSpec, channel: Option<&Value>| {
+            matches!(
+                spec.release(channel, "p:"),
+                Command::CompareAndDelete { .. }
+            )
+        };
+        let one = LockSpec::new(&["k"], token.clone(), None).unwrap();
+        assert!(native(&one, None));
+        let release = one.release(None, "p:");
+        let (script, keys, args) = release.as_script().unwrap();
+        assert!(std::ptr::eq(script, &kind::ONE.scripts().release));
+        assert_eq!(keys, [Key::from("k")]);
+        assert_eq!(args, one.release_args(None));
+
+        let channel = Value::from("redlock:released");
+        assert!(!native(&one, Some(&channel)));
+        let fair = LockSpec {
+            fair: true,
+            ..one.clone()
+        };
+        assert!(!native(&fair, None));
+        let many = LockSpec::new(&["a", "b"], token.clone(), None).unwrap();
+        assert!(!native(&many, None));
+        let reentrant = LockSpec::new(&["k"], token, Some("owner".into())).unwrap();
+        assert!(!native(&reentrant, None));
+    }
+}

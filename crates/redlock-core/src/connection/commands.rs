@@ -178,7 +178,7 @@ impl Connection {
 
     /// Whether the node's commands may be sent: `Err` with why not, for a node not yet
     /// identified or found to be another node's server (see [`identity`](super::identity)).
-    fn gate(&self) -> Result<(), NodeOutcome> {
+    pub(super) fn gate(&self) -> Result<(), NodeOutcome> {
         self.identity
             .gate(|| self.connect_failure().map(|failure| failure.outcome()))
     }

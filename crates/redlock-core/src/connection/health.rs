@@ -7,7 +7,7 @@ use fred::types::Value;
 use super::Connection;
 use crate::health::{Capabilities, NodeHealth};
 use crate::report::NodeOutcome;
-use crate::server_error::ServerErrorKind;
+use crate::server_error::{ServerError, ServerErrorKind};
 
 /// A SHA1 no script has: `EVALSHA` with it runs nothing, and a user that may run `EVALSHA`
 /// gets `NOSCRIPT`.
@@ -72,7 +72,7 @@ impl Connection {
 
 /// Whether a `COMMAND INFO` reply describes the (first) command asked about: an unknown
 /// command's entry is nil. `None` for a reply that is not a list.
-fn first_offered(reply: &Value) -> Option<bool> {
+pub(super) fn first_offered(reply: &Value) -> Option<bool> {
     match reply {
         Value::Array(entries) => Some(entries.first().is_some_and(|e| !matches!(e, Value::Null))),
         _ => None,
@@ -80,9 +80,8 @@ fn first_offered(reply: &Value) -> Option<bool> {
 }
 
 /// Which of the script commands tried the node refused, and its words for the first
-/// refusal. Refused: the ACL says no (`NOPERM`), or the server does not know the command
-/// (renamed away). Any other answer, `NOSCRIPT` and the key-count error among them (the
-/// command was allowed to run), or none (timed out), is not a refusal.
+/// refusal (see [`is_refusal`]). Any other answer, `NOSCRIPT` and the key-count error among
+/// them (the command was allowed to run), or none (timed out), is not a refusal.
 fn scripts_refused(answers: [(&str, Result<Value, NodeOutcome>); 2]) -> (Vec<String>, String) {
     let mut refused = Vec::new();
     let mut first = String::new();
@@ -90,12 +89,7 @@ fn scripts_refused(answers: [(&str, Result<Value, NodeOutcome>); 2]) -> (Vec<Str
         let Err(NodeOutcome::ServerError(e)) = answer else {
             continue;
         };
-        let unknown = e
-            .message
-            .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("err unknown command");
-        if e.kind == ServerErrorKind::Permission || unknown {
+        if is_refusal(&e) {
             if first.is_empty() {
                 first = e.message.to_string();
             }
@@ -103,6 +97,17 @@ fn scripts_refused(answers: [(&str, Result<Value, NodeOutcome>); 2]) -> (Vec<Str
         }
     }
     (refused, first)
+}
+
+/// Whether an error reply refuses the command itself: the ACL says no (`NOPERM`), or the
+/// server does not know the command (renamed away, or older than it).
+pub(super) fn is_refusal(e: &ServerError) -> bool {
+    let unknown = e
+        .message
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("err unknown command");
+    e.kind == ServerErrorKind::Permission || unknown
 }
 
 /// The value of `name` in a `CONFIG GET` reply (an array of name, value pairs, or a map).
@@ -125,7 +130,6 @@ fn config_value(reply: Value, name: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::report::NodeOutcome;
-    use crate::server_error::ServerError;
 
     fn reply(command: &'static str, message: &str) -> Result<Value, NodeOutcome> {
         Err(NodeOutcome::ServerError(ServerError::new(command, message)))

@@ -6,9 +6,10 @@
 //! SHA-1 with their `EVAL` fallback), `sending` (how each command is bounded by fred's
 //! timeout and a backstop, and how a fred error becomes a node's outcome), `script_cache`
 //! (whether the node knows the lock's scripts, and loading them again), `liveness` (whether
-//! the client can still send), `identity` (which server each node is), `health` (the
-//! node's settings for the health check), `failure` (why a connection failed) and
-//! `factory` (the one place that builds fred clients for lock nodes).
+//! the client can still send), `identity` (which server each node is), `native` (whether
+//! the node has `DELIFEQ`, and the release that uses it), `health` (the node's settings for
+//! the health check), `failure` (why a connection failed) and `factory` (the one place that
+//! builds fred clients for lock nodes).
 
 mod commands;
 mod factory;
@@ -16,6 +17,7 @@ mod failure;
 mod health;
 mod identity;
 mod liveness;
+mod native;
 mod script_cache;
 mod sending;
 
@@ -36,6 +38,7 @@ use failure::{watch_connection, ConnectFailure, FailureContext};
 pub(crate) use identity::{check_distinct, watch_identity};
 use identity::{Identity, Reconnections};
 pub(crate) use liveness::Liveness;
+use native::{ask_again, NativeDelete};
 use script_cache::{load_scripts, reload_scripts, ScriptCache};
 use sending::{cleanup_options, command_options};
 
@@ -72,6 +75,8 @@ pub(crate) struct Connection {
     liveness: Arc<Liveness>,
     /// Whether the node may not know the scripts, and their loading in the background.
     scripts: Arc<ScriptCache>,
+    /// Whether the node takes `DELIFEQ` (see [`native`]).
+    native: Arc<NativeDelete>,
     /// Whether the node casts votes (see [`identity`]).
     pub(crate) identity: Identity,
     /// Its connections, for the task that identifies it again after each.
@@ -106,9 +111,10 @@ impl Connection {
             running: AtomicBool::new(false),
             wanted: AtomicBool::new(false),
         });
+        let native = Arc::new(NativeDelete::new(endpoint.name.clone()));
         let reconnections = Arc::new(Reconnections::new(0));
         let on_reconnect = {
-            let (cmd, scripts) = (Arc::downgrade(&cmd), scripts.clone());
+            let (cmd, scripts, native) = (Arc::downgrade(&cmd), scripts.clone(), native.clone());
             let counted = Arc::downgrade(&reconnections);
             // A restarted node has forgotten the scripts. Every connection loads them,
             // the first one too: `connect` loads them as well and waits for that, but a
@@ -117,6 +123,8 @@ impl Connection {
                 if let Some(cmd) = cmd.upgrade() {
                     scripts.missing.store(true, Ordering::SeqCst);
                     reload_scripts(&cmd, &scripts);
+                    // The server may be another one now.
+                    ask_again(&cmd, &native);
                 }
                 // Its identification task identifies it again.
                 if let Some(counted) = counted.upgrade() {
@@ -135,6 +143,7 @@ impl Connection {
             last_error,
             liveness,
             scripts,
+            native,
             identity: Identity::default(),
             reconnections,
         })
@@ -158,8 +167,9 @@ impl Connection {
         }
         // Loaded now (the connection's own load, in the background, may still be under
         // way), so that the first acquisitions on a node that was up from the start go by
-        // `EVALSHA` (see `OnNoScript`).
-        self.scripts.loaded(load_scripts(&self.cmd).await);
+        // `EVALSHA` (see `OnNoScript`), and its first releases by `DELIFEQ` where it has it.
+        let (loaded, ()) = futures::join!(load_scripts(&self.cmd), self.native.ask(&self.cmd));
+        self.scripts.loaded(loaded);
         Ok(())
     }
 

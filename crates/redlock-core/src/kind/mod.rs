@@ -70,6 +70,14 @@ pub(crate) trait Kind: Sync + Send + 'static {
         false
     }
 
+    /// Whether a lock of the kind is one key that holds the token as a string, so that a
+    /// release with nothing else to do (no notification, no queue to pass the key on to) is
+    /// a bare compare-and-delete, which a node with `DELIFEQ` runs without a script (see
+    /// `LockSpec::release`).
+    fn native_release(&self) -> bool {
+        false
+    }
+
     /// The scripts composed from the kind's Lua ([`KindScripts::of`]), built once.
     fn scripts(&self) -> &'static KindScripts;
 }

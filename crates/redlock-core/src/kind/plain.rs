@@ -80,6 +80,9 @@ impl Kind for One {
     fn is_set_nx(&self) -> bool {
         true
     }
+    fn native_release(&self) -> bool {
+        true
+    }
     fn scripts(&self) -> &'static KindScripts {
         &ONE_SCRIPTS
     }

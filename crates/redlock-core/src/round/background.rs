@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use fred::bytes_utils::Str;
 use fred::types::{Key, Value};
 
-use super::command::{Answer, Command};
+use super::command::Answer;
 use super::plan::{Request, Round, Undo};
 use super::polled::Polled;
 use super::work::WorkGuard;
@@ -274,9 +274,10 @@ impl Background {
 impl Background {
     /// Sends the round's command (a release or a leave) again on node `connection`, which
     /// answered `outcome` (no answer): up to [`ROLLBACK_ATTEMPTS`] times, like a rollback.
-    /// The release's own TTL is not known here; the tries are bounded by their number.
+    /// The release's own TTL is not known here; the tries are bounded by their number. A
+    /// compare-and-delete is sent again as its script (see [`Command::as_script`](super::command::Command::as_script)).
     async fn redo(&self, connection: &Connection, outcome: &NodeOutcome) -> CleanupOutcome {
-        let Command::Script { script, keys, args } = &self.round.command else {
+        let Some((script, keys, args)) = self.round.command.as_script() else {
             return CleanupOutcome::NotPresent;
         };
         let cleanup = try_on(connection, script, keys, args, None).await;

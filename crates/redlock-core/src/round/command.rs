@@ -24,6 +24,16 @@ pub(crate) enum Command {
         keys: Vec<Key>,
         args: Vec<Value>,
     },
+    /// The release of a lock of one key with nothing else to do (no notification, no
+    /// queue; see `LockSpec::release`): `DELIFEQ key token` on a node that has it, else
+    /// `script` (the kind's release) on `key` with `args`. Either answers 1 (released) or 0
+    /// (not held).
+    CompareAndDelete {
+        key: Key,
+        token: Value,
+        script: &'static Script,
+        args: Vec<Value>,
+    },
 }
 
 /// What one node answered for one request.
@@ -56,6 +66,28 @@ impl Command {
                 };
                 connection.eval(script, keys, args, on_no_script).await
             }
+            Command::CompareAndDelete {
+                key,
+                token,
+                script,
+                args,
+            } => {
+                connection
+                    .compare_and_delete(key, token, script, args)
+                    .await
+            }
+        }
+    }
+
+    /// The command as a script (its keys and arguments), for sending it again as a
+    /// cleanup: a compare-and-delete is sent again as its script, which every node runs.
+    pub(crate) fn as_script(&self) -> Option<(&'static Script, &[Key], &[Value])> {
+        match self {
+            Command::SetNx { .. } => None,
+            Command::Script { script, keys, args } => Some((script, keys, args)),
+            Command::CompareAndDelete {
+                key, script, args, ..
+            } => Some((script, std::slice::from_ref(key), args)),
         }
     }
 
@@ -84,18 +116,19 @@ impl Command {
             (Command::SetNx { .. }, Value::String(s)) if &*s == "OK" => vec![(true, None)],
             // One request: the reply is its element (1/0, or `{1/0, value}`), or a batch of
             // one.
-            (Command::Script { .. }, Value::Array(mut items))
-                if requests == 1 && items.len() == 1 =>
-            {
-                match items.pop().and_then(element) {
+            (
+                Command::Script { .. } | Command::CompareAndDelete { .. },
+                Value::Array(mut items),
+            ) if requests == 1 && items.len() == 1 => match items.pop().and_then(element) {
+                Some(answer) => vec![answer],
+                None => return failed(unexpected(self)),
+            },
+            (Command::Script { .. } | Command::CompareAndDelete { .. }, reply) if requests == 1 => {
+                match element(reply) {
                     Some(answer) => vec![answer],
                     None => return failed(unexpected(self)),
                 }
             }
-            (Command::Script { .. }, reply) if requests == 1 => match element(reply) {
-                Some(answer) => vec![answer],
-                None => return failed(unexpected(self)),
-            },
             (Command::Script { .. }, Value::Array(items)) if items.len() == requests => {
                 match items.into_iter().map(element).collect::<Option<Vec<_>>>() {
                     Some(flags) => flags,
@@ -133,6 +166,7 @@ fn unexpected(command: &Command) -> NodeOutcome {
     let what = match command {
         Command::SetNx { .. } => "SET",
         Command::Script { .. } => "EVALSHA",
+        Command::CompareAndDelete { .. } => "DELIFEQ or EVALSHA",
     };
     NodeOutcome::ServerError(ServerError::of_kind(
         ServerErrorKind::Unknown,
@@ -228,6 +262,22 @@ mod tests {
             assert_eq!(outcomes(&answers), [expected]);
             assert_eq!(answers[0].value, value);
         }
+    }
+
+    #[test]
+    fn a_compare_and_delete_reads_as_its_script_does() {
+        let release = Command::CompareAndDelete {
+            key: Key::from("k"),
+            token: Value::from("t"),
+            script: &crate::kind::EXTEND_BATCH,
+            args: Vec::new(),
+        };
+        let done = release.read(RoundKind::Release, Ok(Value::Integer(1)), 1);
+        assert_eq!(outcomes(&done), [NodeOutcome::Released]);
+        let not_held = release.read(RoundKind::Release, Ok(Value::Integer(0)), 1);
+        assert_eq!(outcomes(&not_held), [NodeOutcome::NotHeld]);
+        let odd = release.read(RoundKind::Release, Ok(Value::from("OK")), 1);
+        assert!(matches!(odd[0].outcome, NodeOutcome::ServerError(_)));
     }
 
     #[test]

@@ -18,6 +18,10 @@ use std::time::Duration;
 use crate::error::ConfigError;
 use crate::report::{NodeName, NodeOutcome};
 
+mod problem;
+
+pub use problem::HealthProblem;
+
 /// What one node's settings say about the algorithm's assumptions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -259,73 +263,6 @@ pub(crate) struct Capabilities {
     pub(crate) refusal: String,
 }
 
-/// A node setting that breaks one of the algorithm's assumptions, with what to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HealthProblem {
-    /// The node is not a master (`role` is given): its writes fail, or, after a failover,
-    /// a replica that missed a lock would grant it again (H1).
-    NotMaster(String),
-    /// The node runs in cluster or sentinel mode (given): Redlock needs independent,
-    /// standalone masters (H1).
-    NotStandalone(String),
-    /// `maxmemory-policy` (given) may evict lock keys before their TTL (H2): every policy
-    /// but `noeviction` can, since lock keys have an expiry.
-    Evicting(String),
-    /// No append-only file: a restart loses every lock the node held (H2), unless the
-    /// node is kept down for longer than the longest TTL after a crash.
-    NoAppendOnly,
-    /// `appendfsync` (given) is not `always`: a crash can lose the last writes, locks
-    /// among them (H2).
-    FsyncNotAlways(String),
-    /// The node's user may not run commands the lock needs (the ACL refuses them:
-    /// `NOPERM`), or the server does not offer them (renamed away): today `EVALSHA` and
-    /// `EVAL`, with which every release and most acquisitions run their scripts. A plain
-    /// lock could still be taken there (`SET NX`), but never released before its TTL.
-    CommandsRefused {
-        /// The commands refused, as the lock sends them (`EVALSHA`, `EVAL`).
-        commands: Vec<String>,
-        /// What the node answered to the first of them.
-        reply: String,
-    },
-}
-
-impl fmt::Display for HealthProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HealthProblem::NotMaster(role) => write!(
-                f,
-                "role is `{role}`, not master: list only independent masters (H1)"
-            ),
-            HealthProblem::NotStandalone(mode) => write!(
-                f,
-                "runs in {mode} mode: Redlock needs independent standalone masters, not a cluster or sentinel set (H1)"
-            ),
-            HealthProblem::Evicting(policy) => write!(
-                f,
-                "maxmemory-policy `{policy}` can evict lock keys before their TTL: set `maxmemory-policy noeviction` (H2)"
-            ),
-            HealthProblem::NoAppendOnly => f.write_str(
-                "appendonly is off: a restart loses its locks; set `appendonly yes` and `appendfsync always`, or keep a crashed node down for longer than the longest TTL (H2)",
-            ),
-            HealthProblem::FsyncNotAlways(fsync) => write!(
-                f,
-                "appendfsync `{fsync}` can lose the last writes in a crash: set `appendfsync always`, or keep a crashed node down for longer than the longest TTL (H2)"
-            ),
-            HealthProblem::CommandsRefused { commands, reply } => write!(
-                f,
-                "refuses {} ({reply}): the lock runs its releases and most acquisitions as scripts; grant the node's user {} (and `+script|load`), or `+@scripting`",
-                commands.join(", "),
-                commands
-                    .iter()
-                    .map(|c| format!("`+{}`", c.to_ascii_lowercase()))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,10 +277,11 @@ mod tests {
 
     /// The whole `INFO` of each server the suite runs against, as it answers it (started
     /// with `--appendonly yes --appendfsync always`; paths and host name neutral).
-    const VALKEY_9: &str = include_str!("../testdata/info/valkey-9.1.2.txt");
-    const REDIS_7: &str = include_str!("../testdata/info/redis-7.0.15.txt");
+    const VALKEY_9: &str = include_str!("../../testdata/info/valkey-9.1.2.txt");
+    const REDIS_7: &str = include_str!("../../testdata/info/redis-7.0.15.txt");
     /// `INFO server` of Valkey 9.1.2 started with `--cluster-enabled yes`.
-    const VALKEY_9_CLUSTER: &str = include_str!("../testdata/info/valkey-9.1.2-cluster-server.txt");
+    const VALKEY_9_CLUSTER: &str =
+        include_str!("../../testdata/info/valkey-9.1.2-cluster-server.txt");
 
     fn read(info: &str, capabilities: Capabilities) -> NodeHealth {
         NodeHealth::from_info(

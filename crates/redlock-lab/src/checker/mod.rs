@@ -36,7 +36,7 @@ pub use fencing::{fenced, fencing_violations, Fenced};
 pub use holders::{holders, Holder};
 pub use host_clock::{explained_by_host_clock, host_clock_faults, HostClockStep};
 pub use overlap::overlaps;
-pub use semaphore::semaphore_violations;
+pub use semaphore::{most_at_once, semaphore_violations};
 pub use tokens::token_violations;
 pub use validity::validity_violations;
 pub use violation::Violation;

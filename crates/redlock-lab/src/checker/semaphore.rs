@@ -12,6 +12,51 @@ use std::collections::BTreeSet;
 use super::{Holder, Violation};
 use crate::history::{At, Event};
 
+/// The prefixes of the keys of every semaphore `events` declare.
+pub(super) fn semaphore_keys(events: &[Event]) -> Vec<&str> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Semaphore { keys, .. } => Some(keys.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `key` is a permit of a semaphore (its prefix among `semaphores`) other than the
+/// one `holder` won: a permit round proposes its token on every permit and rolls back, on
+/// each node, those it did not win, while its holder claims the permit won. The token
+/// rule judges a holder's token on its own permit only.
+pub(super) fn elsewhere(semaphores: &[&str], holder: &Holder, key: &str) -> bool {
+    holder.key != key && semaphores.iter().any(|s| key.starts_with(s))
+}
+
+/// For each semaphore `events` declare: its name, permits, and the most holders that
+/// claimed at once, for the notes (a rule that never saw the permits all held checked
+/// little).
+pub fn most_at_once(events: &[Event], holders: &[Holder]) -> Vec<(String, u32, usize)> {
+    let mut most = Vec::new();
+    for event in events {
+        if let Event::Semaphore {
+            name,
+            keys,
+            permits,
+        } = event
+        {
+            let members: Vec<&Holder> = holders
+                .iter()
+                .filter(|h| h.key.starts_with(keys.as_str()) && h.until > h.from)
+                .collect();
+            let peak = crowded(&members, 0)
+                .iter()
+                .map(|(_, open)| open.len())
+                .max();
+            most.push((name.clone(), *permits, peak.unwrap_or(0)));
+        }
+    }
+    most
+}
+
 /// Every instant at which a holder's claim made the holders of a declared semaphore more
 /// than its permits: one violation per such acquisition, naming the instant and every
 /// holder claiming then. Claims are half-open (`from..until`): a claim that ends as
@@ -75,8 +120,8 @@ fn crowded<'a>(members: &[&'a Holder], permits: u32) -> Vec<(At, Vec<&'a Holder>
 
 #[cfg(test)]
 mod tests {
-    use super::super::check;
     use super::super::fixtures::*;
+    use super::super::{check, Observation};
     use super::*;
 
     /// `permits` permits declared under `p:`, and holders `a`, `b`, `c` each on a permit of
@@ -101,6 +146,9 @@ mod tests {
     fn more_holders_than_permits_at_once_are_reported_with_the_instant_and_the_holders() {
         let found = check(&three_holders(2, false), &[], &[]);
         assert_eq!(categories(&found), ["too many holders"]);
+        let events = three_holders(2, false);
+        let most = most_at_once(&events, &super::super::holders(&events));
+        assert_eq!(most, [("jobs".to_owned(), 2, 3)]);
         let Violation::TooManyHolders {
             semaphore,
             permits,
@@ -150,6 +198,31 @@ mod tests {
         let mut found = categories(&found);
         found.dedup();
         assert_eq!(found, ["overlap", "too many holders"]);
+    }
+
+    /// A token rolled back from a permit its round did not win, while its holder claims the
+    /// permit won, is no removal; gone from the permit won, it is.
+    #[test]
+    fn a_token_rolled_back_from_another_permit_is_not_removed_early() {
+        let mut events = three_holders(3, false);
+        events.truncate(2);
+        let seen = |key: &str, sent, token: Option<&str>, pttl| Observation {
+            key: key.into(),
+            ..obs(0, sent, token, pttl)
+        };
+        let rolled_back = [seen("p:2", 5, Some("ta"), 995), seen("p:2", 10, None, -2)];
+        assert_eq!(check(&events, &rolled_back, &[]), vec![]);
+        let removed = [seen("p:1", 5, Some("ta"), 995), seen("p:1", 10, None, -2)];
+        assert_eq!(
+            categories(&check(&events, &removed, &[])),
+            ["token removed early"]
+        );
+        // Without a declared semaphore, a token gone from any key is judged.
+        events.remove(0);
+        assert_eq!(
+            categories(&check(&events, &rolled_back, &[])),
+            ["token removed early"]
+        );
     }
 
     #[test]

@@ -114,8 +114,11 @@ impl Contender {
     async fn connect(lab: &Lab, c: usize, reach: &[usize], set: &str) -> Result<Self, LabError> {
         let urls = lab.links.urls(c);
         let mut nodes = Vec::new();
+        // Up to a TTL to connect and for each command: a container just restarted for
+        // the scenario can take longer than a node timeout to answer its first connection,
+        // and an admission that slow has no validity left anyway.
         for &n in reach {
-            nodes.push(raw::connect(&urls[n], lab.timing.node_timeout).await?);
+            nodes.push(raw::connect(&urls[n], lab.timing.ttl).await?);
         }
         Ok(Contender {
             name: format!("client-{c}"),
@@ -138,7 +141,7 @@ impl Contender {
         ];
         let answers = join_all(self.nodes.iter().map(|n| {
             let admit = n.eval::<i64, _, _, _>(ADMIT, vec![self.set.as_str()], args.clone());
-            raw::within(lab.timing.node_timeout, admit)
+            raw::within(lab.timing.ttl, admit)
         }))
         .await;
         let yes = answers.iter().filter(|a| **a == Some(1)).count();
@@ -170,7 +173,7 @@ impl Contender {
         join_all(self.nodes.iter().map(|n| {
             let leave =
                 n.eval::<i64, _, _, _>(LEAVE, vec![self.set.as_str()], vec![self.member.as_str()]);
-            raw::within(lab.timing.node_timeout, leave)
+            raw::within(lab.timing.ttl, leave)
         }))
         .await;
     }

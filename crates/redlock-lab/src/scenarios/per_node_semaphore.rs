@@ -40,7 +40,7 @@ const WORK: Duration = Duration::from_millis(50);
 const CONTROL_ATTEMPTS: usize = 5;
 /// The TTL of the control's permits: the second client's rounds split between the permits
 /// until one starts at the free one, and the first permit must outlive all of that and the
-/// third client's attempts (the lab's one-second TTL did not, once in 20 runs).
+/// third client's attempts, which the lab's one-second TTL does not always cover.
 const CONTROL_TTL: Duration = Duration::from_secs(10);
 
 /// `KEYS[1]` = the node's holder set, `ARGV` = the member, the TTL in ms, the limit. The

@@ -31,6 +31,7 @@ fn scenario(name: &'static str, run: redlock_lab::Driver) -> Scenario {
             run_for: Duration::from_millis(10),
         },
         soak: None,
+        semaphore: None,
         run,
     }
 }

@@ -122,6 +122,18 @@ pub enum Event {
         /// One read per node of the set, in node order.
         nodes: Vec<NodeHold>,
     },
+    /// A semaphore whose holders the checker counts: every holder whose key starts with
+    /// `keys` holds one of its `permits` permits, and more than `permits` of them may never
+    /// claim at once.
+    Semaphore {
+        /// Its name, for reports.
+        name: String,
+        /// The prefix of its holders' keys (for the library's semaphore, of its permits'
+        /// keys: `<key_prefix>semaphore-{name}:`).
+        keys: String,
+        /// How many holders it admits at once.
+        permits: u32,
+    },
     /// A fault the harness injected.
     Fault {
         /// When.

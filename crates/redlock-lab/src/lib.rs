@@ -12,7 +12,9 @@
 //!
 //! In the must-pass scenarios the clients run a [mix](Mix) of every path of the client's
 //! API (reentrant holds, extensions, renewal, multi-key locks, dropped guards, cancelled
-//! calls), and [`soak()`] repeats each until it has reached a number of acquisitions.
+//! calls), and [`soak()`] repeats each until it has reached a number of acquisitions. With
+//! the semaphore workload ([`Workload::Semaphore`]) they take permits of a semaphore
+//! instead, which the checker's semaphore rule judges.
 //!
 //! Must-pass scenarios expect zero violations; demonstrations break an assumption of
 //! Redlock (H2-H4 in the README) or a step of the fencing design, and expect the checker to
@@ -34,6 +36,7 @@ mod logging;
 mod mix;
 mod observer;
 mod outcome;
+mod permits;
 mod raw;
 mod resource;
 mod scenario;
@@ -51,6 +54,7 @@ pub use logging::init_tracing;
 pub use mix::{Mix, Op, Workload, MANY_EXTRA};
 pub use observer::{Observer, Samples};
 pub use outcome::Outcome;
+pub use permits::{PERMIT_LOOPS, SEMAPHORE};
 pub use resource::{Read, Resource};
 pub use scenario::{run, run_with, Driver, Expect, RunOptions, Scenario, ScenarioResult, KEY};
 pub use scenarios::all as scenarios;

@@ -24,6 +24,7 @@ use crate::mix::{Workload, MANY_EXTRA};
 use crate::observer::Observer;
 /// The drivers' report, named with the scenario they run in.
 pub(crate) use crate::outcome::Outcome;
+use crate::permits::{declare, permit_keys};
 
 /// The one key every scenario contends for (under the scenario's own prefix).
 pub const KEY: &str = "resource";
@@ -85,6 +86,9 @@ pub struct Scenario {
     /// The timing in soak mode, when it differs: scenarios that wait a TTL out take a
     /// shorter one there, to reach many acquisitions in reasonable time.
     pub soak: Option<Timing>,
+    /// A semaphore scenario: its clients take permits of a semaphore of this many permits
+    /// ([`Workload::Semaphore`]), whatever workload the run was given.
+    pub semaphore: Option<u32>,
     /// The driver.
     pub run: Driver,
 }
@@ -179,6 +183,17 @@ pub async fn run_with(
     options: &RunOptions,
 ) -> (ScenarioResult, Option<Backend>) {
     let started = Instant::now();
+    let semaphore;
+    let options = match scenario.semaphore {
+        Some(permits) => {
+            semaphore = RunOptions {
+                workload: Workload::Semaphore(permits),
+                ..options.clone()
+            };
+            &semaphore
+        }
+        None => options,
+    };
     let mut result = ScenarioResult::empty(kind, scenario);
     let backend = match Backend::start(kind, scenario.setup, reuse).await {
         Ok(backend) => backend,
@@ -300,6 +315,11 @@ impl Recording {
         if matches!(options.workload, Workload::Mix(_)) && scenario.expect == Expect::Safe {
             keys.extend(MANY_EXTRA.iter().map(|k| format!("{prefix}{k}")));
         }
+        // The semaphore's permits, declared for the checker's semaphore rule.
+        if let Some(permits) = options.workload.permits() {
+            keys.extend(permit_keys(&prefix, permits));
+            declare(&history, &prefix, permits);
+        }
         let observer = Observer::start(&history, addrs, &keys);
         let lab = Lab {
             backend,
@@ -365,6 +385,11 @@ fn judge(
     if scenario.expect == Expect::Safe && result.acquisitions == 0 && result.error.is_none() {
         result.violations.push(Violation::Rule(
             "no acquisition succeeded: the safety rules checked nothing".into(),
+        ));
+    }
+    for (name, permits, most) in checker::most_at_once(&events, &checker::holders(&events)) {
+        result.notes.push(format!(
+            "semaphore {name}: at most {most} holder(s) at once, of {permits} permit(s)"
         ));
     }
     for event in &events {

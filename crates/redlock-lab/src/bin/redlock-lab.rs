@@ -44,6 +44,13 @@ struct Args {
     /// Plain lock/release cycles instead of the mix.
     #[arg(long)]
     plain: bool,
+    /// The must-pass scenarios' clients take permits of a semaphore of K permits instead of
+    /// locks (two acquisition loops per client, no fencing, no fair queue), and the checker
+    /// counts its holders; the scenarios that follow a schedule of their own keep it. The
+    /// semaphore scenarios (`--scenario semaphore_`) take permits without it.
+    #[arg(long, value_name = "K", conflicts_with_all = ["plain", "mix"],
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    semaphore: Option<u32>,
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -96,7 +103,9 @@ async fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let workload = if args.plain {
+    let workload = if let Some(permits) = args.semaphore {
+        Workload::Semaphore(permits)
+    } else if args.plain {
         Workload::Plain
     } else {
         match args.mix.as_deref().map(|spec| Mix::parse(spec, args.seed)) {

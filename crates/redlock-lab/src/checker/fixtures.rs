@@ -49,6 +49,23 @@ pub(super) fn held_by(client: &str, token: &str, owner: &str, from: u64, until: 
     }
 }
 
+/// `event` (an acquisition) on `key`.
+pub(super) fn on_key(mut event: Event, key: &str) -> Event {
+    if let Event::Acquired { key: k, .. } = &mut event {
+        *k = key.into();
+    }
+    event
+}
+
+/// Semaphore `name` declared, its holders' keys under `keys`.
+pub(super) fn semaphore(name: &str, keys: &str, permits: u32) -> Event {
+    Event::Semaphore {
+        name: name.into(),
+        keys: keys.into(),
+        permits,
+    }
+}
+
 /// A fenced acquisition that began at `started` and handed out `fencing` at `acquired`,
 /// released at once (its claim ends 1 ms later).
 pub(super) fn fenced_between(

@@ -8,7 +8,8 @@
 //! non-owner, a reentrant lock's holds included), [`fencing_violations`] (fencing tokens
 //! reused, or lower than one handed out before their acquisition began),
 //! [`validity_violations`] (a guard reporting validity that no quorum of nodes still held,
-//! after an extension or a renewal); keys left behind are reported as found. Holds of one
+//! after an extension or a renewal), [`semaphore_violations`] (more holders of a semaphore
+//! at once than its permits); keys left behind are reported as found. Holds of one
 //! reentrant lock's owner share the key: [`overlaps`] leaves them alone. Steps of the host's
 //! own wall clock ([`HostClockStep`]) break H3 on every node at once: they count as faults
 //! ([`host_clock_faults`]), and [`explained_by_host_clock`] sets apart the overlaps they
@@ -18,6 +19,7 @@ mod fencing;
 mod holders;
 mod host_clock;
 mod overlap;
+mod semaphore;
 mod tokens;
 mod validity;
 mod violation;
@@ -34,6 +36,7 @@ pub use fencing::{fenced, fencing_violations, Fenced};
 pub use holders::{holders, Holder};
 pub use host_clock::{explained_by_host_clock, host_clock_faults, HostClockStep};
 pub use overlap::overlaps;
+pub use semaphore::{most_at_once, semaphore_violations};
 pub use tokens::token_violations;
 pub use validity::validity_violations;
 pub use violation::Violation;
@@ -217,6 +220,7 @@ pub fn check(
     found.extend(token_violations(events, observations, &holders));
     found.extend(fencing_violations(events));
     found.extend(validity_violations(events));
+    found.extend(semaphore_violations(events, &holders));
     found
 }
 

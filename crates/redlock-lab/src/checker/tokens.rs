@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use super::semaphore::{elsewhere, semaphore_keys};
 use super::{
     clock_steps_forward, episodes_of, key_losses, stepped_forward, Episode, Holder, Observation,
     Violation, EVENT_SLACK,
@@ -54,6 +55,8 @@ struct Known<'a> {
     extends: Vec<Acting<'a>>,
     /// Each call of a reentrant lock's owner, and each extension of one of its holds.
     owner_active: Vec<Acting<'a>>,
+    /// The prefixes of the declared semaphores' keys (see [`elsewhere`]).
+    semaphores: Vec<&'a str>,
 }
 
 /// What happened on a node between two consecutive samples `a` and `b` of one key.
@@ -82,6 +85,7 @@ impl<'a> Known<'a> {
             clock_forward: clock_steps_forward(events),
             extends,
             owner_active,
+            semaphores: semaphore_keys(events),
         }
     }
 
@@ -126,6 +130,9 @@ impl<'a> Known<'a> {
             let Some(holder) = self.by_token.get(token) else {
                 continue;
             };
+            if elsewhere(&self.semaphores, holder, key) {
+                continue;
+            }
             if !b.has(token)
                 && b.received + EVENT_SLACK < holder.until
                 && !faults.lost

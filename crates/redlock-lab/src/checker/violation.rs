@@ -103,6 +103,17 @@ pub enum Violation {
         /// The nodes that held the lock for less, each with the latest it could hold it.
         short_of: Vec<(usize, At)>,
     },
+    /// More holders of a semaphore claimed at once than it has permits.
+    TooManyHolders {
+        /// The semaphore's name.
+        semaphore: String,
+        /// Its permits.
+        permits: u32,
+        /// When the holder that made one too many acquired.
+        at: At,
+        /// Every holder claiming then, in order of acquisition.
+        holders: Vec<Holder>,
+    },
     /// A rule of one scenario was broken (e.g. a lock won while a majority was down).
     Rule(String),
 }
@@ -120,6 +131,7 @@ impl Violation {
             Violation::FencingBackwards { .. } => "fencing token backwards",
             Violation::FencingReused { .. } => "fencing token reused",
             Violation::ValidityOverstated { .. } => "validity overstated",
+            Violation::TooManyHolders { .. } => "too many holders",
             Violation::Rule(_) => "scenario rule",
         }
     }
@@ -202,6 +214,12 @@ impl fmt::Display for Violation {
                 valid_until,
                 short_of,
             } => validity_overstated(f, client, token, (*at, *valid_until), short_of),
+            Violation::TooManyHolders {
+                semaphore,
+                permits,
+                at,
+                holders,
+            } => too_many_holders(f, semaphore, *permits, *at, holders),
             Violation::Rule(rule) => f.write_str(rule),
         }
     }
@@ -270,6 +288,28 @@ fn validity_overstated(
         ms(valid_until),
         super::validity::describe(short_of)
     )
+}
+
+/// A [`Violation::TooManyHolders`]'s message.
+fn too_many_holders(
+    f: &mut fmt::Formatter<'_>,
+    semaphore: &str,
+    permits: u32,
+    at: At,
+    holders: &[Holder],
+) -> fmt::Result {
+    write!(
+        f,
+        "too many holders: semaphore {semaphore} has {permits} permit(s), but at {} {} \
+         holders claimed one:",
+        ms(at),
+        holders.len()
+    )?;
+    for (i, holder) in holders.iter().enumerate() {
+        let sep = if i == 0 { " " } else { "; " };
+        write!(f, "{sep}{holder}")?;
+    }
+    Ok(())
 }
 
 /// A left-behind key's value as the report shows it: the first characters, as for every

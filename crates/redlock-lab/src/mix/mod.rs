@@ -191,6 +191,10 @@ pub enum Workload {
     Plain,
     /// The mix (the default).
     Mix(Mix),
+    /// Permits of a semaphore ([`SEMAPHORE`](crate::SEMAPHORE)) of this many permits
+    /// instead of locks: [`PERMIT_LOOPS`](crate::PERMIT_LOOPS) acquisition loops per
+    /// client, no fencing, no fair queue.
+    Semaphore(u32),
 }
 
 impl Default for Workload {
@@ -201,11 +205,21 @@ impl Default for Workload {
 
 impl Workload {
     /// Whether a fenced client running it can take a fencing token: every operation but
-    /// [`Op::Fair`] (always unfenced) locks as the client is configured.
+    /// [`Op::Fair`] (always unfenced) locks as the client is configured; permits are never
+    /// fenced.
     pub fn may_fence(&self) -> bool {
         match self {
             Workload::Plain => true,
             Workload::Mix(mix) => mix.weights.iter().any(|&(op, w)| w > 0 && op != Op::Fair),
+            Workload::Semaphore(_) => false,
+        }
+    }
+
+    /// The permits of the semaphore its clients take, for the semaphore workload.
+    pub fn permits(&self) -> Option<u32> {
+        match self {
+            Workload::Semaphore(permits) => Some(*permits),
+            _ => None,
         }
     }
 }
@@ -229,6 +243,7 @@ mod tests {
         assert!(Workload::default().may_fence());
         assert!(Workload::Mix(Mix::parse("fair=1, plain=1", 5).unwrap()).may_fence());
         assert!(!Workload::Mix(Mix::parse("fair=1", 5).unwrap()).may_fence());
+        assert!(!Workload::Semaphore(3).may_fence());
     }
 
     #[test]

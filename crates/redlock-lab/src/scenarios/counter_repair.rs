@@ -51,6 +51,7 @@ pub fn controls() -> Vec<Scenario> {
         fencing: Fencing::All,
         timing,
         soak: None,
+        semaphore: None,
         run,
     };
     vec![
@@ -98,6 +99,7 @@ pub(super) fn scenarios() -> Vec<Scenario> {
                 run_for: Duration::from_secs(12),
             },
             soak: None,
+            semaphore: None,
             run: counter_losses,
         },
         repair_demo(

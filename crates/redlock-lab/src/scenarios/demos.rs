@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 
 use super::fair_head::{self, FAIR_HEAD_CLIENTS};
 use super::naive_fencing;
+use super::per_node_semaphore::per_node_limit_semaphore;
 use super::steal::{hold_then_steal, Break, ROUNDS};
 use crate::backend::Setup;
 use crate::error::LabError;
@@ -44,6 +45,7 @@ pub(super) fn demo(
         fencing: Fencing::Off,
         timing: Timing::default(),
         soak: None,
+        semaphore: None,
         run,
     }
 }
@@ -153,6 +155,16 @@ pub(super) fn scenarios() -> Vec<Scenario> {
                 &["scenario rule"],
                 "fair_head_answers_late with a head built on the core's fair acquisition that never steps back: while its answers come late, the two clients behind it win the key far less often than before and after",
                 fair_head::naive_fair_head_never_steps_back,
+            )
+        },
+        Scenario {
+            clients: 3,
+            ..demo(
+                "per_node_limit_semaphore",
+                "semaphore: a holder counts only once a quorum holds one permit for it (a per-node limit won on a majority lets each contender win a different majority)",
+                &["too many holders"],
+                "a per-node-limit semaphore (each node admits at most two holders, a holder counts once a majority admitted it), three nodes, two permits: three clients, each reaching a different two-node majority, are all admitted; the library's semaphore in the same places admits two",
+                per_node_limit_semaphore,
             )
         },
         Scenario {

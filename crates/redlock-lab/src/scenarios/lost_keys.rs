@@ -85,6 +85,7 @@ fn demo(
         fencing: Fencing::Off,
         timing: Timing::default(),
         soak: None,
+        semaphore: None,
         run,
     }
 }

@@ -9,6 +9,7 @@ mod fair_head;
 mod issuer;
 mod lost_keys;
 mod naive_fencing;
+mod per_node_semaphore;
 mod safe;
 mod steal;
 
@@ -24,6 +25,7 @@ use crate::error::LabError;
 use crate::history::At;
 use crate::lab::Lab;
 use crate::mix::{contend_mixed, contend_mixed_each, Workload};
+use crate::permits::contend_permits;
 use crate::resource::Resource;
 use crate::scenario::{Outcome, Scenario, KEY};
 use crate::workload::{contend, contend_each, Tally};
@@ -101,7 +103,8 @@ where
     })
 }
 
-/// The lab's workload ([`Lab::workload`]): plain cycles, or the mix, until `until`.
+/// The lab's workload ([`Lab::workload`]): plain cycles, the mix, or permits of a
+/// semaphore, until `until`.
 async fn contend_lab(
     lab: &Lab,
     resource: &Arc<Resource>,
@@ -111,6 +114,10 @@ async fn contend_lab(
     match &lab.workload {
         Workload::Plain => Ok(contend(&lab.history, resource, clients, KEY, until).await),
         Workload::Mix(mix) => contend_mixed(lab, resource, clients, until, mix).await,
+        Workload::Semaphore(permits) => Ok(contend_permits(lab, clients, until, *permits)
+            .await?
+            .iter()
+            .sum()),
     }
 }
 
@@ -124,6 +131,7 @@ async fn contend_lab_each(
     match &lab.workload {
         Workload::Plain => Ok(contend_each(&lab.history, resource, clients, KEY, until).await),
         Workload::Mix(mix) => contend_mixed_each(lab, resource, clients, until, mix).await,
+        Workload::Semaphore(permits) => contend_permits(lab, clients, until, *permits).await,
     }
 }
 

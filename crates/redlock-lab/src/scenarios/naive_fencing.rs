@@ -138,7 +138,7 @@ async fn connect(
 
 /// Blackholes each client's links to the nodes outside its row of `reach`, for the whole
 /// run (the lab heals them at the end).
-fn cut<const Q: usize>(lab: &Lab, reach: &[[usize; Q]]) {
+pub(super) fn cut<const Q: usize>(lab: &Lab, reach: &[[usize; Q]]) {
     for (c, reached) in reach.iter().enumerate() {
         for n in (0..lab.node_count()).filter(|n| !reached.contains(n)) {
             lab.link(c, n, LinkFault::Blackhole);

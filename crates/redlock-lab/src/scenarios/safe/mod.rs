@@ -22,6 +22,8 @@ mod clocks;
 mod holder;
 mod links;
 mod nemeses;
+// The semaphore's permits under the same nemeses.
+mod semaphore;
 
 use std::time::Duration;
 
@@ -70,6 +72,7 @@ fn safe(name: &'static str, shows: &'static str, run: super::super::scenario::Dr
         fencing: Fencing::EvenClients,
         timing: Timing::default(),
         soak: None,
+        semaphore: None,
         run,
     }
 }
@@ -200,6 +203,7 @@ pub(super) fn scenarios() -> Vec<Scenario> {
         ),
     ];
     all.extend(nemeses::scenarios());
+    all.extend(semaphore::scenarios());
     all
 }
 

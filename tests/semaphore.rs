@@ -338,3 +338,69 @@ async fn the_clients_fenced_permits_carry_tokens() {
     first.release().await.unwrap();
     second.release().await.unwrap();
 }
+
+/// A retry policy whose first two delays are over 40 s: only a release's wake-up can end a
+/// wait early.
+fn slow_retry() -> redlock_client::RetryPolicy {
+    let base = redlock_client::RetryPolicy {
+        max_attempts: None,
+        max_wait: Some(Duration::from_secs(120)),
+        base_delay: Duration::from_secs(60),
+        max_delay: Duration::from_secs(60),
+        seed: None,
+    };
+    let seed = (0..)
+        .find(|&s| {
+            redlock_client::RetryPolicy {
+                seed: Some(s),
+                ..base.clone()
+            }
+            .backoff()
+            .take(2)
+            .all(|delay| delay > Duration::from_secs(40))
+        })
+        .unwrap();
+    redlock_client::RetryPolicy {
+        seed: Some(seed),
+        ..base
+    }
+}
+
+/// Holds both permits of `jobs` from one client, starts a waiter with a slow backoff from
+/// another, releases one permit after the waiter's first attempt: whether the waiter got a
+/// permit within `within`, and its attempts.
+async fn release_while_waiting(notify: bool, within: Duration) -> Option<u32> {
+    let set = NodeSet::start(3).await.unwrap();
+    let holder = client(&set, |b| b.notify(notify)).await;
+    let waiter = client(&set, |b| b.notify(notify)).await;
+    let jobs = holder.semaphore("jobs", 2).unwrap();
+    let (first, _second) = (jobs.acquire().await.unwrap(), jobs.acquire().await.unwrap());
+    let options = LockOptions {
+        retry: Some(slow_retry()),
+        ..Default::default()
+    };
+    let wanted = waiter.semaphore("jobs", 2).unwrap();
+    let waiting = tokio::spawn(async move { wanted.acquire_with(&options).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.release().await.unwrap();
+    let got = tokio::time::timeout(within, waiting).await.ok()?;
+    Some(got.unwrap().unwrap().attempts())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_permit_is_woken_by_a_release_not_by_its_backoff() {
+    let attempts = release_while_waiting(true, Duration::from_secs(20))
+        .await
+        .expect("woken before the backoff ran out");
+    assert_eq!(
+        attempts, 2,
+        "one failed attempt, then one right after the release"
+    );
+}
+
+/// The negative control: without notifications the waiter sleeps out its backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_notifications_a_waiting_permit_sleeps_out_its_backoff() {
+    let got = release_while_waiting(false, Duration::from_secs(3)).await;
+    assert_eq!(got, None, "woken without notifications");
+}

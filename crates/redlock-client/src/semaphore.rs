@@ -25,9 +25,10 @@ use crate::retry::RetryPolicy;
 /// ```
 ///
 /// A permit's guard names its permit in its key (`<key_prefix>semaphore-{name}:<i>`).
-/// Waiters are not woken by a release: they try again after their retry policy's delay.
-/// Permits offer no fencing tokens and no fair queue yet: a call that asks for either
-/// (or a client configured with them) fails with [`crate::InvalidConfig::Semaphore`].
+/// With notifications on (the default), a release of any permit wakes the oldest waiter of
+/// the semaphore in each client, as a lock's release does. Fenced permits carry a token
+/// to check per permit. Permits have no fair queue: a call that asks for one (or a client
+/// configured with it) fails with [`crate::InvalidConfig::Semaphore`].
 #[derive(Clone, Debug)]
 pub struct Semaphore {
     client: Redlock,

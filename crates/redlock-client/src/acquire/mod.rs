@@ -72,7 +72,7 @@ pub(crate) async fn acquire(
             None => crate::owner::random_id().to_string(),
         });
     let keys = shape.keys();
-    let name = redlock_core::support::lock_name(&keys);
+    let name = shape.name(&keys);
     let span = tracing::debug_span!(
         "redlock.lock",
         key = %name,

@@ -47,12 +47,23 @@ pub(crate) enum Shape<'a> {
 }
 
 impl<'a> Shape<'a> {
-    /// The full keys, in order.
+    /// The full keys, in order: for a semaphore, every permit's (a release of any of them
+    /// wakes its waiter).
     pub(super) fn keys(self) -> Vec<String> {
         match self {
             Shape::One(key) | Shape::Reentrant(key, _) => vec![key.to_string()],
             Shape::Many(keys) => keys.to_vec(),
-            Shape::Permit { shown, .. } => vec![shown.to_string()],
+            Shape::Permit { shown, permits, .. } => {
+                (1..=permits).map(|i| format!("{shown}:{i}")).collect()
+            }
+        }
+    }
+
+    /// The name of the lock, or of the semaphore, in errors and traces.
+    pub(super) fn name(self, keys: &[String]) -> String {
+        match self {
+            Shape::Permit { shown, .. } => shown.to_string(),
+            _ => redlock_core::support::lock_name(keys),
         }
     }
 
@@ -140,16 +151,8 @@ impl<'a> Plan<'a> {
     /// one, which wakes its owner's other waiters for the key in this client when it wins.
     /// Registering costs a waiter id and a turn of the registry's lock, which calls that
     /// never wait are spared.
-    ///
-    /// A semaphore's waiter does not: a permit's release announces itself only to waiters
-    /// queued for that permit, and a semaphore's waiters do not queue; they try again after
-    /// their backoff's delay.
     pub(super) fn watches(&self, shape: Shape<'_>) -> bool {
-        match shape {
-            Shape::Permit { .. } => false,
-            Shape::Reentrant(..) => true,
-            Shape::One(_) | Shape::Many(_) => self.waits || self.fair,
-        }
+        self.waits || self.fair || matches!(shape, Shape::Reentrant(..))
     }
 
     /// Whether a fair attempt registers a hand-over: only a plain lock of one key is handed

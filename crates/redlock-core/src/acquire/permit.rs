@@ -137,7 +137,7 @@ impl Coordinator {
         for key in &keys {
             check_key(key)?;
             specs.push(LockSpec::of_kind(
-                &kind::ONE,
+                &kind::PERMIT,
                 &[key],
                 what.token.clone(),
                 None,

@@ -35,7 +35,7 @@ mod reentrant;
 #[cfg(test)]
 mod test_kind;
 
-pub(crate) use plain::{MANY, ONE};
+pub(crate) use plain::{MANY, ONE, PERMIT};
 pub(crate) use reentrant::REENTRANT;
 
 /// A lock kind: its Lua (see the module docs) and the properties the rounds ask about.
@@ -101,7 +101,7 @@ pub(crate) fn of(owner: bool, keys: usize) -> &'static dyn Kind {
 /// Every kind, for the extension batch (one script extends locks of any kind) and for
 /// loading the scripts on a node before the first round.
 pub(crate) fn all() -> impl Iterator<Item = &'static dyn Kind> {
-    let built_in: [&'static dyn Kind; 3] = [&ONE, &MANY, &REENTRANT];
+    let built_in: [&'static dyn Kind; 4] = [&ONE, &MANY, &PERMIT, &REENTRANT];
     #[cfg(test)]
     let built_in = built_in
         .into_iter()

@@ -12,8 +12,15 @@ pub(crate) struct One;
 /// A plain lock of several keys, taken all or none on each node.
 pub(crate) struct Many;
 
+/// A semaphore's permit: one key, taken by the semaphore's own round (see
+/// `acquire::permit`), then released and extended as a plain key. Its waiters wait for any
+/// permit and do not queue for one, so its release announces itself to every client, as a
+/// lock of several keys does.
+pub(crate) struct Permit;
+
 pub(crate) static ONE: One = One;
 pub(crate) static MANY: Many = Many;
+pub(crate) static PERMIT: Permit = Permit;
 
 /// What both plain kinds free and extend: a key that holds the token.
 const FREE_AND_HOLDS: &str = r#"local function free(key, token, arg)
@@ -61,8 +68,22 @@ local function held(first, last, token, ttl, waiter, arg) return false end
     )
 });
 
+/// A permit: `take` is `SET NX PX` (the semaphore's round proposes every permit in a
+/// script of its own, `scripts::PERMIT_TAKE`); nothing is held without a round.
+static PERMIT_LUA: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"local function take(first, last, token, ttl, arg)
+  if redis.call("SET", KEYS[first], token, "NX", "PX", ttl) then return true end
+  return false
+end
+local function held(first, last, token, ttl, waiter, arg) return false end
+{FREE_AND_HOLDS}"#
+    )
+});
+
 static ONE_SCRIPTS: LazyLock<KindScripts> = LazyLock::new(|| KindScripts::of(&ONE));
 static MANY_SCRIPTS: LazyLock<KindScripts> = LazyLock::new(|| KindScripts::of(&MANY));
+static PERMIT_SCRIPTS: LazyLock<KindScripts> = LazyLock::new(|| KindScripts::of(&PERMIT));
 
 impl Kind for One {
     fn name(&self) -> &'static str {
@@ -100,5 +121,23 @@ impl Kind for Many {
     }
     fn scripts(&self) -> &'static KindScripts {
         &MANY_SCRIPTS
+    }
+}
+
+impl Kind for Permit {
+    fn name(&self) -> &'static str {
+        "a permit"
+    }
+    fn tag(&self) -> &'static str {
+        "p"
+    }
+    fn lua(&self) -> &'static str {
+        &PERMIT_LUA
+    }
+    fn native_release(&self) -> bool {
+        true
+    }
+    fn scripts(&self) -> &'static KindScripts {
+        &PERMIT_SCRIPTS
     }
 }

@@ -90,6 +90,21 @@ pub fn permit_keys(prefix: &str, name: &str, permits: u32) -> Vec<String> {
     (1..=permits).map(|i| format!("{base}:{i}")).collect()
 }
 
+/// The keys of read-write lock `name` under the read-write locks' prefix `prefix`, in
+/// `name`'s hash slot as a semaphore's permits are (see [`semaphore_base`]): the writer's
+/// key (`<base>:write`, a string holding the writer's token), the readers' set
+/// (`<base>:read`, a sorted set of reader tokens scored by the node time their hold ends)
+/// and a waiting writer's intent (`<base>:intent`, a string holding the writer's id, which
+/// new readers respect so that readers cannot starve writers), in that order.
+pub fn rwlock_keys(prefix: &str, name: &str) -> [String; 3] {
+    let base = semaphore_base(prefix, name);
+    [
+        format!("{base}:write"),
+        format!("{base}:read"),
+        format!("{base}:intent"),
+    ]
+}
+
 /// Whether `prefix` may prefix companion keys: it must not bring a hash tag of its own.
 pub(crate) fn prefix_has_no_tag(prefix: &str) -> bool {
     !prefix.contains(['{', '}'])

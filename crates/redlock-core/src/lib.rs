@@ -105,10 +105,10 @@ pub mod support;
 mod tls;
 mod token;
 
-pub use acquire::{Acquisition, PermitAcquisition, MAX_PERMITS};
+pub use acquire::{Acquisition, PermitAcquisition, RwAcquisition, MAX_PERMITS};
 pub use config::{
     Config, HealthPolicy, DEFAULT_FAIR_PREFIX, DEFAULT_FENCE_KEY, DEFAULT_NODE_TIMEOUT,
-    DEFAULT_SEMAPHORE_PREFIX, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
+    DEFAULT_RWLOCK_PREFIX, DEFAULT_SEMAPHORE_PREFIX, MAX_KEY_LEN, MAX_NODE_TIMEOUT, MAX_TTL,
 };
 pub use coordinator::Coordinator;
 #[cfg(feature = "test-util")]

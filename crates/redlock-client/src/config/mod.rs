@@ -189,6 +189,7 @@ impl LockConfig {
             fence_key: format!("{}fencing-counter", self.key_prefix),
             fair_prefix: format!("{}fair-", self.key_prefix),
             semaphore_prefix: format!("{}semaphore-", self.key_prefix),
+            rwlock_prefix: format!("{}rwlock-", self.key_prefix),
             tls: self.tls.clone(),
             health: self.health,
             group_commit: self.group_commit,

@@ -19,9 +19,11 @@ use crate::token::Token;
 
 mod fenced;
 mod permit;
+mod rwlock;
 
 use fenced::Bounds;
 pub use permit::{PermitAcquisition, MAX_PERMITS};
+pub use rwlock::RwAcquisition;
 
 /// What one acquisition round takes: one key (a plain or reentrant lock) or several (all
 /// or nothing), under which token, for how long, and whether it is fenced.

@@ -19,6 +19,9 @@ use node_url::parse_node;
 /// The key of the fencing counter on each node, unless configured otherwise.
 pub const DEFAULT_FENCE_KEY: &str = "redlock:fencing-counter";
 
+/// The default prefix of the read-write locks' keys ([`Config::rwlock_prefix`]).
+pub const DEFAULT_RWLOCK_PREFIX: &str = "redlock:rwlock-";
+
 /// The default prefix of the semaphores' permit keys ([`Config::semaphore_prefix`]).
 pub const DEFAULT_SEMAPHORE_PREFIX: &str = "redlock:semaphore-";
 
@@ -83,6 +86,11 @@ pub struct Config {
     /// a brace. No lock key may start with it, so that no plain lock takes a permit's key.
     /// Defaults to `"redlock:semaphore-"`.
     pub semaphore_prefix: String,
+    /// The prefix of the read-write locks' keys: read-write lock `name` keeps its writer,
+    /// its readers and a waiting writer's intent under `<rwlock_prefix>{name}:` (see
+    /// `layout::rwlock_keys`). It may not hold a brace. No lock key may start with it.
+    /// Defaults to `"redlock:rwlock-"`.
+    pub rwlock_prefix: String,
     /// TLS settings for the `rediss://` nodes (CA, client certificate, name check). `None`:
     /// `rediss://` nodes are checked against the system's roots and their URL's host.
     /// Given while no node URL uses `rediss://`, it is an error (the connections would
@@ -134,6 +142,7 @@ impl fmt::Debug for Config {
             .field("fence_key", &self.fence_key)
             .field("fair_prefix", &self.fair_prefix)
             .field("semaphore_prefix", &self.semaphore_prefix)
+            .field("rwlock_prefix", &self.rwlock_prefix)
             .field("tls", &self.tls)
             .field("health", &self.health)
             .field("group_commit", &self.group_commit)
@@ -152,6 +161,7 @@ impl Default for Config {
             fence_key: DEFAULT_FENCE_KEY.into(),
             fair_prefix: DEFAULT_FAIR_PREFIX.into(),
             semaphore_prefix: DEFAULT_SEMAPHORE_PREFIX.into(),
+            rwlock_prefix: DEFAULT_RWLOCK_PREFIX.into(),
             tls: None,
             health: HealthPolicy::default(),
             group_commit: true,
@@ -161,12 +171,14 @@ impl Default for Config {
 
 impl Config {
     /// Whether `key` is the fencing counter's (or one of its companions: its stamp and a
-    /// repair's marker) or starts with the fair queues' or the semaphores' prefix: no lock
+    /// repair's marker) or starts with the prefix of the fair queues, the semaphores or the
+    /// read-write locks: no lock
     /// may be taken, released or extended under it by its key.
     pub(crate) fn is_reserved(&self, key: &str) -> bool {
         crate::fence::is_counter_key(&self.fence_key, key)
             || key.starts_with(&self.fair_prefix)
             || key.starts_with(&self.semaphore_prefix)
+            || key.starts_with(&self.rwlock_prefix)
     }
 
     /// Checks every value without connecting anywhere.
@@ -204,6 +216,7 @@ impl Config {
         for (name, prefix) in [
             ("fair_prefix", &self.fair_prefix),
             ("semaphore_prefix", &self.semaphore_prefix),
+            ("rwlock_prefix", &self.rwlock_prefix),
         ] {
             check_key(prefix).map_err(setting(name))?;
             if !crate::layout::prefix_has_no_tag(prefix) {

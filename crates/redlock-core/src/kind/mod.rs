@@ -20,7 +20,9 @@
 //! - `free(key, token, arg)`: drops `token`'s hold of `key`; returns whether the hold was
 //!   there and whether the key is now free (deleted).
 //! - `holds(key, token, arg)`: whether `token` holds `key` (what an extension checks before
-//!   it lengthens the key's TTL, which works the same for every kind).
+//!   it lengthens the key's TTL, which works the same for every kind but one whose holds
+//!   expire inside the key: that kind also has `lengthen(key, token, ttl, arg)`, see
+//!   [`Kind::own_lengthen`]).
 //!
 //! Every function that writes checks the holder first, so a holder whose lock expired never
 //! changes a newer holder's key; reads that may meet a key of another kind go through
@@ -31,11 +33,13 @@ use std::sync::LazyLock;
 use crate::scripts::{self, Script};
 
 mod plain;
+mod reader;
 mod reentrant;
 #[cfg(test)]
 mod test_kind;
 
-pub(crate) use plain::{MANY, ONE, PERMIT};
+pub(crate) use plain::{MANY, ONE, PERMIT, WRITER};
+pub(crate) use reader::READER;
 pub(crate) use reentrant::REENTRANT;
 
 /// A lock kind: its Lua (see the module docs) and the properties the rounds ask about.
@@ -78,6 +82,12 @@ pub(crate) trait Kind: Sync + Send + 'static {
         false
     }
 
+    /// Whether its Lua has a `lengthen(key, token, ttl, arg)` of its own for an extension
+    /// (see `scripts::extend_batch`); otherwise an extension lengthens the key's TTL.
+    fn own_lengthen(&self) -> bool {
+        false
+    }
+
     /// The scripts composed from the kind's Lua ([`KindScripts::of`]), built once.
     fn scripts(&self) -> &'static KindScripts;
 }
@@ -101,7 +111,7 @@ pub(crate) fn of(owner: bool, keys: usize) -> &'static dyn Kind {
 /// Every kind, for the extension batch (one script extends locks of any kind) and for
 /// loading the scripts on a node before the first round.
 pub(crate) fn all() -> impl Iterator<Item = &'static dyn Kind> {
-    let built_in: [&'static dyn Kind; 4] = [&ONE, &MANY, &PERMIT, &REENTRANT];
+    let built_in: [&'static dyn Kind; 6] = [&ONE, &MANY, &PERMIT, &WRITER, &READER, &REENTRANT];
     #[cfg(test)]
     let built_in = built_in
         .into_iter()
@@ -173,7 +183,9 @@ impl KindScripts {
 
 /// The extension of locks of any kind, many in one call (see `scripts::extend_batch`).
 pub(crate) static EXTEND_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    let kinds: Vec<(&str, &str)> = all().map(|kind| (kind.tag(), kind.lua())).collect();
+    let kinds: Vec<(&str, &str, bool)> = all()
+        .map(|kind| (kind.tag(), kind.lua(), kind.own_lengthen()))
+        .collect();
     Script::new(scripts::extend_batch(&kinds))
 });
 

@@ -22,6 +22,13 @@ pub(crate) static ONE: One = One;
 pub(crate) static MANY: Many = Many;
 pub(crate) static PERMIT: Permit = Permit;
 
+/// A read-write lock's write side: one key taken by the read-write lock's own round (see
+/// `acquire::rwlock`), then released and extended as a plain key, as a permit is; its
+/// release is announced to every client too.
+pub(crate) struct Writer;
+
+pub(crate) static WRITER: Writer = Writer;
+
 /// What both plain kinds free and extend: a key that holds the token.
 const FREE_AND_HOLDS: &str = r#"local function free(key, token, arg)
   if redis.pcall("GET", key) == token then
@@ -85,6 +92,12 @@ static ONE_SCRIPTS: LazyLock<KindScripts> = LazyLock::new(|| KindScripts::of(&ON
 static MANY_SCRIPTS: LazyLock<KindScripts> = LazyLock::new(|| KindScripts::of(&MANY));
 static PERMIT_SCRIPTS: LazyLock<KindScripts> = LazyLock::new(|| KindScripts::of(&PERMIT));
 
+/// A write side: a permit's Lua, marked so that its scripts are its own (a script is known
+/// by its source's SHA-1).
+static WRITER_LUA: LazyLock<String> =
+    LazyLock::new(|| format!("-- a read-write lock's write side\n{}", &*PERMIT_LUA));
+static WRITER_SCRIPTS: LazyLock<KindScripts> = LazyLock::new(|| KindScripts::of(&WRITER));
+
 impl Kind for One {
     fn name(&self) -> &'static str {
         "one key"
@@ -139,5 +152,23 @@ impl Kind for Permit {
     }
     fn scripts(&self) -> &'static KindScripts {
         &PERMIT_SCRIPTS
+    }
+}
+
+impl Kind for Writer {
+    fn name(&self) -> &'static str {
+        "a write lock"
+    }
+    fn tag(&self) -> &'static str {
+        "w"
+    }
+    fn lua(&self) -> &'static str {
+        &WRITER_LUA
+    }
+    fn native_release(&self) -> bool {
+        true
+    }
+    fn scripts(&self) -> &'static KindScripts {
+        &WRITER_SCRIPTS
     }
 }

@@ -9,7 +9,7 @@
 //! `plain.rs` (the acquisition, group commit's batches, the extension), `release.rs`
 //! (releases and the helpers that pass a freed key on), `fence.rs` (the fenced form and
 //! the fencing counters' own scripts), `fair.rs` (the fair queue), `inspect.rs`,
-//! `permit.rs` (the semaphore's acquisition).
+//! `permit.rs` (the semaphore's acquisition), `rwlock.rs` (a read-write lock's).
 
 use std::borrow::Cow;
 
@@ -44,6 +44,7 @@ mod inspect;
 mod permit;
 mod plain;
 mod release;
+mod rwlock;
 
 pub(crate) use fair::{queued, queued_rollback, FAIR_LEAVE};
 pub(crate) use fence::{fenced, FENCE_MARK, FENCE_READ, FENCE_RECORD, FENCE_SEED};
@@ -51,6 +52,7 @@ pub(crate) use inspect::INSPECT;
 pub(crate) use permit::{PERMIT_TAKE, PERMIT_TAKE_FENCED};
 pub(crate) use plain::{acquire, extend_batch, grouped_acquire};
 pub(crate) use release::{grouped_release, release};
+pub(crate) use rwlock::{RW_LEAVE, RW_READ, RW_WRITE, RW_WRITE_FENCED};
 
 /// A Lua script with its SHA-1, computed once.
 #[derive(Debug)]
@@ -91,8 +93,12 @@ pub(crate) fn channel_arg(channel: Option<&Value>) -> Value {
 }
 
 /// The scripts that no lock kind composes, for preloading (see `kind` for the rest).
-pub(crate) fn own() -> [&'static Script; 8] {
+pub(crate) fn own() -> [&'static Script; 12] {
     [
+        &RW_READ,
+        &RW_WRITE,
+        &RW_WRITE_FENCED,
+        &RW_LEAVE,
         &PERMIT_TAKE,
         &PERMIT_TAKE_FENCED,
         &FENCE_RECORD,

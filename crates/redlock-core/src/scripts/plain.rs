@@ -51,7 +51,8 @@ return results"#
     )
 }
 
-/// Extends locks of any of `kinds` (each a tag and its Lua) in one call. `ARGV[1]` is
+/// Extends locks of any of `kinds` (each a tag, its Lua, and whether that Lua has a
+/// `lengthen` of its own) in one call. `ARGV[1]` is
 /// ignored (reserved); then five arguments per lock: its kind's tag, its number of keys,
 /// token, the kind's argument (or ""), TTL in ms. `KEYS` holds each lock's keys in the
 /// same order. A lock is extended (all its keys) only if its token holds every one of them
@@ -63,28 +64,40 @@ return results"#
 /// apply it too). So no extension, whether it won, lost its quorum, or arrived late, can
 /// move a node's expiry before a validity that a guard reports: not another holder's of a
 /// shared reentrant hold, not a longer manual extension's that renewal follows, and not
-/// the validity a failed extension leaves in place.
-pub(crate) fn extend_batch(kinds: &[(&str, &str)]) -> String {
-    let mut script = String::from("local kinds = {}\n");
-    for (tag, lua) in kinds {
-        script.push_str(&format!("do\n{lua}\nkinds[\"{tag}\"] = holds\nend\n"));
-    }
-    script.push_str(
-        r#"local function lengthen(key, ttl)
+/// the validity a failed extension leaves in place. A kind whose key's expiry is not the
+/// whole story (a reader's entry in a read-write lock's set, which expires by its own
+/// score) brings its own `lengthen(key, token, ttl, arg)`, under the same rule.
+pub(crate) fn extend_batch(kinds: &[(&str, &str, bool)]) -> String {
+    let mut script = String::from(
+        r#"local function pexpire_longer(key, token, ttl, arg)
   if redis.call("PTTL", key) < tonumber(ttl) then redis.call("PEXPIRE", key, ttl) end
 end
-local results = {}
+local kinds = {}
+"#,
+    );
+    for (tag, lua, own_lengthen) in kinds {
+        let lengthen = if *own_lengthen {
+            "lengthen"
+        } else {
+            "pexpire_longer"
+        };
+        script.push_str(&format!(
+            "do\n{lua}\nkinds[\"{tag}\"] = {{holds, {lengthen}}}\nend\n"
+        ));
+    }
+    script.push_str(
+        r#"local results = {}
 local k = 1
 local a = 2
 while a + 4 <= #ARGV do
-  local holds, n, token, arg, ttl = kinds[ARGV[a]], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local kind, n, token, arg, ttl = kinds[ARGV[a]], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   a = a + 5
   local ok = 1
   for i = k, k + n - 1 do
-    if not holds(KEYS[i], token, arg) then ok = 0 end
+    if not kind[1](KEYS[i], token, arg) then ok = 0 end
   end
   if ok == 1 then
-    for i = k, k + n - 1 do lengthen(KEYS[i], ttl) end
+    for i = k, k + n - 1 do kind[2](KEYS[i], token, ttl, arg) end
   end
   k = k + n
   results[#results + 1] = ok

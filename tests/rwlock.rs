@@ -1,0 +1,284 @@
+//! The read-write lock over the quorum (`Coordinator::acquire_rw`) against real
+//! redis-server processes: readers share, a writer is alone, a waiting writer's intent
+//! holds new readers back, a reader's hold ends by itself and is never brought back.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{coordinator, raw};
+use fred::prelude::ClientLike;
+use fred::types::{CustomCommand, Value};
+use redlock_core::{ArgumentError, Error, RwAcquisition};
+use redlock_testkit::NodeSet;
+
+const TTL: Duration = Duration::from_secs(10);
+const WRITE: &str = "redlock:rwlock-{doc}:write";
+const READ: &str = "redlock:rwlock-{doc}:read";
+const INTENT: &str = "redlock:rwlock-{doc}:intent";
+
+fn read() -> RwAcquisition<'static> {
+    RwAcquisition::read("doc", TTL)
+}
+
+fn write() -> RwAcquisition<'static> {
+    RwAcquisition::write("doc", TTL)
+}
+
+/// The readers' entries on the node at `url`: each token, then its score.
+async fn readers_on(url: &str) -> Vec<String> {
+    let node = raw(url).await;
+    let reply: Value = node
+        .custom(
+            CustomCommand::new_static("ZRANGE", None, false),
+            vec![
+                READ.to_string(),
+                "0".into(),
+                "-1".into(),
+                "WITHSCORES".into(),
+            ],
+        )
+        .await
+        .unwrap();
+    node.quit().await.unwrap();
+    reply.convert().unwrap()
+}
+
+/// Every key on every node, sorted.
+async fn keys(set: &NodeSet) -> Vec<Vec<String>> {
+    let mut nodes = Vec::new();
+    for node in set.nodes() {
+        let mut keys = node.keys("*").await.unwrap();
+        keys.sort();
+        nodes.push(keys);
+    }
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_and_a_writer_is_alone() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let first = c.acquire_rw(read()).await.unwrap();
+    let second = c.acquire_rw(read()).await.unwrap();
+    assert_eq!(first.key(), READ);
+    assert!(first.is_valid() && second.is_valid());
+    // Readers keep the writer out, and its refused round leaves nothing.
+    let err = c.acquire_rw(write()).await.unwrap_err();
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    c.quiesce().await;
+    for node_keys in keys(&set).await {
+        assert_eq!(node_keys, [READ]);
+    }
+    c.release(&first).await.unwrap().settled().await;
+    assert!(c.acquire_rw(write()).await.is_err(), "one reader is left");
+    c.release(&second).await.unwrap().settled().await;
+    c.quiesce().await;
+    assert!(
+        keys(&set).await.iter().all(Vec::is_empty),
+        "the last reader takes the set"
+    );
+    // A writer keeps readers and other writers out.
+    let writer = c.acquire_rw(write()).await.unwrap();
+    assert_eq!(writer.key(), WRITE);
+    assert!(c.acquire_rw(read()).await.is_err());
+    assert!(c.acquire_rw(write()).await.is_err());
+    let extended = c.extend(&writer, Duration::from_secs(60)).await.unwrap();
+    c.release(&extended).await.unwrap().settled().await;
+    let reader = c.acquire_rw(read()).await.unwrap();
+    c.release(&reader).await.unwrap().settled().await;
+    c.quiesce().await;
+    assert!(keys(&set).await.iter().all(Vec::is_empty));
+}
+
+/// A writer refused by readers leaves its intent: new readers wait for it, the readers in
+/// finish, and the writer's next round wins and takes its intent back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writers_intent_holds_new_readers_back() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let reader = c.acquire_rw(read()).await.unwrap();
+    // A writer without an id leaves no intent (the negative control): readers come in.
+    assert!(c.acquire_rw(write()).await.is_err());
+    let another = c.acquire_rw(read()).await.unwrap();
+    c.release(&another).await.unwrap().settled().await;
+    let writer = || RwAcquisition {
+        writer: Some(("writer-1", Duration::from_secs(30))),
+        ..write()
+    };
+    assert!(c.acquire_rw(writer()).await.is_err());
+    for node in set.nodes() {
+        assert_eq!(node.get(INTENT).await.unwrap().as_deref(), Some("writer-1"));
+    }
+    let err = c.acquire_rw(read()).await.unwrap_err();
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    c.release(&reader).await.unwrap().settled().await;
+    let won = c.acquire_rw(writer()).await.unwrap();
+    c.quiesce().await;
+    for node in set.nodes() {
+        assert_eq!(
+            node.get(INTENT).await.unwrap(),
+            None,
+            "the winner's intent is gone"
+        );
+    }
+    c.release(&won).await.unwrap().settled().await;
+    // A writer that gives up takes its intent back.
+    let reader = c.acquire_rw(read()).await.unwrap();
+    assert!(c.acquire_rw(writer()).await.is_err());
+    c.leave_write_intent("doc", "writer-1").await.unwrap();
+    c.quiesce().await;
+    let other_reader = c.acquire_rw(read()).await.unwrap();
+    for held in [&reader, &other_reader] {
+        c.release(held).await.unwrap().settled().await;
+    }
+    c.quiesce().await;
+    assert!(keys(&set).await.iter().all(Vec::is_empty));
+}
+
+/// A crashed reader frees its share after its TTL, though other readers keep the set
+/// alive; its extension then fails and never brings it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readers_hold_ends_by_itself_and_is_never_brought_back() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let short = c
+        .acquire_rw(RwAcquisition::read("doc", Duration::from_millis(600)))
+        .await
+        .unwrap();
+    let long = c.acquire_rw(read()).await.unwrap();
+    // The long reader's extension lengthens its own entry, not the short one's.
+    let long = c.extend(&long, Duration::from_secs(60)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let err = c.extend(&short, TTL).await.unwrap_err();
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    c.quiesce().await;
+    // The short reader's entry may wait for a trim, but its end stayed where it was: nearly
+    // a minute before the long reader's.
+    for url in set.urls() {
+        let entries = readers_on(&url).await;
+        let end = |token: &str| -> Option<u64> {
+            let at = entries.iter().position(|e| e == token)?;
+            entries[at + 1].parse().ok()
+        };
+        let long_end = end(long.token().as_str()).expect("the long reader's entry");
+        if let Some(short_end) = end(short.token().as_str()) {
+            assert!(short_end + 50_000 < long_end, "{entries:?}");
+        }
+    }
+    // The expired reader keeps no writer out; the live one does.
+    assert!(c.acquire_rw(write()).await.is_err());
+    c.release(&long).await.unwrap().settled().await;
+    let writer = c.acquire_rw(write()).await.unwrap();
+    c.release(&writer).await.unwrap().settled().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_writer_gets_a_token_and_bad_input_sends_nothing() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let fenced = |write| RwAcquisition {
+        fenced: true,
+        ..if write { self::write() } else { read() }
+    };
+    let w1 = c.acquire_rw(fenced(true)).await.unwrap();
+    let t1 = w1.fencing_token().expect("a fenced writer has a token");
+    c.release(&w1).await.unwrap().settled().await;
+    let r = c.acquire_rw(fenced(false)).await.unwrap();
+    assert_eq!(r.fencing_token(), None, "readers get no token");
+    c.release(&r).await.unwrap().settled().await;
+    let w2 = c.acquire_rw(fenced(true)).await.unwrap();
+    assert!(w2.fencing_token().unwrap() > t1);
+    c.release(&w2).await.unwrap().settled().await;
+    c.quiesce().await;
+
+    let err = c
+        .acquire_rw(RwAcquisition::read("", TTL))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Argument(ArgumentError::EmptyKey)),
+        "{err}"
+    );
+    let err = c.acquire(WRITE, TTL).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Argument(ArgumentError::ReservedKey { .. })),
+        "{err}"
+    );
+    for node_keys in keys(&set).await {
+        assert!(
+            node_keys
+                .iter()
+                .all(|k| k.starts_with("redlock:fencing-counter")),
+            "{node_keys:?}"
+        );
+    }
+}
+
+/// Readers and writers at once from several tasks: a writer never shares the lock, with a
+/// reader or another writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_never_overlaps_another_holder() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let (readers, writers) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (wrote, reads) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tasks: Vec<_> = (0..6)
+        .map(|i| {
+            let (c, readers, writers) = (c.clone(), readers.clone(), writers.clone());
+            let (wrote, reads) = (wrote.clone(), reads.clone());
+            tokio::spawn(async move {
+                let id = format!("writer-{i}");
+                for round in 0..15 {
+                    let write = (i + round) % 3 == 0;
+                    // A fresh token for each attempt, as the client's are.
+                    let what = || {
+                        if write {
+                            RwAcquisition {
+                                writer: Some((&id, Duration::from_millis(50))),
+                                ..self::write()
+                            }
+                        } else {
+                            read()
+                        }
+                    };
+                    // Retried until won, as a client would, within a bound.
+                    let mut lock = None;
+                    for _ in 0..2_000 {
+                        if let Ok(won) = c.acquire_rw(what()).await {
+                            lock = Some(won);
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    let lock = lock.expect("a holder within 2,000 attempts");
+                    let (mine, other) = if write {
+                        (&writers, &readers)
+                    } else {
+                        (&readers, &writers)
+                    };
+                    let now = mine.fetch_add(1, Ordering::SeqCst) + 1;
+                    assert_eq!(other.load(Ordering::SeqCst), 0, "a reader with a writer");
+                    if write {
+                        assert_eq!(now, 1, "two writers");
+                        wrote.fetch_add(1, Ordering::SeqCst);
+                    } else {
+                        reads.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    mine.fetch_sub(1, Ordering::SeqCst);
+                    c.release(&lock).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(wrote.load(Ordering::SeqCst) > 0, "no writer got in");
+    assert!(reads.load(Ordering::SeqCst) > 0, "no reader got in");
+    c.quiesce().await;
+    assert!(keys(&set).await.iter().all(Vec::is_empty));
+}

@@ -6,9 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{coordinator, raw};
+use common::{client, coordinator, raw};
 use fred::prelude::ClientLike;
 use fred::types::{CustomCommand, Value};
+use redlock_client::{Error as ClientError, LockOptions};
 use redlock_core::{ArgumentError, Error, RwAcquisition};
 use redlock_testkit::NodeSet;
 
@@ -281,4 +282,106 @@ async fn a_writer_never_overlaps_another_holder() {
     assert!(reads.load(Ordering::SeqCst) > 0, "no reader got in");
     c.quiesce().await;
     assert!(keys(&set).await.iter().all(Vec::is_empty));
+}
+
+/// The client's read-write lock: readers share and are renewed, a writer is alone, an
+/// owner that reads may not write, and a writer's intent goes with its call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_rwlock_shares_reads_and_refuses_an_upgrade() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.ttl(Duration::from_millis(600))).await;
+    let doc = c.rwlock("doc").unwrap();
+    let other = c.rwlock("doc").unwrap();
+    let first = doc.read().await.unwrap();
+    let second = other.try_read().await.unwrap();
+    assert_eq!(first.key(), READ);
+    // An owner that reads may not write: nothing is sent.
+    let err = doc.write().await.unwrap_err();
+    assert!(
+        matches!(&err, ClientError::InvalidArgument(ArgumentError::Upgrade { name }) if name == "doc"),
+        "{err}"
+    );
+    // Another owner is refused while readers hold it; its intent goes with its call.
+    let third = c.rwlock("doc").unwrap();
+    let err = third.try_write().await.unwrap_err();
+    assert!(matches!(err, ClientError::NotAcquired { .. }), "{err}");
+    c.coordinator().quiesce().await;
+    for node in set.nodes() {
+        assert_eq!(node.get(INTENT).await.unwrap(), None);
+    }
+    // Readers are renewed past their TTL, each by its own entry.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(first.is_valid() && second.is_valid());
+    first.release().await.unwrap();
+    drop(second);
+    let writing = doc.write().await.unwrap();
+    assert_eq!(writing.key(), WRITE);
+    assert!(matches!(
+        other.try_read().await.unwrap_err(),
+        ClientError::NotAcquired { .. }
+    ));
+    writing.release().await.unwrap();
+    c.coordinator().quiesce().await;
+    assert!(keys(&set).await.iter().all(Vec::is_empty));
+    let fair = LockOptions {
+        fair: Some(true),
+        ..Default::default()
+    };
+    assert!(matches!(
+        doc.read_with(&fair).await.unwrap_err(),
+        ClientError::InvalidConfig(redlock_client::InvalidConfig::Unsupported { .. })
+    ));
+}
+
+/// A writer waiting for readers is woken by the last reader's release, not by its
+/// backoff; a fenced writer's guard carries a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
+    let set = NodeSet::start(3).await.unwrap();
+    let readers = client(&set, |b| b).await;
+    let writers = client(&set, |b| b.fencing(true)).await;
+    let reading = readers.rwlock("doc").unwrap().read().await.unwrap();
+    let options = LockOptions {
+        retry: Some(slow_retry()),
+        ..Default::default()
+    };
+    let doc = writers.rwlock("doc").unwrap();
+    let waiting = tokio::spawn(async move { doc.write_with(&options).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reading.release().await.unwrap();
+    let writing = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("woken before the backoff ran out")
+        .unwrap()
+        .unwrap();
+    assert_eq!(writing.attempts(), 2);
+    assert!(writing.fencing_token().is_some());
+    writing.release().await.unwrap();
+}
+
+/// A retry policy whose first two delays are over 40 s: only a release's wake-up can end a
+/// wait early.
+fn slow_retry() -> redlock_client::RetryPolicy {
+    let base = redlock_client::RetryPolicy {
+        max_attempts: None,
+        max_wait: Some(Duration::from_secs(120)),
+        base_delay: Duration::from_secs(60),
+        max_delay: Duration::from_secs(60),
+        seed: None,
+    };
+    let seed = (0..)
+        .find(|&s| {
+            redlock_client::RetryPolicy {
+                seed: Some(s),
+                ..base.clone()
+            }
+            .backoff()
+            .take(2)
+            .all(|delay| delay > Duration::from_secs(40))
+        })
+        .unwrap();
+    redlock_client::RetryPolicy {
+        seed: Some(seed),
+        ..base
+    }
 }

@@ -251,7 +251,7 @@ async fn the_clients_semaphore_refuses_what_it_does_not_offer() {
     assert!(
         matches!(
             err,
-            ClientError::InvalidConfig(InvalidConfig::Semaphore { .. })
+            ClientError::InvalidConfig(InvalidConfig::Unsupported { .. })
         ),
         "{err}"
     );

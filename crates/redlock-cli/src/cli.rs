@@ -179,7 +179,15 @@ pub struct RunArgs {
     /// (1..=K) as REDLOCK_PERMIT; every caller must give the same K.
     #[arg(long, env = "REDLOCK_PERMITS", value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(redlock_client::MAX_PERMITS)))]
     pub permits: Option<u32>,
-    /// The lock's key (or with --permits, the semaphore's name), without the prefix.
+    /// Take the read side of the read-write lock KEY instead of the lock KEY: shared with
+    /// other readers, never with a writer.
+    #[arg(long, conflicts_with_all = ["permits", "write"])]
+    pub read: bool,
+    /// Take the write side of the read-write lock KEY instead of the lock KEY: alone, and
+    /// new readers wait while it waits.
+    #[arg(long, conflicts_with = "permits")]
+    pub write: bool,
+    /// The lock's key (or the semaphore's or read-write lock's name), without the prefix.
     pub key: String,
     /// The command and its arguments (after `--`).
     #[arg(

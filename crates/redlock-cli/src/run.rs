@@ -173,15 +173,27 @@ async fn acquire(
         ),
         None => None,
     };
-    let full_key = match &semaphore {
-        Some(semaphore) => semaphore.base_key().to_string(),
-        None => client.full_key(&args.key),
+    let rwlock = if args.read || args.write {
+        Some(
+            client
+                .rwlock(&args.key)
+                .map_err(|e| CliError::from_lock("naming the read-write lock", e))?,
+        )
+    } else {
+        None
+    };
+    let full_key = match (&semaphore, &rwlock) {
+        (Some(semaphore), _) => semaphore.base_key().to_string(),
+        (_, Some(rwlock)) => rwlock.base_key().to_string(),
+        _ => client.full_key(&args.key),
     };
     let mut waiting = console.waiting(&full_key, client.config().retry.max_wait);
     let lock: Pin<Box<dyn Future<Output = Result<LockGuard, redlock_client::Error>> + Send>> =
-        match &semaphore {
-            Some(semaphore) => Box::pin(semaphore.acquire()),
-            None => Box::pin(client.lock(&args.key)),
+        match (&semaphore, &rwlock) {
+            (Some(semaphore), _) => Box::pin(semaphore.acquire()),
+            (_, Some(rwlock)) if args.write => Box::pin(rwlock.write()),
+            (_, Some(rwlock)) => Box::pin(rwlock.read()),
+            _ => Box::pin(client.lock(&args.key)),
         };
     tokio::pin!(lock);
     loop {

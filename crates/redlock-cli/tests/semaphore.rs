@@ -83,3 +83,44 @@ async fn a_command_runs_under_a_free_permit_and_waits_when_none_is() {
     let out = output(redlock(&set).args(["run", "--permits", "0", "jobs", "--", "true"])).await;
     assert_exit(&out, 64);
 }
+
+/// `redlock run --read` and `--write`: readers run together, a writer alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_run_together_and_a_writer_waits_for_them() {
+    let set = NodeSet::start(3).await.expect("nodes start");
+    // A reader's entry, as another process holding the read side would leave it.
+    for node in set.nodes() {
+        let far = "99999999999999";
+        node.set("redlock:rwlock-{doc}:probe", far, Some(60_000))
+            .await
+            .unwrap();
+    }
+    let out = output(redlock(&set).args([
+        "run",
+        "--read",
+        "doc",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$REDLOCK_KEY\"",
+    ]))
+    .await;
+    assert_exit(&out, 0);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "redlock:rwlock-{doc}:read"
+    );
+    // A writer held by another process keeps readers and writers out.
+    for node in set.nodes() {
+        node.set("redlock:rwlock-{doc}:write", "other", Some(60_000))
+            .await
+            .unwrap();
+    }
+    for side in ["--read", "--write"] {
+        let out =
+            output(redlock(&set).args(["run", side, "--wait", "0s", "doc", "--", "true"])).await;
+        assert_exit(&out, 75);
+    }
+    let out = output(redlock(&set).args(["run", "--read", "--write", "doc", "--", "true"])).await;
+    assert_exit(&out, 64);
+}

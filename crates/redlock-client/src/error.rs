@@ -63,9 +63,10 @@ pub enum InvalidConfig {
         /// What is wrong and what to change.
         reason: String,
     },
-    /// An option a semaphore's permits do not take (fencing, the fair queue).
-    #[error("invalid semaphore options: {reason}")]
-    Semaphore {
+    /// An option a kind of lock does not take (the fair queue, for a semaphore's permit
+    /// or a read-write lock).
+    #[error("an option this kind of lock does not take: {reason}")]
+    Unsupported {
         /// What is wrong and what to change.
         reason: String,
     },

@@ -87,6 +87,7 @@ mod owner;
 mod renew;
 mod resource;
 mod retry;
+mod rwlock;
 mod semaphore;
 mod shared;
 
@@ -106,6 +107,7 @@ pub use redlock_core::{
 pub use renew::policy::RenewalPolicy;
 pub use resource::{fence_record_key, fenced_set, FENCED_UPDATE_SQL};
 pub use retry::{Backoff, RetryPolicy};
+pub use rwlock::RwLock;
 pub use semaphore::Semaphore;
 
 // The README's examples, compiled as doc tests so that they stay true.

@@ -28,7 +28,7 @@ use crate::retry::RetryPolicy;
 /// With notifications on (the default), a release of any permit wakes the oldest waiter of
 /// the semaphore in each client, as a lock's release does. Fenced permits carry a token
 /// to check per permit. Permits have no fair queue: a call that asks for one (or a client
-/// configured with it) fails with [`crate::InvalidConfig::Semaphore`].
+/// configured with it) fails with [`crate::InvalidConfig::Unsupported`].
 #[derive(Clone, Debug)]
 pub struct Semaphore {
     client: Redlock,

@@ -141,6 +141,12 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ArgumentError {
+    /// An owner that holds a read-write lock's read side asked for its write side.
+    #[error("the read side of `{name}` is held by the owner that asks for its write side: read-write locks do not upgrade (two readers that both upgraded would wait for each other for ever); release the read side first, then take the write side")]
+    Upgrade {
+        /// The read-write lock's name.
+        name: String,
+    },
     /// A semaphore's number of permits is zero or above
     /// [`MAX_PERMITS`](crate::MAX_PERMITS).
     #[error("a semaphore of {permits} permits cannot be taken: give it from 1 to {max} permits (every round proposes each of them to every node)")]

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redlock_core::support::FairPlace;
-use redlock_core::{Acquisition, Lock, PermitAcquisition, RoundReport};
+use redlock_core::{Acquisition, Lock, PermitAcquisition, RoundReport, RwAcquisition};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -92,6 +92,15 @@ pub(crate) async fn acquire(
             name: &name,
             waiter: waiter.as_deref(),
         };
+        // A writer takes its intent back when the call ends, however it ends.
+        let _intent = match shape {
+            Shape::Rw {
+                name,
+                writer: Some(id),
+                ..
+            } => Some(IntentExit(&inner.core, name, id)),
+            _ => None,
+        };
         let mut call = Call::new(client, &plan, shape, ids);
         let lock = call.run().await?;
         Ok(call.hold(lock))
@@ -102,6 +111,16 @@ pub(crate) async fn acquire(
     span.record("outcome", outcome);
     span.record("wait_us", waited.as_micros() as u64);
     result
+}
+
+/// A writer's intent on the nodes, taken back (in the background) when its call ends.
+struct IntentExit<'a>(&'a redlock_core::Coordinator, &'a str, &'a str);
+
+impl Drop for IntentExit<'_> {
+    fn drop(&mut self) {
+        let IntentExit(core, name, id) = *self;
+        core.leave_write_intent_in_background(name.to_string(), id.to_string());
+    }
 }
 
 /// What names the call's lock and its waiter.
@@ -253,6 +272,16 @@ impl<'a> Call<'a> {
                     ..PermitAcquisition::new(name, permits, self.plan.ttl)
                 };
                 return self.inner().core.acquire_permit_with(permit).await;
+            }
+            Shape::Rw { name, writer, .. } => {
+                let side = RwAcquisition {
+                    write: writer.is_some(),
+                    fenced: self.plan.fenced && writer.is_some(),
+                    deadline,
+                    writer: writer.map(|id| (id, self.plan.patience)),
+                    ..RwAcquisition::read(name, self.plan.ttl)
+                };
+                return self.inner().core.acquire_rw(side).await;
             }
         };
         let acquisition = Acquisition {

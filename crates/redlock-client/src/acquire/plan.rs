@@ -44,6 +44,13 @@ pub(crate) enum Shape<'a> {
         shown: &'a str,
         permits: u32,
     },
+    /// A read-write lock's read or write side: its `name` (as the core takes it), the name
+    /// `shown`, and for the write side the writer's id for its intent.
+    Rw {
+        name: &'a str,
+        shown: &'a str,
+        writer: Option<&'a str>,
+    },
 }
 
 impl<'a> Shape<'a> {
@@ -56,13 +63,22 @@ impl<'a> Shape<'a> {
             Shape::Permit { shown, permits, .. } => {
                 (1..=permits).map(|i| format!("{shown}:{i}")).collect()
             }
+            // A reader waits for the writer's release; a writer for it or the last
+            // reader's.
+            Shape::Rw { shown, writer, .. } => {
+                let mut keys = vec![format!("{shown}:write")];
+                if writer.is_some() {
+                    keys.push(format!("{shown}:read"));
+                }
+                keys
+            }
         }
     }
 
     /// The name of the lock, or of the semaphore, in errors and traces.
     pub(super) fn name(self, keys: &[String]) -> String {
         match self {
-            Shape::Permit { shown, .. } => shown.to_string(),
+            Shape::Permit { shown, .. } | Shape::Rw { shown, .. } => shown.to_string(),
             _ => redlock_core::support::lock_name(keys),
         }
     }
@@ -71,7 +87,7 @@ impl<'a> Shape<'a> {
     pub(super) fn owner(self) -> Option<&'a str> {
         match self {
             Shape::Reentrant(_, owner) => Some(owner.as_str()),
-            Shape::One(_) | Shape::Many(_) | Shape::Permit { .. } => None,
+            Shape::One(_) | Shape::Many(_) | Shape::Permit { .. } | Shape::Rw { .. } => None,
         }
     }
 }
@@ -119,16 +135,18 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// Refuses what a semaphore's permits do not offer yet: the fair queue (each permit
-    /// has a queue of its own, and a waiter waits for any permit).
+    /// Refuses what a semaphore's permits and a read-write lock's sides do not offer yet:
+    /// the fair queue.
     pub(super) fn check_shape(&self, shape: Shape<'_>) -> Result<(), InvalidConfig> {
         match shape {
-            Shape::Permit { .. } if self.fair => Err(InvalidConfig::Semaphore {
-                reason: "a semaphore's permits have no fair queue: acquire them with \
-                         `LockOptions { fair: Some(false), .. }`, or from a client \
-                         configured without fairness"
-                    .into(),
-            }),
+            Shape::Permit { .. } | Shape::Rw { .. } if self.fair => {
+                Err(InvalidConfig::Unsupported {
+                    reason: "semaphores and read-write locks have no fair queue: acquire \
+                             them with `LockOptions { fair: Some(false), .. }`, or from a \
+                             client configured without fairness"
+                        .into(),
+                })
+            }
             _ => Ok(()),
         }
     }

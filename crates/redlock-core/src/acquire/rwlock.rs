@@ -159,6 +159,20 @@ impl Coordinator {
     }
 }
 
+impl Coordinator {
+    /// [`leave_write_intent`](Self::leave_write_intent) in the background (counted as
+    /// background work, which `quiesce` and `shutdown` wait for): for a writer's call that
+    /// ends, however it ends. `false` when nothing could be spawned (the runtime is gone);
+    /// the intent then expires by itself.
+    pub fn leave_write_intent_in_background(&self, name: String, writer: String) -> bool {
+        self.spawn_background(|this| async move {
+            if let Err(e) = this.leave_write_intent(&name, &writer).await {
+                tracing::debug!(error = %e, "taking a writer's intent back failed; it expires by itself");
+            }
+        })
+    }
+}
+
 /// The acquisition's command: the reader's or the writer's script over the lock's `keys`,
 /// the writer's fenced with the counter at `fence_key`.
 fn rw_command(

@@ -22,6 +22,9 @@ pub struct SeveralKeysAndReentrancyDoctests;
 #[doc = include_str!("../docs/semaphores.md")]
 pub struct SemaphoresDoctests;
 #[cfg(doctest)]
+#[doc = include_str!("../docs/read-write-locks.md")]
+pub struct ReadWriteLocksDoctests;
+#[cfg(doctest)]
 #[doc = include_str!("../docs/fair-hand-off.md")]
 pub struct FairHandOffDoctests;
 #[cfg(doctest)]

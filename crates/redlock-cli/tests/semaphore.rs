@@ -1,5 +1,5 @@
 //! `redlock run --permits K` and `redlock inspect --permits K`: a semaphore's permits from
-//! the command line.
+//! the command line; `redlock run --read` and `--write`: a read-write lock's sides.
 
 mod common;
 
@@ -88,13 +88,6 @@ async fn a_command_runs_under_a_free_permit_and_waits_when_none_is() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_run_together_and_a_writer_waits_for_them() {
     let set = NodeSet::start(3).await.expect("nodes start");
-    // A reader's entry, as another process holding the read side would leave it.
-    for node in set.nodes() {
-        let far = "99999999999999";
-        node.set("redlock:rwlock-{doc}:probe", far, Some(60_000))
-            .await
-            .unwrap();
-    }
     let out = output(redlock(&set).args([
         "run",
         "--read",

@@ -210,6 +210,8 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         // A lone cycle never waits for a group: the same path with grouping off shows it.
         Kind::OursUngrouped,
         Kind::OursPermit,
+        Kind::OursRead,
+        Kind::OursWrite,
         Kind::Rslock,
     ]);
     let fault_kinds = args.subjects(&[Kind::Ours, Kind::Rslock]);

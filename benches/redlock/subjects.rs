@@ -41,6 +41,10 @@ pub enum Kind {
     /// Ours like `Ours`, taking one of [`PERMITS`] permits of a semaphore named by the
     /// key instead of the lock of the key.
     OursPermit,
+    /// Ours like `Ours`, taking the read side of a read-write lock named by the key.
+    OursRead,
+    /// Ours like `Ours`, taking the write side of a read-write lock named by the key.
+    OursWrite,
     /// The `rslock` crate.
     Rslock,
 }
@@ -50,7 +54,7 @@ pub const PERMITS: u32 = 4;
 
 impl Kind {
     /// Every contender, in the order the tables list them.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Floor,
         Kind::FloorQuorum,
         Kind::Ours,
@@ -60,6 +64,8 @@ impl Kind {
         Kind::OursFair,
         Kind::OursUngrouped,
         Kind::OursPermit,
+        Kind::OursRead,
+        Kind::OursWrite,
         Kind::Rslock,
     ];
 
@@ -74,6 +80,8 @@ impl Kind {
             Kind::OursFair => "ours-fair",
             Kind::OursUngrouped => "ours-ungrouped",
             Kind::OursPermit => "ours-permit",
+            Kind::OursRead => "ours-read",
+            Kind::OursWrite => "ours-write",
             Kind::Rslock => "rslock",
         }
     }
@@ -90,6 +98,8 @@ impl Kind {
             Kind::OursFair => "ours, fair queue (notify on, no renewal)",
             Kind::OursUngrouped => "ours, group commit off (notify on, no renewal)",
             Kind::OursPermit => "ours, a permit of a semaphore of 4 (notify on, no renewal)",
+            Kind::OursRead => "ours, a read-write lock's read side (notify on, no renewal)",
+            Kind::OursWrite => "ours, a read-write lock's write side (notify on, no renewal)",
             Kind::Rslock => "rslock 0.10",
         }
     }
@@ -104,7 +114,9 @@ impl Kind {
             | Kind::OursFenced
             | Kind::OursFair
             | Kind::OursUngrouped
-            | Kind::OursPermit => {
+            | Kind::OursPermit
+            | Kind::OursRead
+            | Kind::OursWrite => {
                 format!("{} ms (setting, default)", ours.as_millis())
             }
             Kind::Rslock => "500 ms (fixed)".into(),
@@ -123,6 +135,9 @@ pub enum Subject {
     Ours(Redlock),
     /// Ours, taking a permit of the semaphore a key names.
     Permit(Redlock),
+    /// Ours, taking the write side (`true`) or the read side of the read-write lock a key
+    /// names.
+    Rw(Redlock, bool),
     Rslock(rslock::LockManager),
 }
 
@@ -147,7 +162,9 @@ impl Subject {
             | Kind::OursFenced
             | Kind::OursFair
             | Kind::OursUngrouped
-            | Kind::OursPermit => {
+            | Kind::OursPermit
+            | Kind::OursRead
+            | Kind::OursWrite => {
                 // A prefix per configuration: it names the release channel too, so clients
                 // of different configurations do not hear each other's releases.
                 let mut builder = LockConfig::builder()
@@ -175,10 +192,11 @@ impl Subject {
                 let client = Redlock::connect(config)
                     .await
                     .during("connecting our client", "are the nodes running?")?;
-                let subject = if kind == Kind::OursPermit {
-                    Subject::Permit(client)
-                } else {
-                    Subject::Ours(client)
+                let subject = match kind {
+                    Kind::OursPermit => Subject::Permit(client),
+                    Kind::OursRead => Subject::Rw(client, false),
+                    Kind::OursWrite => Subject::Rw(client, true),
+                    _ => Subject::Ours(client),
                 };
                 subject.warm_up().await?;
                 Ok(subject)
@@ -255,6 +273,19 @@ impl Subject {
                 Err(redlock_client::Error::NotAcquired { .. }) => Ok(None),
                 Err(e) => Err(format!("ours-permit: {e}")),
             },
+            Subject::Rw(client, write) => {
+                let rw = client.rwlock(key).map_err(|e| format!("ours-rw: {e}"))?;
+                let side = if *write {
+                    rw.try_write().await
+                } else {
+                    rw.try_read().await
+                };
+                match side {
+                    Ok(guard) => Ok(Some(Held::Ours(guard))),
+                    Err(redlock_client::Error::NotAcquired { .. }) => Ok(None),
+                    Err(e) => Err(format!("ours-rw: {e}")),
+                }
+            }
             Subject::Rslock(manager) => match manager.lock(key.as_bytes(), TTL).await {
                 Ok(lock) => Ok(Some(Held::Rslock(lock))),
                 Err(rslock::LockError::Unavailable) => Ok(None),
@@ -276,6 +307,22 @@ impl Subject {
                 ) => Ok(None),
                 Err(e) => Err(format!("ours: {e}")),
             },
+            Subject::Rw(client, write) => {
+                let rw = client.rwlock(key).map_err(|e| format!("ours-rw: {e}"))?;
+                let side = if *write {
+                    rw.write().await
+                } else {
+                    rw.read().await
+                };
+                match side {
+                    Ok(guard) => Ok(Some(Held::Ours(guard))),
+                    Err(
+                        redlock_client::Error::NotAcquired { .. }
+                        | redlock_client::Error::DeadlinePassed { .. },
+                    ) => Ok(None),
+                    Err(e) => Err(format!("ours-rw: {e}")),
+                }
+            }
             Subject::Permit(client) => match semaphore(client, key)?.acquire().await {
                 Ok(guard) => Ok(Some(Held::Ours(guard))),
                 Err(
@@ -318,7 +365,7 @@ impl Subject {
     pub async fn release(&self, held: Held) -> Result<(), String> {
         match (self, held) {
             (Subject::Floor(floor), Held::Floor(key, token)) => floor.release(&key, &token).await,
-            (Subject::Ours(_) | Subject::Permit(_), Held::Ours(guard)) => guard
+            (Subject::Ours(_) | Subject::Permit(_) | Subject::Rw(..), Held::Ours(guard)) => guard
                 .release()
                 .await
                 .map(|_| ())
@@ -334,7 +381,7 @@ impl Subject {
 
     /// Closes what needs closing (our clients wait for their background work).
     pub async fn close(&self) {
-        if let Subject::Ours(client) | Subject::Permit(client) = self {
+        if let Subject::Ours(client) | Subject::Permit(client) | Subject::Rw(client, _) = self {
             client.shutdown().await;
         }
     }

@@ -89,7 +89,8 @@ async fn readers_share_and_a_writer_is_alone() {
     let reader = c.acquire_rw(read()).await.unwrap();
     c.release(&reader).await.unwrap().settled().await;
     c.quiesce().await;
-    assert!(keys(&set).await.iter().all(Vec::is_empty));
+    let left = keys(&set).await;
+    assert!(left.iter().all(Vec::is_empty), "{left:?}");
 }
 
 /// A writer refused by readers leaves its intent: new readers wait for it, the readers in
@@ -134,7 +135,8 @@ async fn a_waiting_writers_intent_holds_new_readers_back() {
         c.release(held).await.unwrap().settled().await;
     }
     c.quiesce().await;
-    assert!(keys(&set).await.iter().all(Vec::is_empty));
+    let left = keys(&set).await;
+    assert!(left.iter().all(Vec::is_empty), "{left:?}");
 }
 
 /// A crashed reader frees its share after its TTL, though other readers keep the set
@@ -280,8 +282,15 @@ async fn a_writer_never_overlaps_another_holder() {
     }
     assert!(wrote.load(Ordering::SeqCst) > 0, "no writer got in");
     assert!(reads.load(Ordering::SeqCst) > 0, "no reader got in");
+    // A writer whose last attempt lost leaves its intent until it takes it back.
+    for i in 0..6 {
+        c.leave_write_intent("doc", &format!("writer-{i}"))
+            .await
+            .unwrap();
+    }
     c.quiesce().await;
-    assert!(keys(&set).await.iter().all(Vec::is_empty));
+    let left = keys(&set).await;
+    assert!(left.iter().all(Vec::is_empty), "{left:?}");
 }
 
 /// The client's read-write lock: readers share and are renewed, a writer is alone, an
@@ -309,13 +318,22 @@ async fn the_clients_rwlock_shares_reads_and_refuses_an_upgrade() {
     for node in set.nodes() {
         assert_eq!(node.get(INTENT).await.unwrap(), None);
     }
-    // Readers are renewed past their TTL, each by its own entry.
+    // Readers are renewed past their TTL, each by its own entry, and a quorum says so.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(first.is_valid() && second.is_valid());
+    assert!(first.check().await.unwrap() && second.check().await.unwrap());
+    let inspection = c.coordinator().inspect(READ).await.unwrap();
+    assert_eq!(inspection.held, Some(true));
     first.release().await.unwrap();
     drop(second);
     let writing = doc.write().await.unwrap();
     assert_eq!(writing.key(), WRITE);
+    assert!(writing.check().await.unwrap());
+    assert_eq!(
+        c.coordinator().inspect(READ).await.unwrap().held,
+        Some(false),
+        "no reader is left"
+    );
     assert!(matches!(
         other.try_read().await.unwrap_err(),
         ClientError::NotAcquired { .. }

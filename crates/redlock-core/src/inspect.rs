@@ -41,6 +41,9 @@ pub enum Holder {
         /// The tokens of the owner's holds, in no particular order.
         holds: Vec<Token>,
     },
+    /// A read-write lock's readers' set: the tokens of its live readers (an entry whose
+    /// end the node's clock has passed is not a reader).
+    Readers(Vec<Token>),
     /// A value this library did not write: a key of another type, a hash without an
     /// `owner` field, or bytes that are not text.
     Other,
@@ -52,7 +55,7 @@ impl Holder {
     pub fn has(&self, token: &Token) -> bool {
         match self {
             Holder::Token(held) => held == token,
-            Holder::Reentrant { holds, .. } => holds.contains(token),
+            Holder::Reentrant { holds, .. } | Holder::Readers(holds) => holds.contains(token),
             Holder::Other => false,
         }
     }
@@ -76,6 +79,13 @@ impl Holder {
                 owner: text(owner)?,
                 holds: Vec::new(),
             }),
+            [kind, Value::Array(readers)] if text(kind)? == "z" => Some(Holder::Readers(
+                readers
+                    .iter()
+                    .filter_map(text)
+                    .map(Token::from_string)
+                    .collect(),
+            )),
             [kind] if text(kind)? == "o" => Some(Holder::Other),
             _ => None,
         }

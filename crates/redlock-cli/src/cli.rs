@@ -208,7 +208,11 @@ pub struct InspectArgs {
     /// them): exits 0 when some permit is held, 1 when none is.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(redlock_client::MAX_PERMITS)))]
     pub permits: Option<u32>,
-    /// The key (or with --permits, the semaphore's name), without the prefix.
+    /// Inspect both sides of the read-write lock KEY (its writer, then its live readers):
+    /// exits 0 when either side is held, 1 when neither is.
+    #[arg(long, conflicts_with = "permits")]
+    pub rw: bool,
+    /// The key (or the semaphore's or read-write lock's name), without the prefix.
     pub key: String,
     /// Print JSON instead of text.
     #[arg(long)]

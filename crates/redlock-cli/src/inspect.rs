@@ -19,6 +19,9 @@ pub async fn inspect(client: &Redlock, args: &InspectArgs) -> Result<Exit, CliEr
     if let Some(permits) = args.permits {
         return inspect_permits(client, args, permits).await;
     }
+    if args.rw {
+        return inspect_rw(client, args).await;
+    }
     let inspection = client
         .inspect(&args.key)
         .await
@@ -81,6 +84,65 @@ async fn inspect_permits(
         (0, false) => Exit::No,
         _ => Exit::Success,
     })
+}
+
+/// Reads both sides of the read-write lock `args.key`, writer then readers, and prints
+/// what the nodes say of each. Exit: a side held 0, neither 1, too few answers to tell 69.
+async fn inspect_rw(client: &Redlock, args: &InspectArgs) -> Result<Exit, CliError> {
+    let rwlock = client
+        .rwlock(&args.key)
+        .map_err(|e| CliError::from_lock("naming the read-write lock", e))?;
+    let mut views = Vec::with_capacity(2);
+    let mut readers = 0;
+    for side in ["write", "read"] {
+        let key = format!("{}:{side}", rwlock.base_key());
+        let inspection = client
+            .coordinator()
+            .inspect(&key)
+            .await
+            .map_err(|e| CliError::from_lock(&format!("inspecting \"{key}\""), e.into()))?;
+        if side == "read" {
+            readers = live_readers(&inspection);
+        }
+        views.push(View::of(&inspection));
+    }
+    let held = views.iter().any(|v| v.held == Some(true));
+    let unknown = views.iter().any(|v| v.held.is_none());
+    if args.json {
+        console::print_json(&serde_json::json!({
+            "rwlock": rwlock.base_key(),
+            "readers": readers,
+            "write": views[0],
+            "read": views[1],
+        }));
+    } else {
+        let mut out = format!("{}: {readers} reader(s) on a quorum\n", rwlock.base_key());
+        for view in &views {
+            out.push_str(&view.text());
+        }
+        console::print(&out);
+    }
+    Ok(match (held, unknown) {
+        (true, _) => Exit::Success,
+        (false, true) => Exit::Unavailable,
+        (false, false) => Exit::No,
+    })
+}
+
+/// How many readers a quorum of nodes hold: the quorum-th largest count of live readers a
+/// node answered with.
+fn live_readers(inspection: &Inspection) -> usize {
+    let mut counts: Vec<usize> = inspection
+        .holders
+        .iter()
+        .map(|h| match h {
+            Some(redlock_client::Holder::Readers(tokens)) => tokens.len(),
+            _ => 0,
+        })
+        .collect();
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    let quorum = redlock_core::quorum(counts.len());
+    counts.get(quorum.saturating_sub(1)).copied().unwrap_or(0)
 }
 
 /// One node's answer in an [`Inspection`]: the key's TTL there (`None`: absent;

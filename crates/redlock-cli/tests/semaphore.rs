@@ -109,6 +109,14 @@ async fn readers_run_together_and_a_writer_waits_for_them() {
             .await
             .unwrap();
     }
+    let out = output(redlock(&set).args(["inspect", "--rw", "doc"])).await;
+    assert_exit(&out, 0);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("redlock:rwlock-{doc}: 0 reader(s) on a quorum")
+            && text.contains("redlock:rwlock-{doc}:write: held"),
+        "{text}"
+    );
     for side in ["--read", "--write"] {
         let out =
             output(redlock(&set).args(["run", side, "--wait", "0s", "doc", "--", "true"])).await;

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::client;
-use redlock_client::{Error, LockConfig, LockOptions, Owner, RetryPolicy};
+use redlock_client::{Error, LockConfig, LockOptions, Owner};
 use redlock_testkit::NodeSet;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,34 +143,6 @@ async fn a_lock_over_too_many_keys_for_the_node_timeout_says_so_and_leaves_nothi
     c.shutdown().await;
 }
 
-/// A seed whose first two backoff delays are long, so that only a notification can end the
-/// wait early (with notifications on, the first delay is cut to a node timeout: the second
-/// attempt queues the waiter; the second delay is the wait for the release).
-fn slow_retry() -> RetryPolicy {
-    let base = RetryPolicy {
-        max_attempts: None,
-        max_wait: Some(Duration::from_secs(120)),
-        base_delay: Duration::from_secs(60),
-        max_delay: Duration::from_secs(60),
-        seed: None,
-    };
-    let seed = (0..)
-        .find(|&s| {
-            RetryPolicy {
-                seed: Some(s),
-                ..base.clone()
-            }
-            .backoff()
-            .take(2)
-            .all(|delay| delay > Duration::from_secs(40))
-        })
-        .unwrap();
-    RetryPolicy {
-        seed: Some(seed),
-        ..base
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_by_the_release_not_by_its_backoff() {
     let set = NodeSet::start(3).await.unwrap();
@@ -178,7 +150,7 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_backoff() {
     let waiter = client(&set, |b| b).await;
     let guard = holder.lock("handoff").await.unwrap();
     let options = LockOptions {
-        retry: Some(slow_retry()),
+        retry: Some(common::slow_retry()),
         ..Default::default()
     };
     let waiting = tokio::spawn(async move { waiter.lock_with("handoff", &options).await });
@@ -210,7 +182,7 @@ async fn waiters_of_one_client_are_woken_one_per_release_oldest_first() {
         let (waiters, order) = (waiters.clone(), order.clone());
         tasks.push(tokio::spawn(async move {
             let options = LockOptions {
-                retry: Some(slow_retry()),
+                retry: Some(common::slow_retry()),
                 ..Default::default()
             };
             let got = waiters.lock_with("queue", &options).await.unwrap();
@@ -244,7 +216,7 @@ async fn without_notifications_the_waiter_sleeps_out_its_backoff() {
     let waiter = client(&set, |b| b.notify(false)).await;
     let guard = holder.lock("handoff-polling").await.unwrap();
     let options = LockOptions {
-        retry: Some(slow_retry()),
+        retry: Some(common::slow_retry()),
         ..Default::default()
     };
     let waiting = tokio::spawn(async move { waiter.lock_with("handoff-polling", &options).await });

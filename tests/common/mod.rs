@@ -79,3 +79,32 @@ pub async fn linked(set: &NodeSet) -> redlock_testkit::Links {
         .await
         .expect("fault proxies start")
 }
+
+/// A seed whose first two backoff delays are long, so that only a notification can end the
+/// wait early (with notifications on, a waiter that queues for a lock of one key has its
+/// first delay cut to a node timeout: its second attempt queues it; the second delay is
+/// the wait for the release).
+pub fn slow_retry() -> redlock_client::RetryPolicy {
+    let base = redlock_client::RetryPolicy {
+        max_attempts: None,
+        max_wait: Some(Duration::from_secs(120)),
+        base_delay: Duration::from_secs(60),
+        max_delay: Duration::from_secs(60),
+        seed: None,
+    };
+    let seed = (0..)
+        .find(|&s| {
+            redlock_client::RetryPolicy {
+                seed: Some(s),
+                ..base.clone()
+            }
+            .backoff()
+            .take(2)
+            .all(|delay| delay > Duration::from_secs(40))
+        })
+        .unwrap();
+    redlock_client::RetryPolicy {
+        seed: Some(seed),
+        ..base
+    }
+}

@@ -46,6 +46,7 @@ pub(super) fn demo(
         timing: Timing::default(),
         soak: None,
         semaphore: None,
+        rwlock: false,
         run,
     }
 }

@@ -32,6 +32,7 @@ fn scenario(name: &'static str, run: redlock_lab::Driver) -> Scenario {
         },
         soak: None,
         semaphore: None,
+        rwlock: false,
         run,
     }
 }

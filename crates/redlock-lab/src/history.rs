@@ -134,6 +134,16 @@ pub enum Event {
         /// How many holders it admits at once.
         permits: u32,
     },
+    /// A read-write lock whose holders the checker judges: a holder on `writers` is a
+    /// writer and claims alone, a holder on `readers` a reader, which shares with readers.
+    RwLock {
+        /// Its name, for reports.
+        name: String,
+        /// Its writers' key (for the library's, `<key_prefix>rwlock-{name}:write`).
+        writers: String,
+        /// Its readers' key (for the library's, `<key_prefix>rwlock-{name}:read`).
+        readers: String,
+    },
     /// A fault the harness injected.
     Fault {
         /// When.

@@ -113,7 +113,7 @@ impl Lab {
     /// must stay down longer than this (H2), not just longer than the configured TTL.
     pub fn max_ttl(&self) -> Duration {
         match self.workload {
-            Workload::Plain | Workload::Semaphore(_) => self.timing.ttl,
+            Workload::Plain | Workload::Semaphore(_) | Workload::RwLock => self.timing.ttl,
             Workload::Mix(_) => self.timing.ttl * 2,
         }
     }
@@ -174,15 +174,16 @@ impl Lab {
         self.client_with(c, |b| b).await
     }
 
-    /// Connects client `c` with [`Lab::config`] changed by `tweak`. Under the semaphore
-    /// workload without fencing and the fair queue, which permits refuse.
+    /// Connects client `c` with [`Lab::config`] changed by `tweak`. Under the semaphore and
+    /// read-write workloads without fencing and the fair queue, which permits and
+    /// read-write locks refuse.
     pub async fn client_with(
         &self,
         c: usize,
         tweak: impl FnOnce(LockConfigBuilder) -> LockConfigBuilder,
     ) -> Result<Redlock, LabError> {
         let mut config = tweak(self.config(c));
-        if self.workload.permits().is_some() {
+        if self.workload.takes_no_locks() {
             config = config.fencing(false).fair(false);
         }
         Ok(Redlock::connect(config.build()?).await?)

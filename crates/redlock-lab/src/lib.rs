@@ -14,7 +14,9 @@
 //! API (reentrant holds, extensions, renewal, multi-key locks, dropped guards, cancelled
 //! calls), and [`soak()`] repeats each until it has reached a number of acquisitions. With
 //! the semaphore workload ([`Workload::Semaphore`]) they take permits of a semaphore
-//! instead, which the checker's semaphore rule judges.
+//! instead, which the checker's semaphore rule judges; with the read-write workload
+//! ([`Workload::RwLock`]) the read and write sides of a read-write lock, which the rule of
+//! a writer alone judges.
 //!
 //! Must-pass scenarios expect zero violations; demonstrations break an assumption of
 //! Redlock (H2-H4 in the README) or a step of the fencing design, and expect the checker to
@@ -39,6 +41,7 @@ mod outcome;
 mod permits;
 mod raw;
 mod resource;
+mod rwlocks;
 mod scenario;
 mod scenarios;
 pub mod soak;
@@ -56,6 +59,7 @@ pub use observer::{Observer, Samples};
 pub use outcome::Outcome;
 pub use permits::{PERMIT_LOOPS, SEMAPHORE};
 pub use resource::{Read, Resource};
+pub use rwlocks::{RWLOCK, RW_LOOPS, WRITE_EVERY};
 pub use scenario::{run, run_with, Driver, Expect, RunOptions, Scenario, ScenarioResult, KEY};
 pub use scenarios::all as scenarios;
 pub use scenarios::repair_controls;

@@ -25,6 +25,7 @@ use crate::observer::Observer;
 /// The drivers' report, named with the scenario they run in.
 pub(crate) use crate::outcome::Outcome;
 use crate::permits::{declare, permit_keys};
+use crate::rwlocks::{declare_rwlock, rw_keys};
 
 /// The one key every scenario contends for (under the scenario's own prefix).
 pub const KEY: &str = "resource";
@@ -89,6 +90,9 @@ pub struct Scenario {
     /// A semaphore scenario: its clients take permits of a semaphore of this many permits
     /// ([`Workload::Semaphore`]), whatever workload the run was given.
     pub semaphore: Option<u32>,
+    /// A read-write lock scenario: its clients take the sides of a read-write lock
+    /// ([`Workload::RwLock`]), whatever workload the run was given.
+    pub rwlock: bool,
     /// The driver.
     pub run: Driver,
 }
@@ -183,14 +187,19 @@ pub async fn run_with(
     options: &RunOptions,
 ) -> (ScenarioResult, Option<Backend>) {
     let started = Instant::now();
-    let semaphore;
-    let options = match scenario.semaphore {
-        Some(permits) => {
-            semaphore = RunOptions {
-                workload: Workload::Semaphore(permits),
+    let own;
+    let workload = match (scenario.semaphore, scenario.rwlock) {
+        (Some(permits), _) => Some(Workload::Semaphore(permits)),
+        (None, true) => Some(Workload::RwLock),
+        (None, false) => None,
+    };
+    let options = match workload {
+        Some(workload) => {
+            own = RunOptions {
+                workload,
                 ..options.clone()
             };
-            &semaphore
+            &own
         }
         None => options,
     };
@@ -320,6 +329,13 @@ impl Recording {
             keys.extend(permit_keys(&prefix, permits));
             declare(&history, &prefix, permits);
         }
+        // The read-write lock, declared for the checker's rule of a writer alone; its
+        // writer's key is a string of the writer's token, observed as a lock's key is.
+        if options.workload == Workload::RwLock {
+            let [writers, ..] = rw_keys(&prefix);
+            keys.push(writers);
+            declare_rwlock(&history, &prefix);
+        }
         let observer = Observer::start(&history, addrs, &keys);
         let lab = Lab {
             backend,
@@ -391,6 +407,19 @@ fn judge(
         result.notes.push(format!(
             "semaphore {name}: at most {most} holder(s) at once, of {permits} permit(s)"
         ));
+    }
+    for (name, readers, writers) in checker::rwlock_counts(&events, &checker::holders(&events)) {
+        result.notes.push(format!(
+            "read-write lock {name}: at most {readers} reader(s) at once, {writers} writer(s)"
+        ));
+        // A declared lock none of whose holders the rule saw judged nothing (its keys are
+        // not those the library uses).
+        if readers + writers == 0 && result.acquisitions > 0 && scenario.expect == Expect::Safe {
+            result.violations.push(Violation::Rule(format!(
+                "read-write lock {name}: no holder on its keys, the rule of a writer alone \
+                 checked nothing"
+            )));
+        }
     }
     for event in &events {
         if let Event::Op { op, outcome, .. } = event {

@@ -51,6 +51,13 @@ struct Args {
     #[arg(long, value_name = "K", conflicts_with_all = ["plain", "mix"],
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     semaphore: Option<u32>,
+    /// The must-pass scenarios' clients take a read-write lock's read side most of the time
+    /// and its write side one take in four instead of locks (two acquisition loops per
+    /// client, no fencing, no fair queue), and the checker judges that a writer is alone;
+    /// the scenarios that follow a schedule of their own keep it. The read-write scenarios
+    /// (`--scenario rwlock_`) take its sides without it.
+    #[arg(long, conflicts_with_all = ["plain", "mix", "semaphore"])]
+    rwlock: bool,
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -105,6 +112,8 @@ async fn run() -> ExitCode {
     }
     let workload = if let Some(permits) = args.semaphore {
         Workload::Semaphore(permits)
+    } else if args.rwlock {
+        Workload::RwLock
     } else if args.plain {
         Workload::Plain
     } else {

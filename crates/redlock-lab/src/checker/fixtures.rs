@@ -66,6 +66,15 @@ pub(super) fn semaphore(name: &str, keys: &str, permits: u32) -> Event {
     }
 }
 
+/// Read-write lock `name` declared, its writers on `w`, its readers on `r`.
+pub(super) fn rwlock(name: &str) -> Event {
+    Event::RwLock {
+        name: name.into(),
+        writers: "w".into(),
+        readers: "r".into(),
+    }
+}
+
 /// A fenced acquisition that began at `started` and handed out `fencing` at `acquired`,
 /// released at once (its claim ends 1 ms later).
 pub(super) fn fenced_between(

@@ -9,7 +9,8 @@
 //! reused, or lower than one handed out before their acquisition began),
 //! [`validity_violations`] (a guard reporting validity that no quorum of nodes still held,
 //! after an extension or a renewal), [`semaphore_violations`] (more holders of a semaphore
-//! at once than its permits); keys left behind are reported as found. Holds of one
+//! at once than its permits), [`rwlock_violations`] (a read-write lock's writer claiming
+//! while a reader or another writer does); keys left behind are reported as found. Holds of one
 //! reentrant lock's owner share the key: [`overlaps`] leaves them alone. Steps of the host's
 //! own wall clock ([`HostClockStep`]) break H3 on every node at once: they count as faults
 //! ([`host_clock_faults`]), and [`explained_by_host_clock`] sets apart the overlaps they
@@ -19,6 +20,7 @@ mod fencing;
 mod holders;
 mod host_clock;
 mod overlap;
+mod rwlock;
 mod semaphore;
 mod tokens;
 mod validity;
@@ -36,6 +38,7 @@ pub use fencing::{fenced, fencing_violations, Fenced};
 pub use holders::{holders, Holder};
 pub use host_clock::{explained_by_host_clock, host_clock_faults, HostClockStep};
 pub use overlap::overlaps;
+pub use rwlock::{rwlock_counts, rwlock_violations};
 pub use semaphore::{most_at_once, semaphore_violations};
 pub use tokens::token_violations;
 pub use validity::validity_violations;
@@ -214,13 +217,21 @@ pub fn check(
     leftovers: &[Leftover],
 ) -> Vec<Violation> {
     let holders = holders(events);
-    let mut found = overlaps(&holders);
+    // A read-write lock's readers share their key: the rwlock rule judges them.
+    let shared = rwlock::shared_keys(events);
+    let exclusive: Vec<Holder> = holders
+        .iter()
+        .filter(|h| !shared.contains(&h.key.as_str()))
+        .cloned()
+        .collect();
+    let mut found = overlaps(&exclusive);
     found.extend(write_violations(events, &holders));
     found.extend(leftovers.iter().cloned().map(Violation::LeftBehind));
     found.extend(token_violations(events, observations, &holders));
     found.extend(fencing_violations(events));
     found.extend(validity_violations(events));
     found.extend(semaphore_violations(events, &holders));
+    found.extend(rwlock_violations(events, &holders));
     found
 }
 

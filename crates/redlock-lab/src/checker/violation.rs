@@ -114,6 +114,19 @@ pub enum Violation {
         /// Every holder claiming then, in order of acquisition.
         holders: Vec<Holder>,
     },
+    /// A writer of a read-write lock claimed it while a reader or another writer did.
+    WriterNotAlone {
+        /// The read-write lock's name.
+        rwlock: String,
+        /// When the later of the two claims began.
+        at: At,
+        /// The writer.
+        writer: Holder,
+        /// The reader or the other writer claiming then.
+        other: Holder,
+        /// Whether `other` is a reader.
+        reader: bool,
+    },
     /// A rule of one scenario was broken (e.g. a lock won while a majority was down).
     Rule(String),
 }
@@ -132,6 +145,7 @@ impl Violation {
             Violation::FencingReused { .. } => "fencing token reused",
             Violation::ValidityOverstated { .. } => "validity overstated",
             Violation::TooManyHolders { .. } => "too many holders",
+            Violation::WriterNotAlone { .. } => "writer not alone",
             Violation::Rule(_) => "scenario rule",
         }
     }
@@ -220,6 +234,19 @@ impl fmt::Display for Violation {
                 at,
                 holders,
             } => too_many_holders(f, semaphore, *permits, *at, holders),
+            Violation::WriterNotAlone {
+                rwlock,
+                at,
+                writer,
+                other,
+                reader,
+            } => write!(
+                f,
+                "writer not alone: read-write lock {rwlock}: at {} writer {writer} claimed \
+                 it while {} {other} did",
+                ms(*at),
+                if *reader { "reader" } else { "writer" }
+            ),
             Violation::Rule(rule) => f.write_str(rule),
         }
     }

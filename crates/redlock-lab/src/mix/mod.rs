@@ -195,6 +195,10 @@ pub enum Workload {
     /// instead of locks: [`PERMIT_LOOPS`](crate::PERMIT_LOOPS) acquisition loops per
     /// client, no fencing, no fair queue.
     Semaphore(u32),
+    /// The read and write sides of a read-write lock ([`RWLOCK`](crate::RWLOCK)) instead of
+    /// locks: [`RW_LOOPS`](crate::RW_LOOPS) acquisition loops per client, one take in
+    /// [`WRITE_EVERY`](crate::WRITE_EVERY) the write side; no fencing, no fair queue.
+    RwLock,
 }
 
 impl Default for Workload {
@@ -205,14 +209,20 @@ impl Default for Workload {
 
 impl Workload {
     /// Whether a fenced client running it can take a fencing token: every operation but
-    /// [`Op::Fair`] (always unfenced) locks as the client is configured; permits are never
-    /// fenced.
+    /// [`Op::Fair`] (always unfenced) locks as the client is configured; permits and the
+    /// read-write workload's sides are never fenced.
     pub fn may_fence(&self) -> bool {
         match self {
             Workload::Plain => true,
             Workload::Mix(mix) => mix.weights.iter().any(|&(op, w)| w > 0 && op != Op::Fair),
-            Workload::Semaphore(_) => false,
+            Workload::Semaphore(_) | Workload::RwLock => false,
         }
+    }
+
+    /// Whether its clients take anything but locks (permits, a read-write lock's sides):
+    /// those refuse the fair queue, and take no fencing token in the lab.
+    pub fn takes_no_locks(&self) -> bool {
+        matches!(self, Workload::Semaphore(_) | Workload::RwLock)
     }
 
     /// The permits of the semaphore its clients take, for the semaphore workload.
@@ -244,6 +254,7 @@ mod tests {
         assert!(Workload::Mix(Mix::parse("fair=1, plain=1", 5).unwrap()).may_fence());
         assert!(!Workload::Mix(Mix::parse("fair=1", 5).unwrap()).may_fence());
         assert!(!Workload::Semaphore(3).may_fence());
+        assert!(!Workload::RwLock.may_fence());
     }
 
     #[test]

@@ -52,6 +52,7 @@ pub fn controls() -> Vec<Scenario> {
         timing,
         soak: None,
         semaphore: None,
+        rwlock: false,
         run,
     };
     vec![
@@ -100,6 +101,7 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             },
             soak: None,
             semaphore: None,
+            rwlock: false,
             run: counter_losses,
         },
         repair_demo(

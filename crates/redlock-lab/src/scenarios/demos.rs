@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use super::fair_head::{self, FAIR_HEAD_CLIENTS};
 use super::naive_fencing;
 use super::per_node_semaphore::per_node_limit_semaphore;
+use super::reader_ignores_writer::reader_ignores_writer;
 use super::steal::{hold_then_steal, Break, ROUNDS};
 use crate::backend::Setup;
 use crate::error::LabError;
@@ -46,6 +47,7 @@ pub(super) fn demo(
         timing: Timing::default(),
         soak: None,
         semaphore: None,
+        rwlock: false,
         run,
     }
 }
@@ -167,6 +169,13 @@ pub(super) fn scenarios() -> Vec<Scenario> {
                 per_node_limit_semaphore,
             )
         },
+        demo(
+            "reader_ignores_writer_rwlock",
+            "read-write lock: a reader comes in only where no writer holds the lock (a reader that checks a waiting writer's intent but not the writer's key is admitted by every node while a writer holds)",
+            &["writer not alone"],
+            "a read-write lock whose reader checks only the intent, three nodes: client-0 takes the write side on every node, then client-1's reader is admitted by every node too; the library's read-write lock in the same places refuses the reader",
+            reader_ignores_writer,
+        ),
         Scenario {
             setup: FIVE,
             ..demo(

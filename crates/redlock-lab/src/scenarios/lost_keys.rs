@@ -86,6 +86,7 @@ fn demo(
         timing: Timing::default(),
         soak: None,
         semaphore: None,
+        rwlock: false,
         run,
     }
 }

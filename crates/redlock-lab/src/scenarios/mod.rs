@@ -10,6 +10,7 @@ mod issuer;
 mod lost_keys;
 mod naive_fencing;
 mod per_node_semaphore;
+mod reader_ignores_writer;
 mod safe;
 mod steal;
 
@@ -27,6 +28,7 @@ use crate::lab::Lab;
 use crate::mix::{contend_mixed, contend_mixed_each, Workload};
 use crate::permits::contend_permits;
 use crate::resource::Resource;
+use crate::rwlocks::contend_rw;
 use crate::scenario::{Outcome, Scenario, KEY};
 use crate::workload::{contend, contend_each, Tally};
 
@@ -103,8 +105,8 @@ where
     })
 }
 
-/// The lab's workload ([`Lab::workload`]): plain cycles, the mix, or permits of a
-/// semaphore, until `until`.
+/// The lab's workload ([`Lab::workload`]): plain cycles, the mix, permits of a semaphore,
+/// or a read-write lock's sides, until `until`.
 async fn contend_lab(
     lab: &Lab,
     resource: &Arc<Resource>,
@@ -118,6 +120,7 @@ async fn contend_lab(
             .await?
             .iter()
             .sum()),
+        Workload::RwLock => Ok(contend_rw(lab, clients, until).await?.iter().sum()),
     }
 }
 
@@ -132,6 +135,7 @@ async fn contend_lab_each(
         Workload::Plain => Ok(contend_each(&lab.history, resource, clients, KEY, until).await),
         Workload::Mix(mix) => contend_mixed_each(lab, resource, clients, until, mix).await,
         Workload::Semaphore(permits) => contend_permits(lab, clients, until, *permits).await,
+        Workload::RwLock => contend_rw(lab, clients, until).await,
     }
 }
 

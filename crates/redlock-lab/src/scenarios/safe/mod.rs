@@ -22,6 +22,8 @@ mod clocks;
 mod holder;
 mod links;
 mod nemeses;
+// The read-write lock's sides under the same nemeses.
+mod rwlock;
 // The semaphore's permits under the same nemeses.
 mod semaphore;
 
@@ -73,6 +75,7 @@ fn safe(name: &'static str, shows: &'static str, run: super::super::scenario::Dr
         timing: Timing::default(),
         soak: None,
         semaphore: None,
+        rwlock: false,
         run,
     }
 }
@@ -204,6 +207,7 @@ pub(super) fn scenarios() -> Vec<Scenario> {
     ];
     all.extend(nemeses::scenarios());
     all.extend(semaphore::scenarios());
+    all.extend(rwlock::scenarios());
     all
 }
 

@@ -25,9 +25,9 @@ use crate::retry::RetryPolicy;
 /// ```
 ///
 /// A permit's guard names its permit in its key (`<key_prefix>semaphore-{name}:<i>`).
-/// With notifications on (the default), a release of any permit wakes the oldest waiter of
-/// the semaphore in each client, as a lock's release does. Fenced permits carry a token
-/// to check per permit. Permits have no fair queue: a call that asks for one (or a client
+/// A waiter tries again after its retry policy's delay: a release does not wake it (that
+/// cost more than it gained under contention). Fenced permits carry a token to check per
+/// permit. Permits have no fair queue: a call that asks for one (or a client
 /// configured with it) fails with [`crate::InvalidConfig::Unsupported`].
 #[derive(Clone, Debug)]
 pub struct Semaphore {

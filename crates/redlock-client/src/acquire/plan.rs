@@ -54,15 +54,12 @@ pub(crate) enum Shape<'a> {
 }
 
 impl<'a> Shape<'a> {
-    /// The full keys, in order: for a semaphore, every permit's (a release of any of them
-    /// wakes its waiter).
+    /// The full keys, in order; for a semaphore, what its permits' keys start with.
     pub(super) fn keys(self) -> Vec<String> {
         match self {
             Shape::One(key) | Shape::Reentrant(key, _) => vec![key.to_string()],
             Shape::Many(keys) => keys.to_vec(),
-            Shape::Permit { shown, permits, .. } => {
-                (1..=permits).map(|i| format!("{shown}:{i}")).collect()
-            }
+            Shape::Permit { shown, .. } => vec![shown.to_string()],
             // A reader waits for the writer's release; a writer for it or the last
             // reader's.
             Shape::Rw { shown, writer, .. } => {
@@ -169,8 +166,17 @@ impl<'a> Plan<'a> {
     /// one, which wakes its owner's other waiters for the key in this client when it wins.
     /// Registering costs a waiter id and a turn of the registry's lock, which calls that
     /// never wait are spared.
+    ///
+    /// A semaphore's waiter does not: it tries again after its backoff's delay. Each release
+    /// woke a waiter in every client, whose rounds then split the permits' votes, and under
+    /// contention that gave fewer permits per second than polling (see
+    /// `docs/benchmarks.md`).
     pub(super) fn watches(&self, shape: Shape<'_>) -> bool {
-        self.waits || self.fair || matches!(shape, Shape::Reentrant(..))
+        match shape {
+            Shape::Permit { .. } => false,
+            Shape::Reentrant(..) => true,
+            _ => self.waits || self.fair,
+        }
     }
 
     /// Whether a fair attempt registers a hand-over: only a plain lock of one key is handed

@@ -13,9 +13,11 @@ pub(crate) struct One;
 pub(crate) struct Many;
 
 /// A semaphore's permit: one key, taken by the semaphore's own round (see
-/// `acquire::permit`), then released and extended as a plain key. Its waiters wait for any
-/// permit and do not queue for one, so its release announces itself to every client, as a
-/// lock of several keys does.
+/// `acquire::permit`), then released and extended as a plain key. Nobody waits for one
+/// permit: a semaphore's waiters try again after their backoff's delay (announcing each
+/// release to every client cost more under contention than it gained, see
+/// `docs/benchmarks.md`), so its release, like a plain lock's, announces itself only to
+/// waiters queued for the key, and there are none.
 pub(crate) struct Permit;
 
 pub(crate) static ONE: One = One;
@@ -146,6 +148,9 @@ impl Kind for Permit {
     }
     fn lua(&self) -> &'static str {
         &PERMIT_LUA
+    }
+    fn waiters_queue(&self) -> bool {
+        true
     }
     fn native_release(&self) -> bool {
         true

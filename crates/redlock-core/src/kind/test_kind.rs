@@ -98,6 +98,8 @@ mod tests {
         let config = Config {
             nodes: set.urls(),
             release_channel: Some("redlock:released".to_string()),
+            // A second per node: on a loaded machine every round must still reach all three.
+            node_timeout: Duration::from_secs(1),
             ..Default::default()
         };
         let queue = queue_keys(&config.fair_prefix, KEY)[0]

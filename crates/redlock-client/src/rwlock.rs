@@ -55,7 +55,7 @@ impl Redlock {
         Ok(RwLock {
             client: self.clone(),
             name: name.to_string(),
-            shown: redlock_core::layout::semaphore_base(
+            shown: redlock_core::layout::named_base(
                 &self.coordinator().config().rwlock_prefix,
                 name,
             ),

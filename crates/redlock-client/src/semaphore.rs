@@ -56,7 +56,7 @@ impl Redlock {
         Ok(Semaphore {
             client: self.clone(),
             name: name.to_string(),
-            shown: redlock_core::layout::semaphore_base(
+            shown: redlock_core::layout::named_base(
                 &self.coordinator().config().semaphore_prefix,
                 name,
             ),

@@ -71,11 +71,11 @@ pub(crate) fn queue_keys(prefix: &str, key: &str) -> [Key; 3] {
     ]
 }
 
-/// What the keys of semaphore `name`'s permits start with under the semaphores' prefix
+/// What the keys of semaphore or read-write lock `name` start with under their prefix
 /// `prefix`: `<prefix>{name}`, in `name`'s hash slot (a name with a hash tag of its own
-/// keeps it, unwrapped), so that one script may propose every permit. Permit `i` is
-/// `<base>:<i>` ([`permit_keys`]).
-pub fn semaphore_base(prefix: &str, name: &str) -> String {
+/// keeps it, unwrapped), so that one script may touch all of them. Permit `i` is
+/// `<base>:<i>` ([`permit_keys`]); a read-write lock's keys are in [`rwlock_keys`].
+pub fn named_base(prefix: &str, name: &str) -> String {
     if hash_tag(name).is_some() {
         format!("{prefix}{name}")
     } else {
@@ -84,20 +84,20 @@ pub fn semaphore_base(prefix: &str, name: &str) -> String {
 }
 
 /// The keys of semaphore `name`'s permits under the semaphores' prefix `prefix`:
-/// `<base>:<i>` for `i` from 1 to `permits` (see [`semaphore_base`]).
+/// `<base>:<i>` for `i` from 1 to `permits` (see [`named_base`]).
 pub fn permit_keys(prefix: &str, name: &str, permits: u32) -> Vec<String> {
-    let base = semaphore_base(prefix, name);
+    let base = named_base(prefix, name);
     (1..=permits).map(|i| format!("{base}:{i}")).collect()
 }
 
 /// The keys of read-write lock `name` under the read-write locks' prefix `prefix`, in
-/// `name`'s hash slot as a semaphore's permits are (see [`semaphore_base`]): the writer's
+/// `name`'s hash slot as a semaphore's permits are (see [`named_base`]): the writer's
 /// key (`<base>:write`, a string holding the writer's token), the readers' set
 /// (`<base>:read`, a sorted set of reader tokens scored by the node time their hold ends)
 /// and a waiting writer's intent (`<base>:intent`, a string holding the writer's id, which
 /// new readers respect so that readers cannot starve writers), in that order.
 pub fn rwlock_keys(prefix: &str, name: &str) -> [String; 3] {
-    let base = semaphore_base(prefix, name);
+    let base = named_base(prefix, name);
     [
         format!("{base}:write"),
         format!("{base}:read"),

@@ -12,22 +12,22 @@
 use std::sync::LazyLock;
 
 use super::{Kind, KindScripts};
+use crate::scripts::NODE_TIME_MS;
 
 /// A reader of a read-write lock.
 pub(crate) struct Reader;
 
 pub(crate) static READER: Reader = Reader;
 
-const LUA: &str = r#"local function reader_now()
-  local time = redis.call("TIME")
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-end
+static LUA: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r#"{NODE_TIME_MS}
 local function take(first, last, token, ttl, arg) return false end
 local function held(first, last, token, ttl, waiter, arg) return false end
 local function free(key, token, arg)
   local removed = redis.pcall("ZREM", key, token)
   if type(removed) ~= "number" or removed == 0 then return false, false end
-  redis.call("ZREMRANGEBYSCORE", key, "-inf", reader_now())
+  redis.call("ZREMRANGEBYSCORE", key, "-inf", node_time_ms())
   if redis.call("ZCARD", key) == 0 then
     redis.call("DEL", key)
     return true, true
@@ -37,15 +37,17 @@ end
 local function holds(key, token, arg)
   local until_ms = redis.pcall("ZSCORE", key, token)
   if type(until_ms) ~= "string" then return false end
-  return tonumber(until_ms) > reader_now()
+  return tonumber(until_ms) > node_time_ms()
 end
 local function lengthen(key, token, ttl, arg)
-  local until_ms = reader_now() + tonumber(ttl)
+  local until_ms = node_time_ms() + tonumber(ttl)
   if tonumber(redis.call("ZSCORE", key, token)) < until_ms then
     redis.call("ZADD", key, until_ms, token)
   end
   if redis.call("PTTL", key) < tonumber(ttl) then redis.call("PEXPIRE", key, ttl) end
-end"#;
+end"#
+    )
+});
 
 static SCRIPTS: LazyLock<KindScripts> = LazyLock::new(|| KindScripts::of(&READER));
 
@@ -57,7 +59,7 @@ impl Kind for Reader {
         "s"
     }
     fn lua(&self) -> &'static str {
-        LUA
+        &LUA
     }
     fn own_lengthen(&self) -> bool {
         true

@@ -32,7 +32,7 @@ end
 }
 
 /// See [`node_time_ms!`].
-pub(super) const NODE_TIME_MS: &str = node_time_ms!();
+pub(crate) const NODE_TIME_MS: &str = node_time_ms!();
 
 /// The release message's Lua (see [`crate::message`]), for scripts that do not include
 /// `release::ANNOUNCE`.

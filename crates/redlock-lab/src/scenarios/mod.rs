@@ -10,6 +10,7 @@ mod issuer;
 mod lost_keys;
 mod naive_fencing;
 mod per_node_semaphore;
+mod raw_holder;
 mod reader_ignores_writer;
 mod safe;
 mod steal;

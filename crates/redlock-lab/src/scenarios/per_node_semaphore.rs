@@ -15,17 +15,15 @@
 
 use std::time::Duration;
 
-use fred::prelude::{Client, LuaInterface};
-use futures::future::{join_all, BoxFuture};
+use futures::future::BoxFuture;
 use redlock_client::{LockGuard, LockOptions, Redlock, RetryPolicy, Semaphore};
-use tokio::time::Instant;
 
 use super::naive_fencing::cut;
+use super::raw_holder::RawHolder;
 use crate::error::LabError;
 use crate::history::Event;
 use crate::lab::Lab;
 use crate::permits::{declare, SEMAPHORE};
-use crate::raw;
 use crate::scenario::Outcome;
 use crate::workload::{record_acquired, release};
 
@@ -70,17 +68,17 @@ pub(super) fn per_node_limit_semaphore(lab: &Lab) -> BoxFuture<'_, Result<Outcom
         declare(&lab.history, &lab.prefix, PERMITS);
         let mut contenders = Vec::new();
         for (c, reach) in REACH.iter().enumerate() {
-            contenders.push(Contender::connect(lab, c, reach, &set).await?);
+            contenders.push(RawHolder::connect(lab, c, reach).await?);
         }
         let library = lab.clients(REACH.len()).await?;
         cut(lab, &REACH);
         let mut admitted = 0;
         for contender in &contenders {
-            admitted += usize::from(contender.admit(lab).await?);
+            admitted += usize::from(admit(lab, contender, &set).await);
         }
         tokio::time::sleep(WORK).await;
         for contender in &contenders {
-            contender.leave(lab).await;
+            contender.leave(lab, LEAVE, &set).await;
         }
         let control = library_admits_two(lab, &library).await;
         for contender in contenders {
@@ -101,91 +99,18 @@ pub(super) fn per_node_limit_semaphore(lab: &Lab) -> BoxFuture<'_, Result<Outcom
     })
 }
 
-/// One contender of the per-node-limit semaphore: client `c`'s raw connections to the
-/// nodes of its majority, through its links.
-struct Contender {
-    name: String,
-    member: String,
-    set: String,
-    nodes: Vec<Client>,
-}
-
-impl Contender {
-    async fn connect(lab: &Lab, c: usize, reach: &[usize], set: &str) -> Result<Self, LabError> {
-        let urls = lab.links.urls(c);
-        let mut nodes = Vec::new();
-        // Up to a TTL to connect and for each command: a container just restarted for
-        // the scenario can take longer than a node timeout to answer its first connection,
-        // and an admission that slow has no validity left anyway.
-        for &n in reach {
-            nodes.push(raw::connect(&urls[n], lab.timing.ttl).await?);
-        }
-        Ok(Contender {
-            name: format!("client-{c}"),
-            member: format!("{c}-{:032x}", rand::random::<u128>()),
-            set: set.to_owned(),
-            nodes,
-        })
-    }
-
-    /// Asks each of its nodes to admit it: held once a majority of the node set did, with
-    /// a Redlock validity (the TTL less the time taken and the drift), recorded as a holder
-    /// of the semaphore under `<set>:<client>`. Whether it was admitted.
-    async fn admit(&self, lab: &Lab) -> Result<bool, LabError> {
-        let ttl = lab.timing.ttl;
-        let (t0, started) = (Instant::now(), lab.history.now());
-        let args = vec![
-            self.member.clone(),
-            ttl.as_millis().to_string(),
-            PERMITS.to_string(),
-        ];
-        let answers = join_all(self.nodes.iter().map(|n| {
-            let admit = n.eval::<i64, _, _, _>(ADMIT, vec![self.set.as_str()], args.clone());
-            raw::within(lab.timing.ttl, admit)
-        }))
-        .await;
-        let yes = answers.iter().filter(|a| **a == Some(1)).count();
-        // The drift allowance of the library's default drift factor.
-        let drift = ttl / 100 + Duration::from_millis(2);
-        if yes <= lab.node_count() / 2 || t0.elapsed() + drift >= ttl {
-            return Ok(false);
-        }
-        lab.history.record(Event::Acquired {
-            client: self.name.clone(),
-            token: self.member.clone(),
-            key: format!("{}:{}", self.set, self.name),
-            started,
-            acquired: lab.history.now(),
-            valid_until: lab.history.at(t0 + ttl - drift),
-            fencing: None,
-            owner: None,
-        });
-        Ok(true)
-    }
-
-    /// Leaves the set on each of its nodes (its claim ends as the call starts).
-    async fn leave(&self, lab: &Lab) {
-        lab.history.record(Event::ReleaseStarted {
-            client: self.name.clone(),
-            token: self.member.clone(),
-            at: lab.history.now(),
-        });
-        join_all(self.nodes.iter().map(|n| {
-            let leave =
-                n.eval::<i64, _, _, _>(LEAVE, vec![self.set.as_str()], vec![self.member.as_str()]);
-            raw::within(lab.timing.ttl, leave)
-        }))
-        .await;
-    }
-
-    async fn close(self, lab: &Lab) {
-        join_all(
-            self.nodes
-                .iter()
-                .map(|n| raw::close(n, lab.timing.node_timeout)),
-        )
-        .await;
-    }
+/// Contender `holder` asks each of its nodes to admit it to the per-node sets under
+/// `set`, recorded under `<set>:<client>`: whether a majority did.
+async fn admit(lab: &Lab, holder: &RawHolder, set: &str) -> bool {
+    let args = vec![
+        holder.token.clone(),
+        lab.timing.ttl.as_millis().to_string(),
+        PERMITS.to_string(),
+    ];
+    let key = format!("{set}:{}", holder.name);
+    holder
+        .take(lab, ADMIT, vec![set.to_string()], args, key)
+        .await
 }
 
 /// The control: the library's semaphore of [`PERMITS`] in the contenders' places. The

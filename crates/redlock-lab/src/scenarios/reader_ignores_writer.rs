@@ -12,15 +12,13 @@
 
 use std::time::Duration;
 
-use fred::prelude::{Client, LuaInterface};
-use futures::future::{join_all, BoxFuture};
+use futures::future::BoxFuture;
 use redlock_client::{LockOptions, Redlock, RetryPolicy};
-use tokio::time::Instant;
 
+use super::raw_holder::RawHolder;
 use crate::error::LabError;
 use crate::history::Event;
 use crate::lab::Lab;
-use crate::raw;
 use crate::rwlocks::{declare_rwlock, RWLOCK};
 use crate::scenario::Outcome;
 use crate::workload::{record_acquired, release};
@@ -77,13 +75,14 @@ pub(super) fn reader_ignores_writer(lab: &Lab) -> BoxFuture<'_, Result<Outcome, 
             readers: keys[1].clone(),
         });
         declare_rwlock(&lab.history, &lab.prefix);
-        let writer = Side::connect(lab, 0, true, &keys).await?;
-        let reader = Side::connect(lab, 1, false, &keys).await?;
-        let wrote = writer.take(lab).await?;
-        let read = reader.take(lab).await?;
+        let every: Vec<usize> = (0..lab.node_count()).collect();
+        let writer = RawHolder::connect(lab, 0, &every).await?;
+        let reader = RawHolder::connect(lab, 1, &every).await?;
+        let wrote = take(lab, &writer, true, &keys).await;
+        let read = take(lab, &reader, false, &keys).await;
         tokio::time::sleep(WORK).await;
-        reader.leave(lab).await;
-        writer.leave(lab).await;
+        reader.leave(lab, LEAVE, &keys[1]).await;
+        writer.leave(lab, LEAVE, &keys[0]).await;
         writer.close(lab).await;
         reader.close(lab).await;
         let control = library_refuses_the_reader(lab).await;
@@ -99,102 +98,20 @@ pub(super) fn reader_ignores_writer(lab: &Lab) -> BoxFuture<'_, Result<Outcome, 
     })
 }
 
-/// One side of the broken read-write lock: client `c`'s raw connections to every node,
-/// through its links.
-struct Side {
-    name: String,
-    token: String,
-    write: bool,
-    /// The keys its script takes, then the key its hold is recorded on and left from.
-    keys: Vec<String>,
-    held: String,
-    nodes: Vec<Client>,
-}
-
-impl Side {
-    async fn connect(
-        lab: &Lab,
-        c: usize,
-        write: bool,
-        keys: &[String; 3],
-    ) -> Result<Self, LabError> {
-        let mut nodes = Vec::new();
-        // Up to a TTL to connect and for each command, as for the per-node-limit
-        // semaphore's contenders: a node slow to answer its first connection is no fault
-        // of the schedule, and an admission that slow has no validity left anyway.
-        for url in lab.links.urls(c).iter().take(lab.node_count()) {
-            nodes.push(raw::connect(url, lab.timing.ttl).await?);
-        }
-        let (taken, held) = if write {
-            (vec![keys[0].clone(), keys[1].clone()], keys[0].clone())
-        } else {
-            (vec![keys[1].clone(), keys[2].clone()], keys[1].clone())
-        };
-        Ok(Side {
-            name: format!("client-{c}"),
-            token: format!("{c}-{:032x}", rand::random::<u128>()),
-            write,
-            keys: taken,
-            held,
-            nodes,
-        })
-    }
-
-    /// Runs its script on every node: held once a majority admitted it, with a Redlock
-    /// validity (the TTL less the time taken and the drift), recorded as a holder of its
-    /// side. Whether it was admitted.
-    async fn take(&self, lab: &Lab) -> Result<bool, LabError> {
-        let ttl = lab.timing.ttl;
-        let (t0, started) = (Instant::now(), lab.history.now());
-        let script = format!("{NOW}{}", if self.write { WRITE } else { READ });
-        let args = vec![self.token.clone(), ttl.as_millis().to_string()];
-        let answers = join_all(self.nodes.iter().map(|n| {
-            let take = n.eval::<i64, _, _, _>(script.as_str(), self.keys.clone(), args.clone());
-            raw::within(ttl, take)
-        }))
-        .await;
-        let yes = answers.iter().filter(|a| **a == Some(1)).count();
-        // The drift allowance of the library's default drift factor.
-        let drift = ttl / 100 + Duration::from_millis(2);
-        if yes <= lab.node_count() / 2 || t0.elapsed() + drift >= ttl {
-            return Ok(false);
-        }
-        lab.history.record(Event::Acquired {
-            client: self.name.clone(),
-            token: self.token.clone(),
-            key: self.held.clone(),
-            started,
-            acquired: lab.history.now(),
-            valid_until: lab.history.at(t0 + ttl - drift),
-            fencing: None,
-            owner: None,
-        });
-        Ok(true)
-    }
-
-    /// Leaves its side on every node (its claim ends as the call starts).
-    async fn leave(&self, lab: &Lab) {
-        lab.history.record(Event::ReleaseStarted {
-            client: self.name.clone(),
-            token: self.token.clone(),
-            at: lab.history.now(),
-        });
-        join_all(self.nodes.iter().map(|n| {
-            let leave =
-                n.eval::<i64, _, _, _>(LEAVE, vec![self.held.as_str()], vec![self.token.as_str()]);
-            raw::within(lab.timing.ttl, leave)
-        }))
-        .await;
-    }
-
-    async fn close(self, lab: &Lab) {
-        join_all(
-            self.nodes
-                .iter()
-                .map(|n| raw::close(n, lab.timing.node_timeout)),
-        )
-        .await;
-    }
+/// Client `holder` takes the broken lock's write side (`write`) or its read side on every
+/// node, recorded as a holder of that side's key: whether a majority admitted it.
+async fn take(lab: &Lab, holder: &RawHolder, write: bool, keys: &[String; 3]) -> bool {
+    let (script, taken) = if write {
+        (WRITE, [&keys[0], &keys[1]])
+    } else {
+        (READ, [&keys[1], &keys[2]])
+    };
+    let args = vec![holder.token.clone(), lab.timing.ttl.as_millis().to_string()];
+    let taken: Vec<String> = taken.into_iter().cloned().collect();
+    let held = taken[0].clone();
+    holder
+        .take(lab, &format!("{NOW}{script}"), taken, args, held)
+        .await
 }
 
 /// The control: the library's read-write lock in the same places. Client 0 holds the

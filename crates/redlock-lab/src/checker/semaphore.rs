@@ -36,32 +36,23 @@ pub(super) fn elsewhere(semaphores: &[&str], holder: &Holder, key: &str) -> bool
 /// little).
 pub fn most_at_once(events: &[Event], holders: &[Holder]) -> Vec<(String, u32, usize)> {
     let mut most = Vec::new();
-    for event in events {
-        if let Event::Semaphore {
-            name,
-            keys,
-            permits,
-        } = event
-        {
-            let members: Vec<&Holder> = holders
-                .iter()
-                .filter(|h| h.key.starts_with(keys.as_str()) && h.until > h.from)
-                .collect();
-            let peak = crowded(&members, 0)
-                .iter()
-                .map(|(_, open)| open.len())
-                .max();
-            most.push((name.clone(), *permits, peak.unwrap_or(0)));
-        }
+    for (name, keys, permits) in declared(events) {
+        let members: Vec<&Holder> = holders
+            .iter()
+            .filter(|h| h.key.starts_with(keys) && h.until > h.from)
+            .collect();
+        let peak = crowded(&members, 0)
+            .iter()
+            .map(|(_, open)| open.len())
+            .max();
+        most.push((name.to_string(), permits, peak.unwrap_or(0)));
     }
     most
 }
 
-/// Every instant at which a holder's claim made the holders of a declared semaphore more
-/// than its permits: one violation per such acquisition, naming the instant and every
-/// holder claiming then. Claims are half-open (`from..until`): a claim that ends as
-/// another begins leaves its permit to it, as the overlap rule has it.
-pub fn semaphore_violations(events: &[Event], holders: &[Holder]) -> Vec<Violation> {
+/// Each semaphore `events` declare, once: its name, the prefix of its holders' keys, and
+/// its permits.
+fn declared(events: &[Event]) -> Vec<(&str, &str, u32)> {
     let mut declared: Vec<(&str, &str, u32)> = Vec::new();
     for event in events {
         if let Event::Semaphore {
@@ -75,8 +66,16 @@ pub fn semaphore_violations(events: &[Event], holders: &[Holder]) -> Vec<Violati
             }
         }
     }
+    declared
+}
+
+/// Every instant at which a holder's claim made the holders of a declared semaphore more
+/// than its permits: one violation per such acquisition, naming the instant and every
+/// holder claiming then. Claims are half-open (`from..until`): a claim that ends as
+/// another begins leaves its permit to it, as the overlap rule has it.
+pub fn semaphore_violations(events: &[Event], holders: &[Holder]) -> Vec<Violation> {
     let mut found = Vec::new();
-    for (name, keys, permits) in declared {
+    for (name, keys, permits) in declared(events) {
         let members: Vec<&Holder> = holders
             .iter()
             .filter(|h| h.key.starts_with(keys) && h.until > h.from)

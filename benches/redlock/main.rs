@@ -18,6 +18,7 @@ mod latency;
 mod limit;
 mod machine;
 mod markdown;
+mod per_node;
 mod permits;
 mod plan;
 mod plot;

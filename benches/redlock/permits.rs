@@ -5,7 +5,10 @@
 //! admits (the sum of the critical sections over the time: how close to four concurrent
 //! holders the contention lets it come), and the most at once, which must never pass four
 //! (the run fails if it does). A plain lock under the same workers is the reference: at
-//! most one holder.
+//! most one holder. Beside ours, the design it was chosen over, a per-node limit of
+//! `floor(k * q / N)` holders on each node (the bench's model with raw fred, `per_node.rs`),
+//! as a winner keeps all its entries and as one that keeps only a quorum's: they admit at
+//! most three at once, which the run holds to the semaphore's bound of four.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -76,7 +79,12 @@ impl Tally {
 /// Runs a plain lock and the semaphore, each for `warmup + time`.
 pub async fn run(urls: &[String], warmup: Duration, time: Duration) -> Result<Permits, BenchError> {
     let mut cases = Vec::new();
-    for (kind, admits) in [(Kind::Ours, 1), (Kind::OursPermit, PERMITS)] {
+    for (kind, admits) in [
+        (Kind::Ours, 1),
+        (Kind::OursPermit, PERMITS),
+        (Kind::PerNodeLimit, PERMITS),
+        (Kind::PerNodeLimitTrimmed, PERMITS),
+    ] {
         let mut subjects = Vec::with_capacity(WORKERS);
         for _ in 0..WORKERS {
             subjects.push(Arc::new(Subject::connect(kind, urls).await?));
@@ -127,7 +135,7 @@ pub async fn run(urls: &[String], warmup: Duration, time: Duration) -> Result<Pe
             first_failure: failed.first_failure,
         };
         progress!(
-            "P7 {:<12} {:>7.0} acquired/s, {:.2} of {} holders on average, {} at most",
+            "P7 {:<22} {:>7.0} acquired/s, {:.2} of {} holders on average, {} at most",
             kind.name(),
             case.per_second,
             case.mean_holders,

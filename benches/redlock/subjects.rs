@@ -7,6 +7,7 @@ use redlock_client::{LockConfig, LockGuard, LockOptions, Redlock};
 
 use crate::error::{BenchError, Context};
 use crate::floor::{Floor, Wait};
+use crate::per_node::{PerNode, Trim};
 
 /// The TTL every contender asks for, in every scenario.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -45,6 +46,11 @@ pub enum Kind {
     OursRead,
     /// Ours like `Ours`, taking the write side of a read-write lock named by the key.
     OursWrite,
+    /// The per-node-limit semaphore of [`PERMITS`] permits, the design the library did not
+    /// take, modelled with raw fred (see `per_node.rs`): a winner keeps every entry it won.
+    PerNodeLimit,
+    /// Like `PerNodeLimit`, but a winner takes back its entries beyond a quorum at once.
+    PerNodeLimitTrimmed,
     /// The `rslock` crate.
     Rslock,
 }
@@ -54,7 +60,7 @@ pub const PERMITS: u32 = 4;
 
 impl Kind {
     /// Every contender, in the order the tables list them.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Floor,
         Kind::FloorQuorum,
         Kind::Ours,
@@ -66,6 +72,8 @@ impl Kind {
         Kind::OursPermit,
         Kind::OursRead,
         Kind::OursWrite,
+        Kind::PerNodeLimit,
+        Kind::PerNodeLimitTrimmed,
         Kind::Rslock,
     ];
 
@@ -82,6 +90,8 @@ impl Kind {
             Kind::OursPermit => "ours-permit",
             Kind::OursRead => "ours-read",
             Kind::OursWrite => "ours-write",
+            Kind::PerNodeLimit => "per-node-limit",
+            Kind::PerNodeLimitTrimmed => "per-node-limit-trimmed",
             Kind::Rslock => "rslock",
         }
     }
@@ -100,6 +110,12 @@ impl Kind {
             Kind::OursPermit => "ours, a permit of a semaphore of 4 (notify on, no renewal)",
             Kind::OursRead => "ours, a read-write lock's read side (notify on, no renewal)",
             Kind::OursWrite => "ours, a read-write lock's write side (notify on, no renewal)",
+            Kind::PerNodeLimit => {
+                "per-node limit of floor(k*q/N) = 2 (safe; the bench's model, raw fred)"
+            }
+            Kind::PerNodeLimitTrimmed => {
+                "per-node limit of 2, winner keeps only q entries (safe; the bench's model)"
+            }
             Kind::Rslock => "rslock 0.10",
         }
     }
@@ -116,7 +132,9 @@ impl Kind {
             | Kind::OursUngrouped
             | Kind::OursPermit
             | Kind::OursRead
-            | Kind::OursWrite => {
+            | Kind::OursWrite
+            | Kind::PerNodeLimit
+            | Kind::PerNodeLimitTrimmed => {
                 format!("{} ms (setting, default)", ours.as_millis())
             }
             Kind::Rslock => "500 ms (fixed)".into(),
@@ -138,6 +156,8 @@ pub enum Subject {
     /// Ours, taking the write side (`true`) or the read side of the read-write lock a key
     /// names.
     Rw(Redlock, bool),
+    /// The per-node-limit semaphore (the bench's model).
+    PerNode(PerNode),
     Rslock(rslock::LockManager),
 }
 
@@ -146,6 +166,7 @@ pub enum Subject {
 pub enum Held {
     Floor(String, redlock_core::Token),
     Ours(LockGuard),
+    PerNode(String, redlock_core::Token),
     Rslock(rslock::Lock),
 }
 
@@ -198,6 +219,16 @@ impl Subject {
                     Kind::OursWrite => Subject::Rw(client, true),
                     _ => Subject::Ours(client),
                 };
+                subject.warm_up().await?;
+                Ok(subject)
+            }
+            Kind::PerNodeLimit | Kind::PerNodeLimitTrimmed => {
+                let trim = if kind == Kind::PerNodeLimit {
+                    Trim::Keep
+                } else {
+                    Trim::ToQuorum
+                };
+                let subject = Subject::PerNode(PerNode::connect(urls, TTL, PERMITS, trim).await?);
                 subject.warm_up().await?;
                 Ok(subject)
             }
@@ -286,6 +317,10 @@ impl Subject {
                     Err(e) => Err(format!("ours-rw: {e}")),
                 }
             }
+            Subject::PerNode(per_node) => Ok(per_node
+                .try_acquire(key)
+                .await?
+                .map(|token| Held::PerNode(key.to_string(), token))),
             Subject::Rslock(manager) => match manager.lock(key.as_bytes(), TTL).await {
                 Ok(lock) => Ok(Some(Held::Rslock(lock))),
                 Err(rslock::LockError::Unavailable) => Ok(None),
@@ -331,6 +366,10 @@ impl Subject {
                 ) => Ok(None),
                 Err(e) => Err(format!("ours-permit: {e}")),
             },
+            Subject::PerNode(per_node) => Ok(per_node
+                .acquire(key)
+                .await?
+                .map(|token| Held::PerNode(key.to_string(), token))),
             Subject::Rslock(manager) => {
                 // rslock's defaults: 3 attempts per `lock`, 0-200 ms apart; `acquire`
                 // loops over `lock` until it succeeds.
@@ -370,6 +409,9 @@ impl Subject {
                 .await
                 .map(|_| ())
                 .map_err(|e| format!("ours: release: {e}")),
+            (Subject::PerNode(per_node), Held::PerNode(key, token)) => {
+                per_node.release(&key, &token).await
+            }
             // Best effort by design: rslock reports nothing about its release.
             (Subject::Rslock(manager), Held::Rslock(lock)) => {
                 manager.unlock(&lock).await;
@@ -383,6 +425,9 @@ impl Subject {
     pub async fn close(&self) {
         if let Subject::Ours(client) | Subject::Permit(client) | Subject::Rw(client, _) = self {
             client.shutdown().await;
+        }
+        if let Subject::PerNode(per_node) = self {
+            per_node.close().await;
         }
     }
 }

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! P1 uncontended cycle, P2 one node hung, P3 one node slow, P4 contended hand-off, P5 many
-//! keys beside the servers' own limit, P6 many locks under automatic renewal. Writes
+//! keys beside the servers' own limit, P6 many locks under automatic renewal, P7 a
+//! semaphore's permits under contention, P8 a read-write lock under contention. Writes
 //! `results.json`, `results.md` and `latency.svg` to the output directory, prints progress
 //! to stderr and the Markdown tables to stdout. Not a test: nothing here asserts a timing.
 
@@ -25,6 +26,7 @@ mod plot;
 mod procfs;
 mod renewal;
 mod report;
+mod rwlock;
 mod stats;
 mod subjects;
 mod targets;
@@ -200,6 +202,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
     let mut throughput = None;
     let mut renewal = Vec::new();
     let mut permits = None;
+    let mut read_write = None;
     let p1_kinds = args.subjects(&[
         Kind::Floor,
         Kind::FloorQuorum,
@@ -293,6 +296,11 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         permits = Some(permits::run(&urls, warmup, time).await?);
         flush(&set).await?;
     }
+    if args.runs("P8") {
+        let (warmup, time) = (plan.contention_warmup, plan.contention_time);
+        read_write = Some(rwlock::run(&urls, warmup, time).await?);
+        flush(&set).await?;
+    }
 
     let mut machine = machine;
     machine.load_average_end = machine::load_average();
@@ -311,6 +319,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         throughput,
         renewal,
         permits,
+        read_write,
         targets,
     };
     let out = args.out();
@@ -336,6 +345,22 @@ async fn run(args: &Args) -> Result<String, BenchError> {
             format!(
                 "{} workers held at once where {} may",
                 c.most_holders, c.admits
+            ),
+            "this is a mutual-exclusion bug: run the fault lab (./scripts/test.sh) and \
+             report it with results.json",
+        ));
+    }
+    if let Some(c) = results
+        .read_write
+        .iter()
+        .flat_map(|p| &p.cases)
+        .find(|c| c.overlaps > 0)
+    {
+        return Err(BenchError::new(
+            format!("P8 with {}", c.label),
+            format!(
+                "a writer held beside another holder {} times ({} holders at most)",
+                c.overlaps, c.most_holders
             ),
             "this is a mutual-exclusion bug: run the fault lab (./scripts/test.sh) and \
              report it with results.json",

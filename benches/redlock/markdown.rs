@@ -46,6 +46,7 @@ impl Results {
         self.throughput_table(&mut md);
         self.renewal_table(&mut md);
         self.permits_table(&mut md);
+        self.read_write_table(&mut md);
         self.targets_table(&mut md);
         md
     }
@@ -211,6 +212,42 @@ impl Results {
                 100.0 * c.mean_holders / f64::from(c.admits),
                 c.admits,
                 c.most_holders,
+                c.failures
+            );
+        }
+        md.push('\n');
+    }
+
+    fn read_write_table(&self, md: &mut String) {
+        let Some(p) = &self.read_write else { return };
+        let _ = writeln!(
+            md,
+            "### P8: a read-write lock under contention\n\n\
+             {} workers, each with its own client, on one lock: each cycle reads with \
+             probability {:.1} (else writes), drawn from a seeded generator per worker, and \
+             holds for {:.0} ms. A plain lock under the same draws (every cycle alone), then \
+             ours' read-write lock. A writer beside any other holder fails the run.\n\n\
+             | Contender | Reads/s | Writes/s | Cycles/s | Holders on average | At most | Readers at most | Overlaps | Failed |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            p.workers, p.read_share, p.critical_section_ms
+        );
+        for c in &p.cases {
+            let readers = if c.shared_reads {
+                c.most_readers.to_string()
+            } else {
+                "(alone)".to_string()
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {:.0} | {:.0} | {:.0} | {:.2} | {} | {} | {} | {} |",
+                c.label,
+                c.reads_per_second,
+                c.writes_per_second,
+                c.cycles_per_second,
+                c.mean_holders,
+                c.most_holders,
+                readers,
+                c.overlaps,
                 c.failures
             );
         }

@@ -12,6 +12,7 @@ use crate::latency::{LatencyCase, ADDED_ONE_WAY, FAULTY};
 use crate::machine::Machine;
 use crate::permits::Permits;
 use crate::renewal::Renewal;
+use crate::rwlock::ReadWrite;
 use crate::subjects::{RSLOCK_RESPONSE_TIMEOUT, TTL};
 use crate::targets::Target;
 use crate::throughput::Throughput;
@@ -28,6 +29,7 @@ pub struct Results {
     pub throughput: Option<Throughput>,
     pub renewal: Vec<Renewal>,
     pub permits: Option<Permits>,
+    pub read_write: Option<ReadWrite>,
     pub targets: Vec<Target>,
 }
 

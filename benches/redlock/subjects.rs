@@ -421,6 +421,16 @@ impl Subject {
         }
     }
 
+    /// Our client, for the contenders that are ours.
+    pub fn redlock(&self) -> Option<&Redlock> {
+        match self {
+            Subject::Ours(client) | Subject::Permit(client) | Subject::Rw(client, _) => {
+                Some(client)
+            }
+            _ => None,
+        }
+    }
+
     /// Closes what needs closing (our clients wait for their background work).
     pub async fn close(&self) {
         if let Subject::Ours(client) | Subject::Permit(client) | Subject::Rw(client, _) = self {

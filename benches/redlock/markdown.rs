@@ -226,7 +226,9 @@ impl Results {
              {} workers, each with its own client, on one lock: each cycle reads with \
              probability {:.1} (else writes), drawn from a seeded generator per worker, and \
              holds for {:.0} ms. A plain lock under the same draws (every cycle alone), then \
-             ours' read-write lock. A writer beside any other holder fails the run.\n\n\
+             ours' read-write lock with release notifications on (a writer's release and the \
+             last reader's are announced to every client) and off (polling). A writer beside \
+             any other holder fails the run.\n\n\
              | Contender | Reads/s | Writes/s | Cycles/s | Holders on average | At most | Readers at most | Overlaps | Failed |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|---:|",
             p.workers, p.read_share, p.critical_section_ms

@@ -5,7 +5,9 @@
 //! writes per second, the mean number of holders at once (the sum of the critical sections
 //! over the time), the most holders and the most readers at once. Checked: no writer ever
 //! holds beside another writer or any reader (the run fails if one does). A plain lock
-//! under the same workers and draws is the reference: every cycle holds it alone.
+//! under the same workers and draws is the reference: every cycle holds it alone. The
+//! read-write lock runs with release notifications on (a writer's release and the last
+//! reader's are announced to every client), then off (waiters poll on their backoff).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -202,20 +204,39 @@ impl Side {
     }
 }
 
-/// Runs a plain lock and the read-write lock, each for `warmup + time`.
+/// The cases, in order: the plain lock; the read-write lock (its workers connect as
+/// ours-write, one key prefix for all); the read-write lock with notifications off (as
+/// ours-polling), to show what the wake-ups of writers' and last readers' releases cost.
+const CASES: [(Kind, bool, &str, &str); 3] = [
+    (
+        Kind::Ours,
+        false,
+        "ours",
+        "ours, a plain lock: every cycle alone (notify on, no renewal)",
+    ),
+    (
+        Kind::OursWrite,
+        true,
+        "ours-rw",
+        "ours, a read-write lock (notify on, no renewal)",
+    ),
+    (
+        Kind::OursPolling,
+        true,
+        "ours-rw-polling",
+        "ours, a read-write lock, polling only (notify off, no renewal)",
+    ),
+];
+
+/// Runs the plain lock and the read-write lock (notifications on, then off), each for
+/// `warmup + time`.
 pub async fn run(
     urls: &[String],
     warmup: Duration,
     time: Duration,
 ) -> Result<ReadWrite, BenchError> {
     let mut cases = Vec::new();
-    for shared_reads in [false, true] {
-        // The read-write lock's workers connect as ours-write: one key prefix for all.
-        let kind = if shared_reads {
-            Kind::OursWrite
-        } else {
-            Kind::Ours
-        };
+    for (kind, shared_reads, subject, label) in CASES {
         let mut sides = Vec::with_capacity(WORKERS);
         for _ in 0..WORKERS {
             let subject = Arc::new(Subject::connect(kind, urls).await?);
@@ -259,14 +280,6 @@ pub async fn run(
             side.subject().close().await;
         }
         let (failures, first_failure) = tally.failed();
-        let (subject, label) = if shared_reads {
-            ("ours-rw", "ours, a read-write lock (notify on, no renewal)")
-        } else {
-            (
-                kind.name(),
-                "ours, a plain lock: every cycle alone (notify on, no renewal)",
-            )
-        };
         let case = ReadWriteCase {
             subject,
             label,
@@ -285,7 +298,7 @@ pub async fn run(
             first_failure,
         };
         progress!(
-            "P8 {:<8} {:>6.0} reads/s, {:>5.0} writes/s, {:.2} holders on average, {} at most \
+            "P8 {:<15} {:>6.0} reads/s, {:>5.0} writes/s, {:.2} holders on average, {} at most \
              ({} readers), {} overlaps",
             case.subject,
             case.reads_per_second,

@@ -53,8 +53,8 @@ impl Settings {
         Settings {
             ttl_ms: TTL.as_millis() as u64,
             ours_node_timeout_ms: DEFAULT_NODE_TIMEOUT.as_millis() as u64,
-            ours_retry: "one attempt in P1-P3 and P5 (try_lock); in P4 its defaults (backoff \
-                         with full jitter, 50 ms doubling to 1 s, give up after 10 s)"
+            ours_retry: "one attempt in P1-P3 and P5 (try_lock); in P4, P7 and P8 its defaults \
+                         (backoff with full jitter, 50 ms doubling to 1 s, give up after 10 s)"
                 .into(),
             rslock_version: "0.10",
             rslock_node_timeout: RSLOCK_RESPONSE_TIMEOUT,

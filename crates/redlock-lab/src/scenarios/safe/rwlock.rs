@@ -7,11 +7,14 @@
 //! Three clients of two loops each, one take in four the write side: six contenders, so
 //! that readers share, writers wait for them and leave their intent. Two-second runs keep
 //! the suite short; a soak repeats them (`--scenario rwlock_ --min-acquisitions N`).
+//! `rwlock_many_clients_minority_paused` runs 16 clients (32 loops) for the run's default
+//! length while two of five nodes are paused.
 //!
 //! [`Workload::RwLock`]: crate::Workload::RwLock
 
 use std::time::Duration;
 
+use super::clients::{many_clients_minority_paused, MANY_FAMILY};
 use super::network::minority_partitioned_per_client;
 use super::process::{minority_killed, minority_paused};
 use super::restart::restart_with_appendfsync_always;
@@ -51,6 +54,15 @@ pub(super) fn scenarios() -> Vec<Scenario> {
             "minority_partitioned_per_client with a read-write lock's sides: each client sees another majority, and a read quorum and a write quorum still share a node",
             minority_partitioned_per_client,
         ),
+        Scenario {
+            clients: MANY_FAMILY,
+            timing: Timing::default(),
+            ..rwlock(
+                "rwlock_many_clients_minority_paused",
+                "many_clients_minority_paused with a read-write lock's sides (16 clients, two loops each, one take in four a write): writers' intents and readers' entries under the pause, and no writer ever beside another holder",
+                many_clients_minority_paused,
+            )
+        },
         Scenario {
             setup: Setup {
                 persistent: true,

@@ -125,14 +125,29 @@ pub enum ConfigError {
     },
     /// A setting that names a key (the fencing counter's key, the fair queues' prefix)
     /// holds one that no lock could use.
-    #[error("the setting `{setting}` cannot work: {problem}")]
+    #[error(
+        "the setting `{setting}` cannot work: {}",
+        key_setting_problem(problem)
+    )]
     Setting {
         /// Which setting.
         setting: &'static str,
-        /// What is wrong with its value.
-        #[source]
+        /// What is wrong with its value ([`ArgumentError::EmptyKey`] or
+        /// [`ArgumentError::KeyTooLong`]).
         problem: ArgumentError,
     },
+}
+
+/// What is wrong with a setting's key, in words about the setting: the key checker's own
+/// message speaks of a lock's key.
+fn key_setting_problem(problem: &ArgumentError) -> String {
+    match problem {
+        ArgumentError::EmptyKey => "it is empty: set it, or leave it at its default".to_owned(),
+        ArgumentError::KeyTooLong { len, max } => {
+            format!("it is {len} bytes long, more than the maximum {max}: shorten it")
+        }
+        other => other.to_string(),
+    }
 }
 
 /// A request argument that cannot work: a key, a TTL, a token, an owner, a fair place or a

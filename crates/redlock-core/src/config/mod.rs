@@ -324,6 +324,37 @@ mod tests {
     }
 
     #[test]
+    fn a_setting_with_an_unusable_key_is_named_in_its_own_words() {
+        let empty = Config {
+            fence_key: String::new(),
+            ..config(&["redis://127.0.0.1:6379"])
+        };
+        let error = empty.validate().unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                ConfigError::Setting {
+                    setting: "fence_key",
+                    problem: ArgumentError::EmptyKey
+                }
+            ),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(message.contains("`fence_key`"), "{message}");
+        // The key checker's own words are about a lock's key, which this is not.
+        assert!(!message.contains("lock key"), "{message}");
+        let long = Config {
+            rwlock_prefix: "r".repeat(crate::MAX_KEY_LEN + 1),
+            ..config(&["redis://127.0.0.1:6379"])
+        };
+        let message = long.validate().unwrap_err().to_string();
+        assert!(message.contains("`rwlock_prefix`"), "{message}");
+        assert!(message.contains("more than the maximum"), "{message}");
+        assert!(!message.contains("lock key"), "{message}");
+    }
+
+    #[test]
     fn accepts_plain_urls_with_auth_and_db() {
         let c = config(&[
             "redis://127.0.0.1:7001",

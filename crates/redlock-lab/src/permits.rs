@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::error::LabError;
 use crate::history::{Event, History};
 use crate::lab::Lab;
-use crate::workload::{record_acquired, release_round, rounds_run, Tally};
+use crate::workload::{per_client_loops, record_acquired, release_round, rounds_run, Tally};
 
 /// The lab's semaphore's name (under the scenario's prefix, in the permits' keys).
 pub const SEMAPHORE: &str = "resource";
@@ -56,15 +56,16 @@ pub(crate) async fn contend_permits(
     until: Instant,
     permits: u32,
 ) -> Result<Vec<Tally>, LabError> {
-    let per_client = clients.iter().enumerate().map(|(c, client)| async move {
-        let loops = (0..PERMIT_LOOPS).map(|l| {
-            let name = format!("client-{c}/{l}");
-            permit_loop(&lab.history, client, name, until, permits)
-        });
-        let tallies = futures::future::try_join_all(loops).await?;
-        Ok::<Tally, LabError>(tallies.iter().sum())
-    });
-    futures::future::try_join_all(per_client).await
+    per_client_loops(clients, PERMIT_LOOPS, |c, l, client| {
+        permit_loop(
+            &lab.history,
+            client,
+            format!("client-{c}/{l}"),
+            until,
+            permits,
+        )
+    })
+    .await
 }
 
 /// One loop of `client`, named `name` in the history: acquire a permit, hold it, release

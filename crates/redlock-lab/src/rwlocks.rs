@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::error::LabError;
 use crate::history::{Event, History};
 use crate::lab::Lab;
-use crate::workload::{record_acquired, release_round, rounds_run, Tally};
+use crate::workload::{per_client_loops, record_acquired, release_round, rounds_run, Tally};
 
 /// The lab's read-write lock's name (under the scenario's prefix, in its keys).
 pub const RWLOCK: &str = "resource";
@@ -52,17 +52,18 @@ pub(crate) async fn contend_rw(
     clients: &[Redlock],
     until: Instant,
 ) -> Result<Vec<Tally>, LabError> {
-    let per_client = clients.iter().enumerate().map(|(c, client)| async move {
-        let loops = (0..RW_LOOPS).map(|l| {
-            let name = format!("client-{c}/{l}");
-            // Loops start at different places of the cycle: not every loop writes at once.
-            let first = (c * RW_LOOPS + l) as u64;
-            rw_loop(&lab.history, client, name, until, first)
-        });
-        let tallies = futures::future::try_join_all(loops).await?;
-        Ok::<Tally, LabError>(tallies.iter().sum())
-    });
-    futures::future::try_join_all(per_client).await
+    per_client_loops(clients, RW_LOOPS, |c, l, client| {
+        // Loops start at different places of the cycle: not every loop writes at once.
+        let first = (c * RW_LOOPS + l) as u64;
+        rw_loop(
+            &lab.history,
+            client,
+            format!("client-{c}/{l}"),
+            until,
+            first,
+        )
+    })
+    .await
 }
 
 /// One loop of `client`, named `name` in the history: take a side, hold it, release it,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use redlock_client::{Error, FencingToken, LockGuard, NodeOutcome, Redlock, RoundReport};
 use tokio::time::Instant;
 
+use crate::error::LabError;
 use crate::history::{Event, History};
 use crate::resource::Resource;
 
@@ -83,6 +84,26 @@ pub(crate) async fn release_round(
             None
         }
     }
+}
+
+/// Runs `loops` loops at once on each of `clients`, loop `l` of client `c` being
+/// `run(c, l, client)`, and returns each client's tally (its loops summed), in the order of
+/// `clients`; the first loop that fails fails it all. The semaphore's and the read-write
+/// lock's workloads run their loops so.
+pub(crate) async fn per_client_loops<'a, F, Fut>(
+    clients: &'a [Redlock],
+    loops: usize,
+    run: F,
+) -> Result<Vec<Tally>, LabError>
+where
+    F: Fn(usize, usize, &'a Redlock) -> Fut + Copy,
+    Fut: std::future::Future<Output = Result<Tally, LabError>>,
+{
+    let per_client = clients.iter().enumerate().map(|(c, client)| async move {
+        let tallies = futures::future::try_join_all((0..loops).map(|l| run(c, l, client))).await?;
+        Ok::<Tally, LabError>(tallies.iter().sum())
+    });
+    futures::future::try_join_all(per_client).await
 }
 
 /// What one contention run did, for one client or summed over all.

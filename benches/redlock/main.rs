@@ -291,14 +291,15 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         }
     }
 
-    if args.runs("P7") {
-        let (warmup, time) = (plan.contention_warmup, plan.contention_time);
-        permits = Some(permits::run(&urls, warmup, time).await?);
+    let (warmup, time) = (plan.contention_warmup, plan.contention_time);
+    let kinds = args.subjects(&permits::KINDS);
+    if args.runs("P7") && !kinds.is_empty() {
+        permits = Some(permits::run(&urls, &kinds, warmup, time).await?);
         flush(&set).await?;
     }
-    if args.runs("P8") {
-        let (warmup, time) = (plan.contention_warmup, plan.contention_time);
-        read_write = Some(rwlock::run(&urls, warmup, time).await?);
+    let kinds = args.subjects(&rwlock::KINDS);
+    if args.runs("P8") && !kinds.is_empty() {
+        read_write = Some(rwlock::run(&urls, &kinds, warmup, time).await?);
         flush(&set).await?;
     }
 

@@ -29,6 +29,15 @@ pub const SECTION: Duration = Duration::from_millis(2);
 /// A worker whose acquisition has not returned after this long counts as failed.
 const LOCK_DEADLINE: Duration = Duration::from_secs(30);
 
+/// P7's contenders, in the order it runs them (those `--subjects` names): a plain lock,
+/// ours' semaphore, and the bench's per-node-limit semaphore as written and trimmed.
+pub const KINDS: [Kind; 4] = [
+    Kind::Ours,
+    Kind::OursPermit,
+    Kind::PerNodeLimit,
+    Kind::PerNodeLimitTrimmed,
+];
+
 /// P7's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct Permits {
@@ -76,15 +85,16 @@ impl Tally {
     }
 }
 
-/// Runs a plain lock and the semaphore, each for `warmup + time`.
-pub async fn run(urls: &[String], warmup: Duration, time: Duration) -> Result<Permits, BenchError> {
+/// Runs each of `kinds` (of [`KINDS`]) for `warmup + time`.
+pub async fn run(
+    urls: &[String],
+    kinds: &[Kind],
+    warmup: Duration,
+    time: Duration,
+) -> Result<Permits, BenchError> {
     let mut cases = Vec::new();
-    for (kind, admits) in [
-        (Kind::Ours, 1),
-        (Kind::OursPermit, PERMITS),
-        (Kind::PerNodeLimit, PERMITS),
-        (Kind::PerNodeLimitTrimmed, PERMITS),
-    ] {
+    for &kind in kinds {
+        let admits = if kind == Kind::Ours { 1 } else { PERMITS };
         let mut subjects = Vec::with_capacity(WORKERS);
         for _ in 0..WORKERS {
             subjects.push(Arc::new(Subject::connect(kind, urls).await?));

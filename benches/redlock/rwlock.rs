@@ -207,6 +207,10 @@ impl Side {
 /// The cases, in order: the plain lock; the read-write lock (its workers connect as
 /// ours-write, one key prefix for all); the read-write lock with notifications off (as
 /// ours-polling), to show what the wake-ups of writers' and last readers' releases cost.
+/// P8's contenders' kinds, for `--subjects`: the plain lock, the read-write lock, and the
+/// read-write lock with notifications off.
+pub const KINDS: [Kind; 3] = [CASES[0].0, CASES[1].0, CASES[2].0];
+
 const CASES: [(Kind, bool, &str, &str); 3] = [
     (
         Kind::Ours,
@@ -232,11 +236,15 @@ const CASES: [(Kind, bool, &str, &str); 3] = [
 /// `warmup + time`.
 pub async fn run(
     urls: &[String],
+    kinds: &[Kind],
     warmup: Duration,
     time: Duration,
 ) -> Result<ReadWrite, BenchError> {
     let mut cases = Vec::new();
     for (kind, shared_reads, subject, label) in CASES {
+        if !kinds.contains(&kind) {
+            continue;
+        }
         let mut sides = Vec::with_capacity(WORKERS);
         for _ in 0..WORKERS {
             let subject = Arc::new(Subject::connect(kind, urls).await?);

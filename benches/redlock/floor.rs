@@ -38,25 +38,42 @@ pub struct Floor {
     wait: Wait,
 }
 
+/// A raw fred client of the node at `url` (no delay on its socket), connected, with each of
+/// `scripts` loaded: their SHAs, in order. `who` names the contender in errors.
+pub async fn connect_raw(
+    url: &str,
+    who: &str,
+    scripts: &[&str],
+) -> Result<(Client, Vec<String>), BenchError> {
+    let step = format!("connecting {who} to {url}");
+    let config = Config::from_url(url).during(&step, "check the node URL")?;
+    let client = Builder::from_config(config)
+        .with_connection_config(|c| c.tcp.nodelay = Some(true))
+        .build()
+        .during(&step, "check the node URL")?;
+    client
+        .init()
+        .await
+        .during(&step, "is the node running and reachable?")?;
+    let mut shas = Vec::with_capacity(scripts.len());
+    for script in scripts {
+        shas.push(
+            client
+                .script_load(*script)
+                .await
+                .during(format!("SCRIPT LOAD on {url}"), "is the node running?")?,
+        );
+    }
+    Ok((client, shas))
+}
+
 impl Floor {
     pub async fn connect(urls: &[String], ttl: Duration, wait: Wait) -> Result<Floor, BenchError> {
         let mut clients = Vec::with_capacity(urls.len());
         let mut sha = String::new();
         for url in urls {
-            let step = format!("connecting the raw fred client to {url}");
-            let config = Config::from_url(url).during(&step, "check the node URL")?;
-            let client = Builder::from_config(config)
-                .with_connection_config(|c| c.tcp.nodelay = Some(true))
-                .build()
-                .during(&step, "check the node URL")?;
-            client
-                .init()
-                .await
-                .during(&step, "is the node running and reachable?")?;
-            sha = client
-                .script_load(UNLOCK_SCRIPT)
-                .await
-                .during(format!("SCRIPT LOAD on {url}"), "is the node running?")?;
+            let (client, shas) = connect_raw(url, "the raw fred client", &[UNLOCK_SCRIPT]).await?;
+            sha = shas.into_iter().next().unwrap_or_default();
             clients.push(client);
         }
         Ok(Floor {

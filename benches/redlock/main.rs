@@ -75,6 +75,10 @@ pub(crate) fn continue_clock(parent_secs: f64) {
     let _ = OFFSET.set(parent_secs);
 }
 
+/// What to do when a run sees more holders at once than may hold (P4, P7, P8).
+const EXCLUSION_BUG: &str = "this is a mutual-exclusion bug: run the fault lab \
+                             (./scripts/test.sh) and report it with results.json";
+
 fn main() -> ExitCode {
     START.get_or_init(Instant::now);
     // The libraries' tracing on standard error, only when asked for: to count a contended
@@ -347,8 +351,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
                 "{} workers held at once where {} may",
                 c.most_holders, c.admits
             ),
-            "this is a mutual-exclusion bug: run the fault lab (./scripts/test.sh) and \
-             report it with results.json",
+            EXCLUSION_BUG,
         ));
     }
     if let Some(c) = results
@@ -363,8 +366,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
                 "a writer held beside another holder {} times ({} holders at most)",
                 c.overlaps, c.most_holders
             ),
-            "this is a mutual-exclusion bug: run the fault lab (./scripts/test.sh) and \
-             report it with results.json",
+            EXCLUSION_BUG,
         ));
     }
     if let Some(h) = &results.handoff {
@@ -375,8 +377,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
                     "two workers held the lock at once ({} overlapping critical sections)",
                     c.overlaps
                 ),
-                "this is a mutual-exclusion bug: run the fault lab (./scripts/test.sh) and \
-                 report it with results.json",
+                EXCLUSION_BUG,
             ));
         }
     }

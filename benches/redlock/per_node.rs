@@ -25,13 +25,14 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use fred::prelude::{Builder, Client, ClientLike, Config, LuaInterface};
+use fred::prelude::{Client, ClientLike, LuaInterface};
 use futures::future::join_all;
 use redlock_client::RetryPolicy;
 use redlock_core::{drift, quorum, validity, Token, DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT};
 use tokio::time::Instant;
 
-use crate::error::{BenchError, Context};
+use crate::error::BenchError;
+use crate::floor::connect_raw;
 
 /// `KEYS[1]` = the node's holder set, `ARGV` = the token, the TTL in ms, the limit. The
 /// set's scores are expiry times in the node's milliseconds: expired entries go first; a
@@ -86,24 +87,11 @@ impl PerNode {
         let mut clients = Vec::with_capacity(urls.len());
         let (mut admit, mut leave) = (String::new(), String::new());
         for url in urls {
-            let step = format!("connecting the per-node-limit contender to {url}");
-            let config = Config::from_url(url).during(&step, "check the node URL")?;
-            let client = Builder::from_config(config)
-                .with_connection_config(|c| c.tcp.nodelay = Some(true))
-                .build()
-                .during(&step, "check the node URL")?;
-            client
-                .init()
-                .await
-                .during(&step, "is the node running and reachable?")?;
-            admit = client
-                .script_load(ADMIT)
-                .await
-                .during(format!("SCRIPT LOAD on {url}"), "is the node running?")?;
-            leave = client
-                .script_load(LEAVE)
-                .await
-                .during(format!("SCRIPT LOAD on {url}"), "is the node running?")?;
+            let (client, shas) =
+                connect_raw(url, "the per-node-limit contender", &[ADMIT, LEAVE]).await?;
+            if let [a, l] = &shas[..] {
+                (admit, leave) = (a.clone(), l.clone());
+            }
             clients.push(client);
         }
         Ok(PerNode {

@@ -10,6 +10,7 @@ use common::{client, coordinator, raw};
 use fred::prelude::ClientLike;
 use fred::types::{CustomCommand, Value};
 use redlock_client::{Error as ClientError, LockOptions};
+use redlock_core::support::FairPlace;
 use redlock_core::{ArgumentError, Error, RwAcquisition};
 use redlock_testkit::NodeSet;
 
@@ -342,14 +343,6 @@ async fn the_clients_rwlock_shares_reads_and_refuses_an_upgrade() {
     writing.release().await.unwrap();
     c.coordinator().quiesce().await;
     assert!(keys(&set).await.iter().all(Vec::is_empty));
-    let fair = LockOptions {
-        fair: Some(true),
-        ..Default::default()
-    };
-    assert!(matches!(
-        doc.read_with(&fair).await.unwrap_err(),
-        ClientError::InvalidConfig(redlock_client::InvalidConfig::Unsupported { .. })
-    ));
 }
 
 /// A writer waiting for readers is woken by the last reader's release, not by its
@@ -376,4 +369,138 @@ async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
     assert_eq!(writing.attempts(), 2);
     assert!(writing.fencing_token().is_some());
     writing.release().await.unwrap();
+}
+
+/// A fair reader's or writer's acquisition with a place in the lock's one queue.
+fn fair(waiter: &'static str, ticket: u64, write: bool) -> RwAcquisition<'static> {
+    let place = FairPlace {
+        waiter,
+        ticket,
+        patience: Duration::from_secs(30),
+        handover: None,
+    };
+    let side = if write {
+        RwAcquisition {
+            writer: Some((waiter, Duration::from_secs(30))),
+            ..self::write()
+        }
+    } else {
+        read()
+    };
+    RwAcquisition {
+        fair: Some(place),
+        ..side
+    }
+}
+
+/// The fair queue of a read-write lock: writers go one at a time in the order they came,
+/// readers that came before a waiting writer share the lock, and a reader that came after
+/// one waits for it, even where the lock is free; a writer whose turn has not come takes
+/// its intent back; each win leaves the queue, and nothing is left at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fair_queue_lets_writers_go_in_order_and_readers_between_them_share() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let lost = |result: Result<redlock_core::Lock, Error>| match result {
+        Err(Error::NoQuorum { .. }) => {}
+        other => panic!("not the waiter's turn, yet {other:?}"),
+    };
+    // A writer outside the queue holds the lock: the waiters queue in this order.
+    let holder = c.acquire_rw(write()).await.unwrap();
+    for (waiter, ticket, write) in [("r1", 1, false), ("w1", 2, true), ("r2", 3, false)] {
+        lost(c.acquire_rw(fair(waiter, ticket, write)).await);
+    }
+    lost(c.acquire_rw(fair("w2", 4, true)).await);
+    c.release(&holder).await.unwrap().settled().await;
+    // The lock is free, but w1 came after r1, and r2 after the waiting w1.
+    lost(c.acquire_rw(fair("w1", 2, true)).await);
+    lost(c.acquire_rw(fair("r2", 3, false)).await);
+    // (The negative control: outside the queue, a writer takes the free lock at once.)
+    let outside = c.acquire_rw(write()).await.unwrap();
+    c.release(&outside).await.unwrap().settled().await;
+    let r1 = c.acquire_rw(fair("r1", 1, false)).await.unwrap();
+    // w1 heads the queue now: r1 refuses it, and it leaves its intent.
+    lost(c.acquire_rw(fair("w1", 2, true)).await);
+    for node in set.nodes() {
+        assert_eq!(node.get(INTENT).await.unwrap().as_deref(), Some("w1"));
+    }
+    // A reader older than w1 that comes now is ahead of it, so w1's turn is gone: its
+    // next attempt takes its intent back, and the older reader shares with r1.
+    lost(c.acquire_rw(fair("r0", 0, false)).await);
+    lost(c.acquire_rw(fair("w1", 2, true)).await);
+    for node in set.nodes() {
+        assert_eq!(node.get(INTENT).await.unwrap(), None);
+    }
+    let r0 = c.acquire_rw(fair("r0", 0, false)).await.unwrap();
+    lost(c.acquire_rw(fair("r2", 3, false)).await);
+    for reader in [&r0, &r1] {
+        c.release(reader).await.unwrap().settled().await;
+    }
+    // w2 waits behind w1, r2 behind w1 still.
+    lost(c.acquire_rw(fair("w2", 4, true)).await);
+    let w1 = c.acquire_rw(fair("w1", 2, true)).await.unwrap();
+    c.release(&w1).await.unwrap().settled().await;
+    lost(c.acquire_rw(fair("w2", 4, true)).await);
+    let r2 = c.acquire_rw(fair("r2", 3, false)).await.unwrap();
+    c.release(&r2).await.unwrap().settled().await;
+    let w2 = c.acquire_rw(fair("w2", 4, true)).await.unwrap();
+    c.release(&w2).await.unwrap().settled().await;
+    c.quiesce().await;
+    let left = keys(&set).await;
+    assert!(left.iter().all(Vec::is_empty), "{left:?}");
+}
+
+/// The client's fair read-write lock, end to end: a fair writer that came after a fair
+/// reader waits for that reader's release, and a fair reader that came after the writer
+/// waits for the writer's, each woken by a release or the turn passed on; nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_fair_rwlock_takes_turns_in_order() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.fair(true)).await;
+    let holder = c.rwlock("doc").unwrap().write().await.unwrap();
+    let options = LockOptions {
+        retry: Some(common::slow_retry()),
+        ..Default::default()
+    };
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut calls = Vec::new();
+    for (who, write) in [("reader-1", false), ("writer", true), ("reader-2", false)] {
+        let (doc, options, order) = (c.rwlock("doc").unwrap(), options.clone(), order.clone());
+        calls.push(tokio::spawn(async move {
+            let guard = if write {
+                doc.write_with(&options).await
+            } else {
+                doc.read_with(&options).await
+            }
+            .unwrap();
+            order.lock().unwrap().push(format!("{who} in"));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            order.lock().unwrap().push(format!("{who} out"));
+            guard.release().await.unwrap();
+        }));
+        // Each call queues before the next comes.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    holder.release().await.unwrap();
+    for call in calls {
+        tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .expect("each waiter is woken in its turn")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(
+        order,
+        [
+            "reader-1 in",
+            "reader-1 out",
+            "writer in",
+            "writer out",
+            "reader-2 in",
+            "reader-2 out"
+        ]
+    );
+    c.coordinator().quiesce().await;
+    let left = keys(&set).await;
+    assert!(left.iter().all(Vec::is_empty), "{left:?}");
 }

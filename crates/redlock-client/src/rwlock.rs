@@ -36,8 +36,14 @@ use crate::retry::RetryPolicy;
 /// the client's fair patience after each attempt), and new readers wait for it; it takes
 /// the intent back when its call ends. With fencing on, a writer's guard carries a fencing
 /// token; readers get none. With notifications on, a reader is woken by the writer's
-/// release, a writer by it or the last reader's. There is no fair queue: a call that asks
-/// for one fails with [`crate::InvalidConfig::Unsupported`].
+/// release, a writer by it or the last reader's.
+///
+/// With the fair queue ([`LockOptions::fair`], or a client configured with
+/// [`fair`](crate::LockConfigBuilder::fair)), both sides wait in the lock's one queue:
+/// writers go one at a time in the order they came, readers that came between two writers
+/// share the lock, and a reader that came after a waiting writer waits for it. Nothing is
+/// handed over (a writer must see the readers): a release, or a waiter that wins or leaves,
+/// wakes the queue's next waiter, which runs its round.
 #[derive(Clone, Debug)]
 pub struct RwLock {
     client: Redlock,

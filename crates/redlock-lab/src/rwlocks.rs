@@ -5,14 +5,15 @@
 //! Each client runs [`RW_LOOPS`] acquisition loops at once on one `Redlock`, each with a
 //! read-write lock value of its own (one owner per loop: an owner that reads may not ask
 //! for the write side). One take in [`WRITE_EVERY`] is the write side, the rest the read
-//! side; a holder keeps its side 1 to 4 ms, then releases it. Nothing is written to the
-//! protected value: readers at once are the point. Read-write locks offer no fair queue,
-//! and the lab configures the clients of this workload without it, and without fencing
+//! side; a holder keeps its side 1 to 4 ms, then releases it. Each client's second loop
+//! waits in the lock's fair queue and its first does not, so that fair and other callers
+//! meet under the scenario's faults. Nothing is written to the protected value: readers at
+//! once are the point. The lab configures the clients of this workload without fencing
 //! (readers take no token) ([`Lab::client_with`]).
 
 use std::time::Duration;
 
-use redlock_client::{Error, LockGuard, Redlock};
+use redlock_client::{Error, LockGuard, LockOptions, Redlock};
 use redlock_core::layout::rwlock_keys;
 use tokio::time::Instant;
 
@@ -60,7 +61,7 @@ pub(crate) async fn contend_rw(
             client,
             format!("client-{c}/{l}"),
             until,
-            first,
+            (first, l % 2 == 1),
         )
     })
     .await
@@ -68,15 +69,20 @@ pub(crate) async fn contend_rw(
 
 /// One loop of `client`, named `name` in the history: take a side, hold it, release it,
 /// until `until`, its `n`th take (from `first`) the write side when `n` is a multiple of
-/// [`WRITE_EVERY`]; every attempt recorded as an operation with its outcome.
+/// [`WRITE_EVERY`], in the fair queue when `fair`; every attempt recorded as an operation
+/// with its outcome.
 async fn rw_loop(
     history: &History,
     client: &Redlock,
     name: String,
     until: Instant,
-    first: u64,
+    (first, fair): (u64, bool),
 ) -> Result<Tally, LabError> {
     let rwlock = client.rwlock(RWLOCK)?;
+    let options = LockOptions {
+        fair: Some(fair),
+        ..Default::default()
+    };
     let mut tally = Tally::default();
     let mut n = first;
     while Instant::now() < until {
@@ -85,15 +91,20 @@ async fn rw_loop(
         let started = history.now();
         let begun = Instant::now();
         let result = if write {
-            rwlock.write().await
+            rwlock.write_with(&options).await
         } else {
-            rwlock.read().await
+            rwlock.read_with(&options).await
         };
         tally.lock_waits.push(begun.elapsed());
         let outcome = hold(history, &name, result, n, &mut tally).await?;
         history.record(Event::Op {
             client: name.clone(),
-            op: if write { "write" } else { "read" },
+            op: match (write, fair) {
+                (true, false) => "write",
+                (true, true) => "fair write",
+                (false, false) => "read",
+                (false, true) => "fair read",
+            },
             owner: None,
             started,
             ended: history.now(),

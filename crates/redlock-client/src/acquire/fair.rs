@@ -288,7 +288,7 @@ impl<'a> Call<'a> {
         let last = u64::from(self.attempts);
         let leaves = self
             .ids
-            .keys
+            .queues
             .iter()
             .map(|key| core.waiters().leave_up_to(key, waiter, last));
         let node_timeout = self.node_timeout();

@@ -89,6 +89,7 @@ pub(crate) async fn acquire(
         check_open(inner, &name)?;
         let ids = Ids {
             keys: &keys,
+            queues: shape.queues(&keys),
             name: &name,
             waiter: waiter.as_deref(),
         };
@@ -127,6 +128,9 @@ impl Drop for IntentExit<'_> {
 #[derive(Clone, Copy)]
 struct Ids<'a> {
     keys: &'a [String],
+    /// The keys whose fair queues the call's waiter enters: the lock's keys, or a
+    /// read-write lock's one queue.
+    queues: &'a [String],
     /// The lock's name in errors and traces.
     name: &'a str,
     /// The waiter's id in the keys' fair queues, when the call queues.
@@ -244,7 +248,7 @@ impl<'a> Call<'a> {
         if let (Some(waiter), (Some(_), _) | (_, Some(_))) = (self.ids.waiter, places) {
             // Made only once: a `QueueExit` that is dropped leaves the queue.
             let core = &self.inner().core;
-            let keys = self.ids.keys;
+            let keys = self.ids.queues;
             self.queued
                 .get_or_insert_with(|| QueueExit::new(core, keys, waiter));
         }
@@ -279,6 +283,7 @@ impl<'a> Call<'a> {
                     fenced: self.plan.fenced && writer.is_some(),
                     deadline,
                     writer: writer.map(|id| (id, self.plan.patience)),
+                    fair,
                     ..RwAcquisition::read(name, self.plan.ttl)
                 };
                 return self.inner().core.acquire_rw(side).await;
@@ -440,7 +445,13 @@ impl<'a> Call<'a> {
     /// first round.
     fn hold(&mut self, lock: Lock) -> LockGuard {
         if let Some(exit) = self.queued.take() {
-            exit.after_win(&lock);
+            match self.shape {
+                // A read-write lock's winning script took the waiter out of the queue, but
+                // the lock's key is not the queue's: its leave runs on every node, and
+                // passes the turn on to the next waiter (the readers behind a reader).
+                Shape::Rw { .. } => drop(exit),
+                _ => exit.after_win(&lock),
+            }
         }
         if let Some(watch) = &self.watch {
             watch.owner_holds();

@@ -72,6 +72,15 @@ impl<'a> Shape<'a> {
         }
     }
 
+    /// The keys whose fair queues a waiter for `keys` (from [`keys`](Self::keys)) enters:
+    /// a read-write lock has one queue, its writer's key's, for both sides.
+    pub(super) fn queues(self, keys: &[String]) -> &[String] {
+        match self {
+            Shape::Rw { .. } => &keys[..1],
+            _ => keys,
+        }
+    }
+
     /// The name of the lock, or of the semaphore, in errors and traces.
     pub(super) fn name(self, keys: &[String]) -> String {
         match self {
@@ -132,18 +141,17 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// Refuses what a semaphore's permits and a read-write lock's sides do not offer yet:
-    /// the fair queue.
+    /// Refuses what a semaphore's permits do not offer: the fair queue (see
+    /// `docs/semaphores.md`: a fair semaphore needs one queue whose first waiters, as many
+    /// as there are free permits, may try; a release would have to wake each of them).
     pub(super) fn check_shape(&self, shape: Shape<'_>) -> Result<(), InvalidConfig> {
         match shape {
-            Shape::Permit { .. } | Shape::Rw { .. } if self.fair => {
-                Err(InvalidConfig::Unsupported {
-                    reason: "semaphores and read-write locks have no fair queue: acquire \
-                             them with `LockOptions { fair: Some(false), .. }`, or from a \
-                             client configured without fairness"
-                        .into(),
-                })
-            }
+            Shape::Permit { .. } if self.fair => Err(InvalidConfig::Unsupported {
+                reason: "semaphores have no fair queue: acquire a permit with \
+                         `LockOptions { fair: Some(false), .. }`, or from a client \
+                         configured without fairness"
+                    .into(),
+            }),
             _ => Ok(()),
         }
     }

@@ -20,6 +20,17 @@
 //! writing: two readers that both wanted to write would each wait for the other to stop
 //! reading. A writer gets a fencing token when asked, as a lock does; readers get none
 //! (they do not write).
+//!
+//! A fair acquisition ([`RwAcquisition::fair`]) waits in the lock's one fair queue, the
+//! fair-queue companions of its writer's key (`layout::queue_keys`), which both sides share:
+//! a writer may try when it heads the queue, a reader when no writer is ahead of it
+//! (`scripts::RW_READ_QUEUED`, `RW_WRITE_QUEUED`). So writers go one at a time in the order
+//! they came, and the readers that came between two writers share the lock. The queue only
+//! decides who tries, as a lock's does (see `fair`): exclusion rests on the sides' own
+//! checks above, and a queue lost or different between nodes costs order, never safety.
+//! Nothing is handed over: a writer's release passes the turn on to the queue's next waiter
+//! by a message (see `scripts::release`), and a waiter that wins or leaves does the same
+//! with its leave ([`Waiters::leave`](crate::support::Waiters::leave) on the writer's key).
 
 use std::time::Duration;
 
@@ -29,14 +40,18 @@ use tokio::time::Instant;
 use crate::config::check_key;
 use crate::coordinator::Coordinator;
 use crate::error::Error;
+use crate::fair::FairPlace;
 use crate::kind;
-use crate::layout::rwlock_keys;
+use crate::layout::{queue_keys, rwlock_keys};
 use crate::lock::Lock;
 use crate::lock_spec::{ttl_ms, LockSpec};
 use crate::report::{RoundKind, RoundReport};
 use crate::round::command::Command;
 use crate::round::plan::Round;
-use crate::scripts::{RW_LEAVE, RW_READ, RW_WRITE, RW_WRITE_FENCED};
+use crate::scripts::{
+    RW_LEAVE, RW_READ, RW_READ_QUEUED, RW_WRITE, RW_WRITE_FENCED, RW_WRITE_QUEUED,
+    RW_WRITE_QUEUED_FENCED,
+};
 use crate::token::Token;
 
 /// One acquisition of a read-write lock's read or write side
@@ -74,6 +89,10 @@ pub struct RwAcquisition<'a> {
     /// wait while it is there. `None`: the writer leaves no intent, and a steady stream
     /// of readers can keep it out.
     pub writer: Option<(&'a str, Duration)>,
+    /// For a fair acquisition: the waiter's place in the lock's one fair queue, for every
+    /// attempt of its wait (see the module docs). Its hand-over number is ignored: nothing
+    /// is handed over in a read-write lock's queue. Defaults to `None`.
+    pub fair: Option<FairPlace<'a>>,
 }
 
 impl<'a> RwAcquisition<'a> {
@@ -87,6 +106,7 @@ impl<'a> RwAcquisition<'a> {
             fenced: false,
             deadline: None,
             writer: None,
+            fair: None,
         }
     }
 
@@ -117,6 +137,9 @@ impl Coordinator {
         for key in &keys {
             check_key(key)?;
         }
+        if let Some(place) = &what.fair {
+            place.check()?;
+        }
         let fenced = what.write && what.fenced;
         let (kind, held): (&'static dyn crate::kind::Kind, &str) = if what.write {
             (&kind::WRITER, &keys[0])
@@ -128,7 +151,13 @@ impl Coordinator {
         let round = Round {
             kind: RoundKind::Acquire,
             alternatives: false,
-            command: rw_command(&what, &keys, ttl, fenced.then_some(&config.fence_key)),
+            command: rw_command(
+                &what,
+                &keys,
+                ttl,
+                fenced.then_some(&config.fence_key),
+                &config.fair_prefix,
+            ),
             requests: vec![spec.acquire_request(ttl)],
             drift_factor: config.drift_factor,
         };
@@ -173,34 +202,42 @@ impl Coordinator {
     }
 }
 
-/// The acquisition's command: the reader's or the writer's script over the lock's `keys`,
-/// the writer's fenced with the counter at `fence_key`.
+/// The acquisition's command: the reader's or the writer's script over the lock's `keys`
+/// (queued in the lock's fair queue under `fair_prefix` for a fair one), the writer's
+/// fenced with the counter at `fence_key`.
 fn rw_command(
     what: &RwAcquisition<'_>,
     keys: &[String; 3],
     ttl: Duration,
     fence_key: Option<&String>,
+    fair_prefix: &str,
 ) -> Command {
     let mut fred_keys: Vec<Key> = keys.iter().map(|k| Key::from(k.as_str())).collect();
     let mut args = vec![
         Value::String(what.token.as_fred().clone()),
         Value::from(ttl_ms(ttl)),
     ];
-    let script = match (what.write, fence_key) {
-        (false, _) => &RW_READ,
-        (true, fence_key) => {
-            let (id, patience) = what.writer.unwrap_or(("", Duration::ZERO));
-            args.push(Value::from(id));
-            args.push(Value::from(ttl_ms(patience.max(Duration::from_millis(1)))));
-            match fence_key {
-                Some(fence_key) => {
-                    fred_keys.push(Key::from(fence_key.as_str()));
-                    &RW_WRITE_FENCED
-                }
-                None => &RW_WRITE,
-            }
-        }
+    if what.write || what.fair.is_some() {
+        let (id, patience) = what.writer.unwrap_or(("", Duration::ZERO));
+        args.push(Value::from(id));
+        args.push(Value::from(ttl_ms(patience.max(Duration::from_millis(1)))));
+    }
+    if let Some(place) = &what.fair {
+        fred_keys.extend(queue_keys(fair_prefix, &keys[0]));
+        args.extend(place.args());
+    }
+    let fenced = what.write && fence_key.is_some();
+    let script = match (what.write, what.fair.is_some(), fenced) {
+        (false, false, _) => &RW_READ,
+        (false, true, _) => &RW_READ_QUEUED,
+        (true, false, false) => &RW_WRITE,
+        (true, false, true) => &RW_WRITE_FENCED,
+        (true, true, false) => &RW_WRITE_QUEUED,
+        (true, true, true) => &RW_WRITE_QUEUED_FENCED,
     };
+    if let (true, Some(fence_key)) = (fenced, fence_key) {
+        fred_keys.push(Key::from(fence_key.as_str()));
+    }
     Command::Script {
         script,
         keys: fred_keys,

@@ -52,7 +52,10 @@ pub(crate) use inspect::INSPECT;
 pub(crate) use permit::{PERMIT_TAKE, PERMIT_TAKE_FENCED};
 pub(crate) use plain::{acquire, extend_batch, grouped_acquire};
 pub(crate) use release::{grouped_release, release};
-pub(crate) use rwlock::{RW_LEAVE, RW_READ, RW_WRITE, RW_WRITE_FENCED};
+pub(crate) use rwlock::{
+    RW_LEAVE, RW_READ, RW_READ_QUEUED, RW_WRITE, RW_WRITE_FENCED, RW_WRITE_QUEUED,
+    RW_WRITE_QUEUED_FENCED,
+};
 
 /// A Lua script with its SHA-1, computed once.
 #[derive(Debug)]
@@ -93,9 +96,12 @@ pub(crate) fn channel_arg(channel: Option<&Value>) -> Value {
 }
 
 /// The scripts that no lock kind composes, for preloading (see `kind` for the rest).
-pub(crate) fn own() -> [&'static Script; 12] {
+pub(crate) fn own() -> [&'static Script; 15] {
     [
         &RW_READ,
+        &RW_READ_QUEUED,
+        &RW_WRITE_QUEUED,
+        &RW_WRITE_QUEUED_FENCED,
         &RW_WRITE,
         &RW_WRITE_FENCED,
         &RW_LEAVE,

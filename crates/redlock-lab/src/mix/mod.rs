@@ -197,7 +197,8 @@ pub enum Workload {
     Semaphore(u32),
     /// The read and write sides of a read-write lock ([`RWLOCK`](crate::RWLOCK)) instead of
     /// locks: [`RW_LOOPS`](crate::RW_LOOPS) acquisition loops per client, one take in
-    /// [`WRITE_EVERY`](crate::WRITE_EVERY) the write side; no fencing, no fair queue.
+    /// [`WRITE_EVERY`](crate::WRITE_EVERY) the write side, half the loops in the fair
+    /// queue; no fencing.
     RwLock,
 }
 
@@ -220,7 +221,8 @@ impl Workload {
     }
 
     /// Whether its clients take anything but locks (permits, a read-write lock's sides):
-    /// those refuse the fair queue, and take no fencing token in the lab.
+    /// those take no fencing token in the lab, and no fair queue from the configuration
+    /// (permits refuse it; the read-write workload asks for it per call).
     pub fn takes_no_locks(&self) -> bool {
         matches!(self, Workload::Semaphore(_) | Workload::RwLock)
     }

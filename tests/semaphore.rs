@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{client, coordinator};
-use redlock_client::{Error as ClientError, InvalidConfig, LockOptions};
-use redlock_core::{ArgumentError, Error, PermitAcquisition, MAX_PERMITS};
+use redlock_client::{Error as ClientError, LockOptions};
+use redlock_core::support::FairPlace;
+use redlock_core::{ArgumentError, Error, Lock, PermitAcquisition, MAX_PERMITS};
 use redlock_testkit::NodeSet;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -243,20 +244,6 @@ async fn the_clients_semaphore_refuses_what_it_does_not_offer() {
         matches!(err, ClientError::InvalidArgument(ArgumentError::EmptyKey)),
         "{err}"
     );
-    let jobs = c.semaphore("jobs", 2).unwrap();
-    let fair = LockOptions {
-        fair: Some(true),
-        ..Default::default()
-    };
-    let err = jobs.acquire_with(&fair).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ClientError::InvalidConfig(InvalidConfig::Unsupported { .. })
-        ),
-        "{err}"
-    );
-    assert!(err.to_string().contains("no fair queue"), "{err}");
     assert!(every_key(&set).await.iter().all(Vec::is_empty));
 }
 
@@ -338,4 +325,98 @@ async fn the_clients_fenced_permits_carry_tokens() {
     assert!(t2 > t1);
     first.release().await.unwrap();
     second.release().await.unwrap();
+}
+
+/// A fair acquisition of a permit of semaphore "jobs" of two permits, by `waiter`.
+fn fair(waiter: &'static str, ticket: u64) -> PermitAcquisition<'static> {
+    PermitAcquisition {
+        fair: Some(FairPlace {
+            waiter,
+            ticket,
+            patience: Duration::from_secs(30),
+            handover: None,
+        }),
+        ..PermitAcquisition::new("jobs", 2, TTL)
+    }
+}
+
+/// The semaphore's fair queue: on each node only the oldest waiters try, as many as it has
+/// free permits, so that a later waiter neither overtakes an older one nor takes the permit
+/// it could win; each win leaves the queue, and nothing is left at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fair_queue_lets_the_oldest_waiters_try_as_many_as_permits_are_free() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let lost = |result: Result<Lock, Error>| match result {
+        Err(Error::NoQuorum { .. }) => {}
+        other => panic!("not the waiter's turn, yet {other:?}"),
+    };
+    let first = c.acquire_permit("jobs", 2, TTL).await.unwrap();
+    let second = c.acquire_permit("jobs", 2, TTL).await.unwrap();
+    for (waiter, ticket) in [("f1", 1), ("f2", 2), ("f3", 3), ("f4", 4)] {
+        lost(c.acquire_permit_with(fair(waiter, ticket)).await);
+    }
+    // One permit free: only the oldest waiter's turn has come.
+    c.release(&first).await.unwrap().settled().await;
+    for (waiter, ticket) in [("f2", 2), ("f3", 3)] {
+        lost(c.acquire_permit_with(fair(waiter, ticket)).await);
+    }
+    // (The negative control: outside the queue, a caller takes the free permit at once.)
+    let outside = c.acquire_permit("jobs", 2, TTL).await.unwrap();
+    c.release(&outside).await.unwrap().settled().await;
+    let f1 = c.acquire_permit_with(fair("f1", 1)).await.unwrap();
+    // Two free: the two oldest waiters may try, in either order, and the third may not.
+    c.release(&second).await.unwrap().settled().await;
+    lost(c.acquire_permit_with(fair("f3", 3)).await);
+    c.release(&f1).await.unwrap().settled().await;
+    lost(c.acquire_permit_with(fair("f4", 4)).await);
+    let f3 = c.acquire_permit_with(fair("f3", 3)).await.unwrap();
+    let f2 = c.acquire_permit_with(fair("f2", 2)).await.unwrap();
+    assert_ne!(f2.key(), f3.key());
+    lost(c.acquire_permit_with(fair("f4", 4)).await);
+    for permit in [&f2, &f3] {
+        c.release(permit).await.unwrap().settled().await;
+    }
+    let f4 = c.acquire_permit_with(fair("f4", 4)).await.unwrap();
+    c.release(&f4).await.unwrap().settled().await;
+    c.quiesce().await;
+    assert!(every_key(&set).await.iter().all(Vec::is_empty));
+}
+
+/// The client's fair semaphore, end to end: waiters that queued one after the other get
+/// the one permit in that order, each woken when its turn comes (a release, or the
+/// leave of the waiter ahead of it), not by its backoff; nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_fair_semaphore_serves_waiters_in_order() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = client(&set, |b| b.fair(true)).await;
+    let holder = c.semaphore("jobs", 1).unwrap().acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut calls = Vec::new();
+    let options = LockOptions {
+        retry: Some(common::slow_retry()),
+        ..Default::default()
+    };
+    for who in ["first", "second", "third"] {
+        let (jobs, order) = (c.semaphore("jobs", 1).unwrap(), order.clone());
+        let options = options.clone();
+        calls.push(tokio::spawn(async move {
+            let permit = jobs.acquire_with(&options).await.unwrap();
+            order.lock().unwrap().push(who);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            permit.release().await.unwrap();
+        }));
+        // Each call queues before the next comes.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    holder.release().await.unwrap();
+    for call in calls {
+        tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .expect("each waiter gets its turn")
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), ["first", "second", "third"]);
+    c.coordinator().quiesce().await;
+    assert!(every_key(&set).await.iter().all(Vec::is_empty));
 }

@@ -63,13 +63,6 @@ pub enum InvalidConfig {
         /// What is wrong and what to change.
         reason: String,
     },
-    /// An option a kind of lock does not take (the fair queue, for a semaphore's permit
-    /// or a read-write lock).
-    #[error("an option this kind of lock does not take: {reason}")]
-    Unsupported {
-        /// What is wrong and what to change.
-        reason: String,
-    },
     /// The minimum validity (`min_validity`, configured or per call).
     #[error("invalid minimum validity: {reason}")]
     MinValidity {

@@ -27,8 +27,13 @@ use crate::retry::RetryPolicy;
 /// A permit's guard names its permit in its key (`<key_prefix>semaphore-{name}:<i>`).
 /// A waiter tries again after its retry policy's delay: a release does not wake it (that
 /// cost more than it gained under contention). Fenced permits carry a token to check per
-/// permit. Permits have no fair queue: a call that asks for one (or a client
-/// configured with it) fails with [`crate::InvalidConfig::Unsupported`].
+/// permit.
+///
+/// With the fair queue ([`LockOptions::fair`](crate::LockOptions::fair), or a client
+/// configured with [`fair`](crate::LockConfigBuilder::fair)), waiters queue once per
+/// semaphore, and on each node only the oldest try, as many as it has free permits: late
+/// comers neither overtake them nor split their votes. They still try again after their
+/// policy's delay; nothing is handed over.
 #[derive(Clone, Debug)]
 pub struct Semaphore {
     client: Redlock,

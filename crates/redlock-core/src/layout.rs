@@ -90,6 +90,12 @@ pub fn permit_keys(prefix: &str, name: &str, permits: u32) -> Vec<String> {
     (1..=permits).map(|i| format!("{base}:{i}")).collect()
 }
 
+/// The base of the semaphore whose permit's key is `permit` (`<base>:<i>`, see
+/// [`permit_keys`]): the key whose fair queue the semaphore's waiters share.
+pub(crate) fn permit_base(permit: &str) -> &str {
+    permit.rsplit_once(':').map_or(permit, |(base, _)| base)
+}
+
 /// The keys of read-write lock `name` under the read-write locks' prefix `prefix`, in
 /// `name`'s hash slot as a semaphore's permits are (see [`named_base`]): the writer's
 /// key (`<base>:write`, a string holding the writer's token), the readers' set
@@ -113,6 +119,14 @@ pub(crate) fn prefix_has_no_tag(prefix: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_permits_base_is_its_semaphores() {
+        for key in permit_keys("p-", "jobs", 12) {
+            assert_eq!(permit_base(&key), named_base("p-", "jobs"));
+        }
+        assert_eq!(permit_base("app:{t}:x:3"), "app:{t}:x");
+    }
 
     #[test]
     fn a_hash_tag_is_the_first_non_empty_braced_part() {

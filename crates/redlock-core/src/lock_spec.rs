@@ -185,12 +185,13 @@ impl LockSpec {
             .map(|number| i64::try_from(number).unwrap_or(i64::MAX))
     }
 
-    /// The lock's keys, then each key's queue, expiry and hand-overs.
+    /// The lock's keys, then each key's queue, expiry and hand-overs (the kind's queue for
+    /// the key, [`Kind::queue_of`]).
     fn queued_keys(&self, prefix: &str) -> Vec<Key> {
         let mut keys = Vec::with_capacity(4 * self.keys.len());
         keys.extend(self.keys.iter().map(|k| Key::from(&**k)));
         for key in self.keys.iter() {
-            keys.extend(queue_keys(prefix, key));
+            keys.extend(queue_keys(prefix, self.kind.queue_of(key)));
         }
         keys
     }

@@ -175,8 +175,8 @@ impl Lab {
     }
 
     /// Connects client `c` with [`Lab::config`] changed by `tweak`. Under the semaphore and
-    /// read-write workloads without fencing and the fair queue: permits refuse both, and
-    /// the read-write workload asks for the fair queue per call, on half its loops.
+    /// read-write workloads without fencing and the fair queue: their workloads ask for the
+    /// fair queue per call, on half their loops.
     pub async fn client_with(
         &self,
         c: usize,

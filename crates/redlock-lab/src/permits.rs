@@ -6,12 +6,14 @@
 //! of the lab's semaphores, so that holders wait for each other. A holder keeps its permit
 //! a few milliseconds (the work it admits), then releases it. Nothing is written to the
 //! protected value: several holders at once are the point, and a shared counter would
-//! lose updates by design. Permits offer no fencing and no fair queue, so the lab
-//! configures the clients of this workload without either ([`Lab::client_with`]).
+//! lose updates by design. Each client's second loop waits in the semaphore's fair queue
+//! and its first does not, so that fair and other callers meet under the scenario's
+//! faults. The lab configures the clients of this workload without fencing
+//! ([`Lab::client_with`]).
 
 use std::time::Duration;
 
-use redlock_client::{Error, Redlock};
+use redlock_client::{Error, LockOptions, Redlock};
 use tokio::time::Instant;
 
 use crate::error::LabError;
@@ -23,8 +25,9 @@ use crate::workload::{per_client_loops, record_acquired, release_round, rounds_r
 pub const SEMAPHORE: &str = "resource";
 /// How many acquisition loops each client runs at once.
 pub const PERMIT_LOOPS: usize = 2;
-/// The operation's name in the history and the summary's operations.
-const OP: &str = "permit";
+/// The operation's name in the history and the summary's operations, outside the fair
+/// queue and in it.
+const OPS: [&str; 2] = ["permit", "fair permit"];
 
 /// The prefix of the keys of the lab's semaphore's permits, for a scenario's `prefix`
 /// (the client's `key_prefix`): `<prefix>semaphore-{resource}:`.
@@ -62,28 +65,33 @@ pub(crate) async fn contend_permits(
             client,
             format!("client-{c}/{l}"),
             until,
-            permits,
+            (permits, l % 2 == 1),
         )
     })
     .await
 }
 
-/// One loop of `client`, named `name` in the history: acquire a permit, hold it, release
-/// it, until `until`; every attempt recorded as an operation with its outcome.
+/// One loop of `client`, named `name` in the history: acquire a permit (of `permits`, in
+/// the fair queue when `fair`), hold it, release it, until `until`; every attempt recorded
+/// as an operation with its outcome.
 async fn permit_loop(
     history: &History,
     client: &Redlock,
     name: String,
     until: Instant,
-    permits: u32,
+    (permits, fair): (u32, bool),
 ) -> Result<Tally, LabError> {
     let semaphore = client.semaphore(SEMAPHORE, permits)?;
+    let options = LockOptions {
+        fair: Some(fair),
+        ..Default::default()
+    };
     let mut tally = Tally::default();
     let mut held = 0u64;
     while Instant::now() < until {
         let started = history.now();
         let begun = Instant::now();
-        let result = semaphore.acquire().await;
+        let result = semaphore.acquire_with(&options).await;
         tally.lock_waits.push(begun.elapsed());
         let outcome = match result {
             Ok(guard) => {
@@ -124,7 +132,7 @@ async fn permit_loop(
         };
         history.record(Event::Op {
             client: name.clone(),
-            op: OP,
+            op: OPS[usize::from(fair)],
             owner: None,
             started,
             ended: history.now(),

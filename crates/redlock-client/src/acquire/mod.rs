@@ -63,7 +63,6 @@ pub(crate) async fn acquire(
 ) -> Result<LockGuard, Error> {
     let inner = &**client;
     let plan = Plan::resolve(&inner.config, options)?;
-    plan.check_shape(shape)?;
     // One waiter id for every attempt of this call: its place in the keys' fair queues.
     let waiter = plan
         .queues(shape, inner.notifier.is_some())
@@ -273,6 +272,7 @@ impl<'a> Call<'a> {
                 let permit = PermitAcquisition {
                     fenced: self.plan.fenced,
                     deadline,
+                    fair,
                     ..PermitAcquisition::new(name, permits, self.plan.ttl)
                 };
                 return self.inner().core.acquire_permit_with(permit).await;
@@ -446,10 +446,11 @@ impl<'a> Call<'a> {
     fn hold(&mut self, lock: Lock) -> LockGuard {
         if let Some(exit) = self.queued.take() {
             match self.shape {
-                // A read-write lock's winning script took the waiter out of the queue, but
-                // the lock's key is not the queue's: its leave runs on every node, and
-                // passes the turn on to the next waiter (the readers behind a reader).
-                Shape::Rw { .. } => drop(exit),
+                // A permit's or a read-write lock's winning script took the waiter out of
+                // the queue, but the lock's key is not the queue's: its leave runs on every
+                // node, and passes the turn on to the next waiter (the readers behind a
+                // reader).
+                Shape::Permit { .. } | Shape::Rw { .. } => drop(exit),
                 _ => exit.after_win(&lock),
             }
         }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::config::LockConfig;
-use crate::error::{Error, InvalidConfig};
+use crate::error::Error;
 use crate::owner::Owner;
 use crate::retry::RetryPolicy;
 
@@ -73,7 +73,8 @@ impl<'a> Shape<'a> {
     }
 
     /// The keys whose fair queues a waiter for `keys` (from [`keys`](Self::keys)) enters:
-    /// a read-write lock has one queue, its writer's key's, for both sides.
+    /// a read-write lock has one queue, its writer's key's, for both sides; a semaphore
+    /// one, its base key's (its one key here).
     pub(super) fn queues(self, keys: &[String]) -> &[String] {
         match self {
             Shape::Rw { .. } => &keys[..1],
@@ -141,21 +142,6 @@ impl<'a> Plan<'a> {
         })
     }
 
-    /// Refuses what a semaphore's permits do not offer: the fair queue (see
-    /// `docs/semaphores.md`: a fair semaphore needs one queue whose first waiters, as many
-    /// as there are free permits, may try; a release would have to wake each of them).
-    pub(super) fn check_shape(&self, shape: Shape<'_>) -> Result<(), InvalidConfig> {
-        match shape {
-            Shape::Permit { .. } if self.fair => Err(InvalidConfig::Unsupported {
-                reason: "semaphores have no fair queue: acquire a permit with \
-                         `LockOptions { fair: Some(false), .. }`, or from a client \
-                         configured without fairness"
-                    .into(),
-            }),
-            _ => Ok(()),
-        }
-    }
-
     /// Whether the call takes a place in its keys' fair queues (and so needs a waiter id).
     ///
     /// A fair call queues from its first attempt, gated. Without `fair`, a call that may
@@ -175,13 +161,15 @@ impl<'a> Plan<'a> {
     /// Registering costs a waiter id and a turn of the registry's lock, which calls that
     /// never wait are spared.
     ///
-    /// A semaphore's waiter does not: it tries again after its backoff's delay. Each release
-    /// woke a waiter in every client, whose rounds then split the permits' votes, and under
-    /// contention that gave fewer permits per second than polling (see
-    /// `docs/benchmarks.md`).
+    /// A semaphore's waiter does not, unless it is fair: it tries again after its backoff's
+    /// delay. Each release woke a waiter in every client, whose rounds then split the
+    /// permits' votes, and under contention that gave fewer permits per second than polling
+    /// (see `docs/benchmarks.md`). A fair waiter is told by name when its turn may have
+    /// come (a release, or the win or leave of the waiter ahead of it), and only waiters
+    /// whose turn came try.
     pub(super) fn watches(&self, shape: Shape<'_>) -> bool {
         match shape {
-            Shape::Permit { .. } => false,
+            Shape::Permit { .. } => self.fair,
             Shape::Reentrant(..) => true,
             _ => self.waits || self.fair,
         }

@@ -65,8 +65,22 @@ impl Registry {
     /// next waiter of the key's fair queue when it has one (`head`).
     pub(super) fn wake(&mut self, node: usize, token: &str, key: &str, head: Option<&str>) {
         // Most messages are for keys nobody here waits for: drop those before any other work.
-        let Some(list) = self.waiters.get(key) else {
-            return;
+        let list = match (self.waiters.get(key), head) {
+            (Some(list), _) => list,
+            // A semaphore's waiters wait under its name, and a permit's release names the
+            // permit: a message that names one of this client's waiters as the head (only
+            // its client hears those) wakes it wherever it waits.
+            (None, Some(head)) => {
+                let waits = |list: &&VecDeque<Entry>| {
+                    list.iter()
+                        .any(|(_, _, fair)| fair.as_deref() == Some(head))
+                };
+                match self.waiters.values().find(waits) {
+                    Some(list) => list,
+                    None => return,
+                }
+            }
+            (None, None) => return,
         };
         // With a head, this client wakes that waiter if it has it, or else its oldest
         // waiter outside the queue; without one, its oldest waiter.
@@ -217,6 +231,28 @@ mod tests {
         let plain = waiter(&mut registry, 3, &["k"]);
         registry.wake(0, "t3", "k", Some("w9"));
         assert!(woken(&plain));
+    }
+
+    /// A permit's release names the permit and the semaphore's next waiter, which waits
+    /// under the semaphore's name: it is woken all the same, at the quorum.
+    #[test]
+    fn a_head_waiting_under_another_key_is_woken_by_a_message_naming_it() {
+        let mut registry = Registry {
+            quorum: 2,
+            ..Registry::default()
+        };
+        let head = fair_waiter(&mut registry, 1, "jobs", "w1");
+        registry.wake(0, "t", "jobs:2", Some("w1"));
+        assert!(!woken(&head));
+        registry.wake(1, "t", "jobs:2", Some("w1"));
+        assert!(woken(&head));
+        // A message naming no waiter of this client, or none at all, wakes nobody.
+        let other = fair_waiter(&mut registry, 2, "jobs", "w2");
+        for node in 0..2 {
+            registry.wake(node, "u", "jobs:1", Some("w9"));
+            registry.wake(node, "v", "jobs:1", None);
+        }
+        assert!(!woken(&other));
     }
 
     #[test]

@@ -14,6 +14,11 @@
 //! round (`scripts::PERMIT_TAKE_FENCED`) and gets its token as a fenced lock does, from the
 //! node set's one counter: a resource keeps the highest token per permit.
 //!
+//! A fair acquisition ([`PermitAcquisition::fair`]) waits in the semaphore's one fair
+//! queue (`scripts::PERMIT_TAKE_QUEUED`): on each node, only the oldest waiters try, as many
+//! as the node has free permits, so that late comers neither overtake them nor split their
+//! votes. As in a lock's fair queue (see `fair`), the queue only decides who tries.
+//!
 //! Why not a per-node limit of `permits` with a majority: with three nodes and two permits,
 //! three contenders can each win a different two-node majority, three holders of two
 //! permits. A per-node limit of `floor(permits * quorum / N)` is safe but leaves fewer
@@ -27,15 +32,18 @@ use tokio::time::Instant;
 use crate::config::check_key;
 use crate::coordinator::Coordinator;
 use crate::error::{ArgumentError, Error};
+use crate::fair::FairPlace;
 use crate::kind;
-use crate::layout::permit_keys;
+use crate::layout::{named_base, permit_keys, queue_keys};
 use crate::lock::Lock;
 use crate::lock_spec::{ttl_ms, LockSpec};
 use crate::report::RoundKind;
 use crate::round::command::Command;
 use crate::round::plan::Round;
 use crate::round::{self, Decided};
-use crate::scripts::{PERMIT_TAKE, PERMIT_TAKE_FENCED};
+use crate::scripts::{
+    PERMIT_TAKE, PERMIT_TAKE_FENCED, PERMIT_TAKE_QUEUED, PERMIT_TAKE_QUEUED_FENCED,
+};
 use crate::token::Token;
 
 /// The most permits a semaphore may have: every round proposes each of them to every node,
@@ -75,6 +83,10 @@ pub struct PermitAcquisition<'a> {
     /// For a fenced acquisition: when its fencing step must be over (see
     /// [`Acquisition::deadline`](crate::Acquisition::deadline)). Defaults to `None`.
     pub deadline: Option<Instant>,
+    /// For a fair acquisition: the waiter's place in the semaphore's fair queue, for every
+    /// attempt of its wait (see the module docs). Its hand-over number is ignored: nothing
+    /// is handed over in a semaphore's queue. Defaults to `None`.
+    pub fair: Option<FairPlace<'a>>,
 }
 
 impl<'a> PermitAcquisition<'a> {
@@ -88,6 +100,7 @@ impl<'a> PermitAcquisition<'a> {
             ttl,
             fenced: false,
             deadline: None,
+            fair: None,
         }
     }
 }
@@ -128,6 +141,9 @@ impl Coordinator {
         what.token.check()?;
         what.token.check_not_handover()?;
         let ttl = config.check_ttl(what.ttl)?;
+        if let Some(place) = &what.fair {
+            place.check()?;
+        }
         let keys = proposed(permit_keys(
             &config.semaphore_prefix,
             what.name,
@@ -144,7 +160,11 @@ impl Coordinator {
             )?);
         }
         let bounds = what.fenced.then(|| self.fencing_bounds());
-        let round = self.permit_round(&keys, &specs, ttl, what.fenced);
+        let queue = what.fair.as_ref().map(|place| {
+            let base = named_base(&config.semaphore_prefix, what.name);
+            (queue_keys(&config.fair_prefix, &base), place)
+        });
+        let round = self.permit_round(&keys, &specs, ttl, (what.fenced, queue));
         let decided = round::run(&self.inner.connections, round, &self.inner.work).await;
         let (decided, spec) = won_permit(decided, specs);
         match bounds {
@@ -158,33 +178,43 @@ impl Coordinator {
 
     /// The round that proposes every permit (`keys`, in order; `specs` their locks) to
     /// every node for `ttl`: one request per permit, each rolled back where it is not won;
-    /// reading the fencing counters too when `fenced`.
+    /// reading the fencing counters too when `fenced`, and behind a turn in the semaphore's
+    /// fair `queue` (its keys, and the waiter's place) when there is one.
     fn permit_round(
         &self,
         keys: &[String],
         specs: &[LockSpec],
         ttl: Duration,
-        fenced: bool,
+        (fenced, queue): (bool, Option<([Key; 3], &FairPlace<'_>)>),
     ) -> Round {
         let config = &self.inner.config;
         let mut fred_keys: Vec<Key> = keys.iter().map(|k| Key::from(k.as_str())).collect();
-        let script = if fenced {
-            fred_keys.push(Key::from(config.fence_key.as_str()));
-            &PERMIT_TAKE_FENCED
-        } else {
-            &PERMIT_TAKE
-        };
         let token = &specs[0].token;
+        let mut args = vec![
+            Value::String(token.as_fred().clone()),
+            Value::from(ttl_ms(ttl)),
+        ];
+        let queued = queue.is_some();
+        if let Some((queue_keys, place)) = queue {
+            fred_keys.extend(queue_keys);
+            args.extend(place.args());
+        }
+        if fenced {
+            fred_keys.push(Key::from(config.fence_key.as_str()));
+        }
+        let script = match (fenced, queued) {
+            (false, false) => &PERMIT_TAKE,
+            (true, false) => &PERMIT_TAKE_FENCED,
+            (false, true) => &PERMIT_TAKE_QUEUED,
+            (true, true) => &PERMIT_TAKE_QUEUED_FENCED,
+        };
         Round {
             kind: RoundKind::Acquire,
             alternatives: true,
             command: Command::Script {
                 script,
                 keys: fred_keys,
-                args: vec![
-                    Value::String(token.as_fred().clone()),
-                    Value::from(ttl_ms(ttl)),
-                ],
+                args,
             },
             requests: specs.iter().map(|spec| spec.acquire_request(ttl)).collect(),
             drift_factor: config.drift_factor,

@@ -40,6 +40,11 @@
 //! several keys waits in each key's queue and may try once it heads all of them; one
 //! ticket orders every queue, so the oldest waiter heads all of its queues, and waiters of
 //! overlapping keys cannot wait for each other.
+//!
+//! A semaphore and a read-write lock have one queue each, with their own turns (see
+//! `acquire::permit` and `acquire::rwlock`): the oldest waiters, as many as a node has free
+//! permits; a writer at the head, a reader with no writer ahead. Their waiters leave the
+//! same way, and nothing is handed over to them.
 
 pub(crate) mod place;
 

@@ -88,6 +88,13 @@ pub(crate) trait Kind: Sync + Send + 'static {
         false
     }
 
+    /// The key whose fair queue the waiters for `key` share, and from which a release of
+    /// `key` passes it on to the next waiter: the key itself, but a semaphore's waiters
+    /// queue once per semaphore, not per permit.
+    fn queue_of<'k>(&self, key: &'k str) -> &'k str {
+        key
+    }
+
     /// The scripts composed from the kind's Lua ([`KindScripts::of`]), built once.
     fn scripts(&self) -> &'static KindScripts;
 }

@@ -16,8 +16,8 @@ pub(crate) struct Many;
 /// `acquire::permit`), then released and extended as a plain key. Nobody waits for one
 /// permit: a semaphore's waiters try again after their backoff's delay (announcing each
 /// release to every client cost more under contention than it gained, see
-/// `docs/benchmarks.md`), so its release, like a plain lock's, announces itself only to
-/// waiters queued for the key, and there are none.
+/// `docs/benchmarks.md`), or wait in the semaphore's one fair queue; its release, like a
+/// plain lock's, announces itself only to the next waiter of that queue, when there is one.
 pub(crate) struct Permit;
 
 pub(crate) static ONE: One = One;
@@ -151,6 +151,9 @@ impl Kind for Permit {
     }
     fn waiters_queue(&self) -> bool {
         true
+    }
+    fn queue_of<'k>(&self, key: &'k str) -> &'k str {
+        crate::layout::permit_base(key)
     }
     fn native_release(&self) -> bool {
         true

@@ -49,7 +49,9 @@ mod rwlock;
 pub(crate) use fair::{queued, queued_rollback, FAIR_LEAVE};
 pub(crate) use fence::{fenced, FENCE_MARK, FENCE_READ, FENCE_RECORD, FENCE_SEED};
 pub(crate) use inspect::INSPECT;
-pub(crate) use permit::{PERMIT_TAKE, PERMIT_TAKE_FENCED};
+pub(crate) use permit::{
+    PERMIT_TAKE, PERMIT_TAKE_FENCED, PERMIT_TAKE_QUEUED, PERMIT_TAKE_QUEUED_FENCED,
+};
 pub(crate) use plain::{acquire, extend_batch, grouped_acquire};
 pub(crate) use release::{grouped_release, release};
 pub(crate) use rwlock::{
@@ -96,7 +98,7 @@ pub(crate) fn channel_arg(channel: Option<&Value>) -> Value {
 }
 
 /// The scripts that no lock kind composes, for preloading (see `kind` for the rest).
-pub(crate) fn own() -> [&'static Script; 15] {
+pub(crate) fn own() -> [&'static Script; 17] {
     [
         &RW_READ,
         &RW_READ_QUEUED,
@@ -107,6 +109,8 @@ pub(crate) fn own() -> [&'static Script; 15] {
         &RW_LEAVE,
         &PERMIT_TAKE,
         &PERMIT_TAKE_FENCED,
+        &PERMIT_TAKE_QUEUED,
+        &PERMIT_TAKE_QUEUED_FENCED,
         &FENCE_RECORD,
         &FENCE_READ,
         &FENCE_MARK,

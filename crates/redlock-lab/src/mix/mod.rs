@@ -193,7 +193,7 @@ pub enum Workload {
     Mix(Mix),
     /// Permits of a semaphore ([`SEMAPHORE`](crate::SEMAPHORE)) of this many permits
     /// instead of locks: [`PERMIT_LOOPS`](crate::PERMIT_LOOPS) acquisition loops per
-    /// client, no fencing, no fair queue.
+    /// client, half of them in the fair queue; no fencing.
     Semaphore(u32),
     /// The read and write sides of a read-write lock ([`RWLOCK`](crate::RWLOCK)) instead of
     /// locks: [`RW_LOOPS`](crate::RW_LOOPS) acquisition loops per client, one take in
@@ -222,7 +222,7 @@ impl Workload {
 
     /// Whether its clients take anything but locks (permits, a read-write lock's sides):
     /// those take no fencing token in the lab, and no fair queue from the configuration
-    /// (permits refuse it; the read-write workload asks for it per call).
+    /// (their workloads ask for it per call).
     pub fn takes_no_locks(&self) -> bool {
         matches!(self, Workload::Semaphore(_) | Workload::RwLock)
     }

@@ -45,17 +45,17 @@ struct Args {
     #[arg(long)]
     plain: bool,
     /// The must-pass scenarios' clients take permits of a semaphore of K permits instead of
-    /// locks (two acquisition loops per client, no fencing, no fair queue), and the checker
-    /// counts its holders; the scenarios that follow a schedule of their own keep it. The
-    /// semaphore scenarios (`--scenario semaphore_`) take permits without it.
+    /// locks (two acquisition loops per client, the second in the fair queue, no fencing),
+    /// and the checker counts its holders; the scenarios that follow a schedule of their own
+    /// keep it. The semaphore scenarios (`--scenario semaphore_`) take permits without it.
     #[arg(long, value_name = "K", conflicts_with_all = ["plain", "mix"],
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     semaphore: Option<u32>,
     /// The must-pass scenarios' clients take a read-write lock's read side most of the time
     /// and its write side one take in four instead of locks (two acquisition loops per
-    /// client, no fencing, no fair queue), and the checker judges that a writer is alone;
-    /// the scenarios that follow a schedule of their own keep it. The read-write scenarios
-    /// (`--scenario rwlock_`) take its sides without it.
+    /// client, the second in the fair queue, no fencing), and the checker judges that a
+    /// writer is alone; the scenarios that follow a schedule of their own keep it. The
+    /// read-write scenarios (`--scenario rwlock_`) take its sides without it.
     #[arg(long, conflicts_with_all = ["plain", "mix", "semaphore"])]
     rwlock: bool,
     /// List the scenarios and exit.

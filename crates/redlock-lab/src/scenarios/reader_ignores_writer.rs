@@ -118,7 +118,7 @@ async fn take(lab: &Lab, holder: &RawHolder, write: bool, keys: &[String; 3]) ->
 /// write side (recorded, under the lock declared for the checker); client 1's single
 /// attempts at the read side must all fail. Its note, or why the control failed.
 async fn library_refuses_the_reader(lab: &Lab) -> Result<String, LabError> {
-    // Read-write locks take no fair queue; the writer needs no fencing token here.
+    // Single attempts, outside the fair queue; the writer needs no fencing token here.
     let mut library: Vec<Redlock> = Vec::new();
     for c in 0..2 {
         library.push(lab.client_with(c, |b| b.fair(false).fencing(false)).await?);

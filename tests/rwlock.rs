@@ -405,6 +405,20 @@ async fn the_fair_queue_lets_writers_go_in_order_and_readers_between_them_share(
         Err(Error::NoQuorum { .. }) => {}
         other => panic!("not the waiter's turn, yet {other:?}"),
     };
+    // A place the queue cannot take is a typed error, and nothing is sent.
+    let bad = RwAcquisition {
+        fair: Some(FairPlace {
+            patience: Duration::ZERO,
+            ..fair("r1", 1, false).fair.unwrap()
+        }),
+        ..read()
+    };
+    let err = c.acquire_rw(bad).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Argument(ArgumentError::FairPlace { .. })),
+        "{err}"
+    );
+    assert!(keys(&set).await.iter().all(Vec::is_empty));
     // A writer outside the queue holds the lock: the waiters queue in this order.
     let holder = c.acquire_rw(write()).await.unwrap();
     for (waiter, ticket, write) in [("r1", 1, false), ("w1", 2, true), ("r2", 3, false)] {

@@ -351,6 +351,22 @@ async fn the_fair_queue_lets_the_oldest_waiters_try_as_many_as_permits_are_free(
         Err(Error::NoQuorum { .. }) => {}
         other => panic!("not the waiter's turn, yet {other:?}"),
     };
+    // A place the queue cannot take is a typed error, and nothing is sent.
+    let err = c
+        .acquire_permit_with(PermitAcquisition {
+            fair: Some(FairPlace {
+                waiter: "a b",
+                ..fair("f0", 0).fair.unwrap()
+            }),
+            ..fair("f0", 0)
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Argument(ArgumentError::FairPlace { .. })),
+        "{err}"
+    );
+    assert!(every_key(&set).await.iter().all(Vec::is_empty));
     let first = c.acquire_permit("jobs", 2, TTL).await.unwrap();
     let second = c.acquire_permit("jobs", 2, TTL).await.unwrap();
     for (waiter, ticket) in [("f1", 1), ("f2", 2), ("f3", 3), ("f4", 4)] {

@@ -40,6 +40,9 @@ PARTS = [
     ("hashbrown", "hashbrown"),
     ("arc_swap", "arc_swap"),
     ("redlock::", "the bench itself"),
+    ("redis::", "redis (the redis crate)"),
+    ("rslock::", "rslock"),
+    ("combine::", "combine (the redis crate's parser)"),
 ]
 LIBC = [
     (("malloc", "free", "realloc", "unlink_chunk", "__rdl_alloc", "__rdl_dealloc"), "libc malloc/free"),

@@ -25,9 +25,10 @@ pub struct Args {
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = family)]
     only: Vec<String>,
     /// Run only these contenders (floor, floor-quorum, ours, ours-polling, ours-defaults,
-    /// ours-fenced, ours-fair, ours-ungrouped, ours-permit, ours-read, ours-write,
-    /// per-node-limit, per-node-limit-trimmed, rslock), comma-separated: to profile one of them, say
-    /// `--only P5 --subjects ours`. Tables and targets then lack the others' figures.
+    /// ours-fenced, ours-fair, ours-ungrouped, ours-permit, ours-permit-fair, ours-read,
+    /// ours-write, per-node-limit, per-node-limit-trimmed, rslock), comma-separated: to
+    /// profile one of them, say `--only P5 --subjects ours`. Tables and targets then lack
+    /// the others' figures.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = subject)]
     subjects: Vec<Kind>,
     /// P4's critical section: how long each holder keeps the lock (a tokio sleep, which

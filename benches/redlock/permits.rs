@@ -30,10 +30,12 @@ pub const SECTION: Duration = Duration::from_millis(2);
 const LOCK_DEADLINE: Duration = Duration::from_secs(30);
 
 /// P7's contenders, in the order it runs them (those `--subjects` names): a plain lock,
-/// ours' semaphore, and the bench's per-node-limit semaphore as written and trimmed.
-pub const KINDS: [Kind; 4] = [
+/// ours' semaphore (and in its fair queue), and the bench's per-node-limit semaphore as
+/// written and trimmed.
+pub const KINDS: [Kind; 5] = [
     Kind::Ours,
     Kind::OursPermit,
+    Kind::OursPermitFair,
     Kind::PerNodeLimit,
     Kind::PerNodeLimitTrimmed,
 ];

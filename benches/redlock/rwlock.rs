@@ -206,12 +206,13 @@ impl Side {
 
 /// The cases, in order: the plain lock; the read-write lock (its workers connect as
 /// ours-write, one key prefix for all); the read-write lock with notifications off (as
-/// ours-polling), to show what the wake-ups of writers' and last readers' releases cost.
-/// P8's contenders' kinds, for `--subjects`: the plain lock, the read-write lock, and the
-/// read-write lock with notifications off.
-pub const KINDS: [Kind; 3] = [CASES[0].0, CASES[1].0, CASES[2].0];
+/// ours-polling), to show what the wake-ups of writers' and last readers' releases cost;
+/// the read-write lock in its fair queue (as ours-fair). P8's contenders' kinds, for
+/// `--subjects`: the plain lock, the read-write lock, the read-write lock with
+/// notifications off, and in the fair queue.
+pub const KINDS: [Kind; 4] = [CASES[0].0, CASES[1].0, CASES[2].0, CASES[3].0];
 
-const CASES: [(Kind, bool, &str, &str); 3] = [
+const CASES: [(Kind, bool, &str, &str); 4] = [
     (
         Kind::Ours,
         false,
@@ -229,6 +230,12 @@ const CASES: [(Kind, bool, &str, &str); 3] = [
         true,
         "ours-rw-polling",
         "ours, a read-write lock, polling only (notify off, no renewal)",
+    ),
+    (
+        Kind::OursFair,
+        true,
+        "ours-rw-fair",
+        "ours, a read-write lock, fair queue (notify on, no renewal)",
     ),
 ];
 

@@ -42,6 +42,8 @@ pub enum Kind {
     /// Ours like `Ours`, taking one of [`PERMITS`] permits of a semaphore named by the
     /// key instead of the lock of the key.
     OursPermit,
+    /// `OursPermit` in the semaphore's fair queue.
+    OursPermitFair,
     /// Ours like `Ours`, taking the read side of a read-write lock named by the key.
     OursRead,
     /// Ours like `Ours`, taking the write side of a read-write lock named by the key.
@@ -60,7 +62,7 @@ pub const PERMITS: u32 = 4;
 
 impl Kind {
     /// Every contender, in the order the tables list them.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::Floor,
         Kind::FloorQuorum,
         Kind::Ours,
@@ -70,6 +72,7 @@ impl Kind {
         Kind::OursFair,
         Kind::OursUngrouped,
         Kind::OursPermit,
+        Kind::OursPermitFair,
         Kind::OursRead,
         Kind::OursWrite,
         Kind::PerNodeLimit,
@@ -88,6 +91,7 @@ impl Kind {
             Kind::OursFair => "ours-fair",
             Kind::OursUngrouped => "ours-ungrouped",
             Kind::OursPermit => "ours-permit",
+            Kind::OursPermitFair => "ours-permit-fair",
             Kind::OursRead => "ours-read",
             Kind::OursWrite => "ours-write",
             Kind::PerNodeLimit => "per-node-limit",
@@ -108,6 +112,7 @@ impl Kind {
             Kind::OursFair => "ours, fair queue (notify on, no renewal)",
             Kind::OursUngrouped => "ours, group commit off (notify on, no renewal)",
             Kind::OursPermit => "ours, a permit of a semaphore of 4 (notify on, no renewal)",
+            Kind::OursPermitFair => "ours, a permit of a semaphore of 4, fair queue (notify on)",
             Kind::OursRead => "ours, a read-write lock's read side (notify on, no renewal)",
             Kind::OursWrite => "ours, a read-write lock's write side (notify on, no renewal)",
             Kind::PerNodeLimit => {
@@ -131,6 +136,7 @@ impl Kind {
             | Kind::OursFair
             | Kind::OursUngrouped
             | Kind::OursPermit
+            | Kind::OursPermitFair
             | Kind::OursRead
             | Kind::OursWrite
             | Kind::PerNodeLimit
@@ -184,6 +190,7 @@ impl Subject {
             | Kind::OursFair
             | Kind::OursUngrouped
             | Kind::OursPermit
+            | Kind::OursPermitFair
             | Kind::OursRead
             | Kind::OursWrite => {
                 // A prefix per configuration: it names the release channel too, so clients
@@ -201,7 +208,7 @@ impl Subject {
                 if kind == Kind::OursFenced {
                     builder = builder.fencing(true);
                 }
-                if kind == Kind::OursFair {
+                if matches!(kind, Kind::OursFair | Kind::OursPermitFair) {
                     builder = builder.fair(true);
                 }
                 if kind == Kind::OursUngrouped {
@@ -214,7 +221,7 @@ impl Subject {
                     .await
                     .during("connecting our client", "are the nodes running?")?;
                 let subject = match kind {
-                    Kind::OursPermit => Subject::Permit(client),
+                    Kind::OursPermit | Kind::OursPermitFair => Subject::Permit(client),
                     Kind::OursRead => Subject::Rw(client, false),
                     Kind::OursWrite => Subject::Rw(client, true),
                     _ => Subject::Ours(client),

@@ -518,3 +518,35 @@ async fn the_clients_fair_rwlock_takes_turns_in_order() {
     let left = keys(&set).await;
     assert!(left.iter().all(Vec::is_empty), "{left:?}");
 }
+
+/// A fair waiter that dies holds its place only for its patience: the waiter behind it is
+/// let in once the entry has expired on the nodes, and the queue's keys go with the patience.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_fair_writer_holds_the_queue_only_for_its_patience() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    // The client gives a writer's intent the queue's patience too.
+    let short = |waiter, ticket, write| {
+        let mut side = fair(waiter, ticket, write);
+        let patience = Duration::from_millis(300);
+        side.fair = side.fair.map(|place| FairPlace { patience, ..place });
+        side.writer = side.writer.map(|(id, _)| (id, patience));
+        side
+    };
+    let holder = c.acquire_rw(write()).await.unwrap();
+    // "dead" queues first, then never comes back.
+    assert!(c.acquire_rw(short("dead", 1, true)).await.is_err());
+    assert!(c.acquire_rw(short("reader", 2, false)).await.is_err());
+    c.release(&holder).await.unwrap().settled().await;
+    assert!(
+        c.acquire_rw(short("reader", 2, false)).await.is_err(),
+        "behind the dead writer, while its entry lives"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let reader = c.acquire_rw(short("reader", 2, false)).await.unwrap();
+    c.release(&reader).await.unwrap().settled().await;
+    c.quiesce().await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let left = keys(&set).await;
+    assert!(left.iter().all(Vec::is_empty), "{left:?}");
+}

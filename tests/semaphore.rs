@@ -436,3 +436,41 @@ async fn the_clients_fair_semaphore_serves_waiters_in_order() {
     c.coordinator().quiesce().await;
     assert!(every_key(&set).await.iter().all(Vec::is_empty));
 }
+
+/// A fair waiter that dies holds its place only for its patience: the waiter behind it is
+/// let in once the entry has expired on the nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_fair_waiter_holds_the_semaphores_queue_only_for_its_patience() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let [a, b] = [(); 2].map(|_| PermitAcquisition::new("jobs", 2, TTL));
+    let (a, b) = (
+        c.acquire_permit_with(a).await.unwrap(),
+        c.acquire_permit_with(b).await.unwrap(),
+    );
+    let short = |waiter, ticket| PermitAcquisition {
+        fair: Some(FairPlace {
+            waiter,
+            ticket,
+            patience: Duration::from_millis(300),
+            handover: None,
+        }),
+        ..PermitAcquisition::new("jobs", 2, TTL)
+    };
+    // "dead" queues first, then never comes back.
+    assert!(c.acquire_permit_with(short("dead", 1)).await.is_err());
+    assert!(c.acquire_permit_with(short("alive", 2)).await.is_err());
+    c.release(&a).await.unwrap().settled().await;
+    assert!(
+        c.acquire_permit_with(short("alive", 2)).await.is_err(),
+        "the dead waiter's turn, while its entry lives"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let alive = c.acquire_permit_with(short("alive", 2)).await.unwrap();
+    for permit in [&alive, &b] {
+        c.release(permit).await.unwrap().settled().await;
+    }
+    c.quiesce().await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(every_key(&set).await.iter().all(Vec::is_empty));
+}

@@ -194,7 +194,8 @@ impl Results {
             "### P7: a semaphore's permits under contention\n\n\
              {} workers, each with its own client, take turns holding for {:.0} ms: a plain \
              lock (one holder at a time), then a permit of a semaphore of four: ours (a \
-             Redlock key per permit), and the design it was chosen over, a per-node limit of \
+             Redlock key per permit, outside and in its fair queue), and the design it was \
+             chosen over, a per-node limit of \
              floor(k*q/N) = 2 holders on every node (the bench's model with raw fred; at most \
              floor(2*5/3) = 3 hold at once, below the four checked).\n\n\
              | Contender | Admits | Acquired/s | Holders on average | At most | Failed |\n\
@@ -227,8 +228,8 @@ impl Results {
              probability {:.1} (else writes), drawn from a seeded generator per worker, and \
              holds for {:.0} ms. A plain lock under the same draws (every cycle alone), then \
              ours' read-write lock with release notifications on (a writer's release and the \
-             last reader's are announced to every client) and off (polling). A writer beside \
-             any other holder fails the run.\n\n\
+             last reader's are announced to every client) and off (polling), and in its fair \
+             queue. A writer beside any other holder fails the run.\n\n\
              | Contender | Reads/s | Writes/s | Cycles/s | Holders on average | At most | Readers at most | Overlaps | Failed |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|---:|",
             p.workers, p.read_share, p.critical_section_ms

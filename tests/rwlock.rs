@@ -550,3 +550,26 @@ async fn a_dead_fair_writer_holds_the_queue_only_for_its_patience() {
     let left = keys(&set).await;
     assert!(left.iter().all(Vec::is_empty), "{left:?}");
 }
+
+/// A fenced writer in the fair queue gets its token as any fenced writer does, in its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_writer_in_the_fair_queue_gets_its_token_in_its_turn() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let fenced = |waiter, ticket| RwAcquisition {
+        fenced: true,
+        ..fair(waiter, ticket, true)
+    };
+    let first = c.acquire_rw(fenced("w1", 1)).await.unwrap();
+    let t1 = first.fencing_token().expect("fenced");
+    for (waiter, ticket) in [("w2", 2), ("w3", 3)] {
+        let err = c.acquire_rw(fenced(waiter, ticket)).await.unwrap_err();
+        assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    }
+    c.release(&first).await.unwrap().settled().await;
+    let err = c.acquire_rw(fenced("w3", 3)).await.unwrap_err();
+    assert!(matches!(err, Error::NoQuorum { .. }), "w2's turn: {err}");
+    let second = c.acquire_rw(fenced("w2", 2)).await.unwrap();
+    assert!(second.fencing_token().expect("fenced") > t1);
+    c.release(&second).await.unwrap().settled().await;
+}

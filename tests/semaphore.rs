@@ -474,3 +474,35 @@ async fn a_dead_fair_waiter_holds_the_semaphores_queue_only_for_its_patience() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(every_key(&set).await.iter().all(Vec::is_empty));
 }
+
+/// A fenced permit taken through the fair queue gets its token as any fenced permit does,
+/// and the queue still decides whose turn it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_permit_in_the_fair_queue_gets_its_token_in_its_turn() {
+    let set = NodeSet::start(3).await.unwrap();
+    let c = coordinator(&set, redlock_core::DEFAULT_NODE_TIMEOUT).await;
+    let fenced = |waiter, ticket| PermitAcquisition {
+        fenced: true,
+        ..fair(waiter, ticket)
+    };
+    let lost = |result: Result<Lock, Error>| match result {
+        Err(Error::NoQuorum { .. }) => {}
+        other => panic!("not the waiter's turn, yet {other:?}"),
+    };
+    let first = c.acquire_permit_with(fenced("f1", 1)).await.unwrap();
+    let second = c.acquire_permit_with(fenced("f2", 2)).await.unwrap();
+    let (t1, t2) = (
+        first.fencing_token().expect("fenced"),
+        second.fencing_token().expect("fenced"),
+    );
+    assert!(t2 > t1, "{t1} then {t2}");
+    lost(c.acquire_permit_with(fenced("f3", 3)).await);
+    lost(c.acquire_permit_with(fenced("f4", 4)).await);
+    c.release(&first).await.unwrap().settled().await;
+    lost(c.acquire_permit_with(fenced("f4", 4)).await);
+    let third = c.acquire_permit_with(fenced("f3", 3)).await.unwrap();
+    assert!(third.fencing_token().expect("fenced") > t2);
+    for permit in [&second, &third] {
+        c.release(permit).await.unwrap().settled().await;
+    }
+}

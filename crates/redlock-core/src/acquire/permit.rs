@@ -34,7 +34,7 @@ use crate::coordinator::Coordinator;
 use crate::error::{ArgumentError, Error};
 use crate::fair::FairPlace;
 use crate::kind;
-use crate::layout::{named_base, permit_keys, queue_keys};
+use crate::layout::{permit_keys, queue_keys};
 use crate::lock::Lock;
 use crate::lock_spec::{ttl_ms, LockSpec};
 use crate::report::RoundKind;
@@ -160,9 +160,10 @@ impl Coordinator {
             )?);
         }
         let bounds = what.fenced.then(|| self.fencing_bounds());
+        // The queue a permit's release passes the key on from: one per semaphore.
         let queue = what.fair.as_ref().map(|place| {
-            let base = named_base(&config.semaphore_prefix, what.name);
-            (queue_keys(&config.fair_prefix, &base), place)
+            let base = kind::Kind::queue_of(&kind::PERMIT, &keys[0]);
+            (queue_keys(&config.fair_prefix, base), place)
         });
         let round = self.permit_round(&keys, &specs, ttl, (what.fenced, queue));
         let decided = round::run(&self.inner.connections, round, &self.inner.work).await;

@@ -85,6 +85,15 @@ pub(crate) struct Inner {
     pub(crate) release_channel: Option<Value>,
     /// Fencing: the counter's keys, repairs in flight, the highest token handed out.
     pub(crate) fencing: crate::fence::State,
+    /// The first member that is a whole cluster, if one is. Such a member runs each
+    /// script on the master of its keys' slot, so a script may only name keys of one slot:
+    /// fencing (its counter is one key for every lock) and a lock over keys of several
+    /// slots are refused, and plain acquisitions and releases are not grouped (a group's
+    /// script names many locks' keys) until they are split per slot.
+    pub(crate) cluster: Option<NodeName>,
+    /// Whether plain acquisitions and releases are grouped: `Config::group_commit`, with no
+    /// cluster member (see `cluster`).
+    pub(crate) groups: bool,
 }
 
 impl Unclaimed for Inner {
@@ -223,6 +232,10 @@ impl Coordinator {
         for i in later {
             connections[i].identity.set_pending();
         }
+        let cluster = connections
+            .iter()
+            .find(|c| c.is_cluster())
+            .map(|c| c.name.clone());
         let connections: Arc<[Connection]> = connections.into();
         let turns = Arc::new(tokio::sync::Mutex::new(()));
         for i in 0..connections.len() {
@@ -232,6 +245,8 @@ impl Coordinator {
             inner: Arc::new(Inner {
                 release_channel: config.release_channel.as_deref().map(Value::from),
                 fencing: crate::fence::State::new(&config.fence_key, connections.len()),
+                groups: config.group_commit && cluster.is_none(),
+                cluster,
                 connections,
                 config,
                 work: BackgroundWork::new(tokio::runtime::Handle::current()),

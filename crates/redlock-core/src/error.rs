@@ -192,6 +192,26 @@ pub enum ArgumentError {
         /// The configured per-node timeout.
         node_timeout: Duration,
     },
+    /// A fenced acquisition on a node set with a member that is a whole cluster: the
+    /// fencing counter is one key for every lock, in another hash slot than the lock's key,
+    /// and a script may only name keys of one slot there.
+    #[error("fencing tokens are not available with a cluster member yet (`{node}`): the fencing counter is one key for every lock, in another hash slot than the lock's key; take the lock unfenced, or list single servers only")]
+    FencingOnCluster {
+        /// The cluster member.
+        node: String,
+    },
+    /// A lock over several keys whose hash slots differ, on a node set with a member that
+    /// is a whole cluster: the lock is one script per member, and a script may only name
+    /// keys of one slot there.
+    #[error("keys `{first}` and `{other}` fall in different hash slots of cluster member `{node}`: a lock over several keys is one script per member, which a cluster runs on one slot's master; give the keys one hash tag, such as `{{order-7}}:{first}` and `{{order-7}}:{other}`")]
+    KeysAcrossSlots {
+        /// The cluster member.
+        node: String,
+        /// The lock's first key.
+        first: String,
+        /// A key in another slot than the first.
+        other: String,
+    },
     /// The key is empty.
     #[error("the lock key is empty: name the resource the lock protects")]
     EmptyKey,

@@ -235,7 +235,7 @@ impl Coordinator {
     }
 
     async fn release_spec(&self, spec: LockSpec) -> Result<RoundReport, Error> {
-        if self.inner.config.group_commit && spec.groups() {
+        if self.inner.groups && spec.groups() {
             // Concurrent releases of plain locks share their rounds (group commit).
             return self.release_grouped(spec).await;
         }

@@ -122,7 +122,7 @@ pub use fence::{
     repair::REPAIR_WAIT, FencingCounter, FencingCounters, FencingToken, MAX_FENCING_COUNTER,
     WRITE_BACK_WINDOW,
 };
-pub use health::{HealthProblem, NodeHealth};
+pub use health::{ClusterState, HealthProblem, NodeHealth};
 pub use hold::EXTEND_BATCH_LOCKS;
 pub use inspect::{Holder, Inspection};
 pub use lock::{Lock, Renewed};

@@ -132,6 +132,7 @@
 
 mod access;
 mod clock;
+mod cluster;
 mod command;
 mod docker;
 mod error;
@@ -152,6 +153,7 @@ mod set;
 mod urls;
 
 pub use clock::{ClockControl, ClockShim};
+pub use cluster::{ClusterSet, CLUSTER_SLOTS};
 pub use docker::{DockerOptions, DockerSet};
 pub use error::HarnessError;
 pub use inspect::{RedisAt, INSPECT_TIMEOUT};

@@ -188,6 +188,7 @@ impl Coordinator {
             }
             .into());
         }
+        self.check_one_slot(what.keys)?;
         let ttl = config.check_ttl(what.ttl)?;
         self.acquire_spec(spec, ttl, place, what.fenced, what.deadline)
             .await
@@ -203,14 +204,14 @@ impl Coordinator {
         fenced: bool,
         deadline: Option<Instant>,
     ) -> Result<Lock, Error> {
-        if self.inner.config.group_commit && spec.groups() && !fenced && place.is_none() {
+        if self.inner.groups && spec.groups() && !fenced && place.is_none() {
             // Concurrent plain acquisitions share their rounds (group commit).
             return self.acquire_grouped(spec, ttl).await;
         }
         // Before the round's start, for a fenced acquisition only: the write-back window
         // (suspend counted), and the highest token handed out before this acquisition
         // began, which its token must pass.
-        let bounds = fenced.then(|| self.fencing_bounds());
+        let bounds = fenced.then(|| self.fencing_bounds()).transpose()?;
         let round = self.acquisition_round(&spec, ttl, place.as_ref(), (spec.fair, fenced));
         let decided = self.run_one(round).await;
         let Some(bounds) = bounds else {
@@ -219,12 +220,38 @@ impl Coordinator {
         self.fenced_lock(decided, spec, ttl, bounds, deadline).await
     }
 
-    /// What a fenced acquisition's token must meet, taken before its round starts.
-    fn fencing_bounds(&self) -> Bounds {
-        Bounds {
+    /// With a cluster member, `Err` unless every key of `keys` is in the first one's hash
+    /// slot: the lock is one script per member (see `Inner::cluster`).
+    fn check_one_slot(&self, keys: &[&str]) -> Result<(), ArgumentError> {
+        let (Some(node), Some((first, rest))) = (&self.inner.cluster, keys.split_first()) else {
+            return Ok(());
+        };
+        let slot = fred::util::redis_keyslot(first.as_bytes());
+        match rest
+            .iter()
+            .find(|k| fred::util::redis_keyslot(k.as_bytes()) != slot)
+        {
+            None => Ok(()),
+            Some(other) => Err(ArgumentError::KeysAcrossSlots {
+                node: node.to_string(),
+                first: first.to_string(),
+                other: other.to_string(),
+            }),
+        }
+    }
+
+    /// What a fenced acquisition's token must meet, taken before its round starts; `Err`
+    /// with a cluster member (see `Inner::cluster`).
+    fn fencing_bounds(&self) -> Result<Bounds, ArgumentError> {
+        if let Some(node) = &self.inner.cluster {
+            return Err(ArgumentError::FencingOnCluster {
+                node: node.to_string(),
+            });
+        }
+        Ok(Bounds {
             window: Deadline::new(Instant::now() + fence::WRITE_BACK_WINDOW, host_suspended()),
             floor: self.inner.fencing.handed_out.load(Ordering::SeqCst),
-        }
+        })
     }
 
     /// The acquisition round of `spec` for `ttl`: in the queues of `place` when it has one

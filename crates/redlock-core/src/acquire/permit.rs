@@ -159,7 +159,7 @@ impl Coordinator {
                 None,
             )?);
         }
-        let bounds = what.fenced.then(|| self.fencing_bounds());
+        let bounds = what.fenced.then(|| self.fencing_bounds()).transpose()?;
         // The queue a permit's release passes the key on from: one per semaphore.
         let queue = what.fair.as_ref().map(|place| {
             let base = kind::Kind::queue_of(&kind::PERMIT, &keys[0]);

@@ -147,7 +147,7 @@ impl Coordinator {
             (&kind::READER, &keys[1])
         };
         let spec = LockSpec::of_kind(kind, &[held], what.token.clone(), None)?;
-        let bounds = fenced.then(|| self.fencing_bounds());
+        let bounds = fenced.then(|| self.fencing_bounds()).transpose()?;
         let round = Round {
             kind: RoundKind::Acquire,
             alternatives: false,

@@ -396,7 +396,7 @@ mod tests {
             "",
             "not a url",
             "http://127.0.0.1:80",
-            "redis-cluster://127.0.0.1:7000",
+            "redis-sentinel://127.0.0.1:26379",
             "127.0.0.1:7001",
         ] {
             let err = config(&[bad]).validate().unwrap_err();
@@ -405,6 +405,22 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn takes_a_cluster_url_as_one_member_beside_single_servers() {
+        let c = config(&[
+            "redis-cluster://:pw@127.0.0.1:7000?node=127.0.0.1:7001",
+            "redis://127.0.0.1:7002",
+            "valkey-cluster://127.0.0.1:7003",
+        ]);
+        let endpoints = c.endpoints().unwrap();
+        let clusters: Vec<bool> = endpoints
+            .iter()
+            .map(|e| e.fred.server.is_clustered())
+            .collect();
+        assert_eq!(clusters, [true, false, true]);
+        assert!(!format!("{endpoints:?}").contains("pw@"));
     }
 
     #[test]

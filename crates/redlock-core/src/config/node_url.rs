@@ -42,9 +42,9 @@ pub(super) fn parse_node(url: &str) -> Result<Endpoint, ConfigError> {
         ));
     }
     match parsed.scheme() {
-        "redis" | "valkey" => {}
-        "rediss" | "valkeys" if cfg!(feature = "tls") => {}
-        "rediss" | "valkeys" => {
+        "redis" | "valkey" | "redis-cluster" | "valkey-cluster" => {}
+        "rediss" | "valkeys" | "rediss-cluster" | "valkeys-cluster" if cfg!(feature = "tls") => {}
+        "rediss" | "valkeys" | "rediss-cluster" | "valkeys-cluster" => {
             return Err(invalid("TLS URLs need redlock-core's `tls` feature".into()));
         }
         "redis+unix" | "valkey+unix" if cfg!(feature = "unix-sockets") => {}
@@ -55,17 +55,24 @@ pub(super) fn parse_node(url: &str) -> Result<Endpoint, ConfigError> {
         }
         other => {
             return Err(invalid(format!(
-                "unsupported scheme `{other}`: Redlock needs standalone masters, \
-                 written redis://host:port (no cluster or sentinel URLs)"
+                "unsupported scheme `{other}`: a member is a standalone master, written \
+                 redis://host:port, or a whole cluster, written \
+                 redis-cluster://host:port?node=host2:port2 (no sentinel URLs)"
             )));
         }
     }
     let fred = fred::types::config::Config::from_url(trimmed)
         .map_err(|e| invalid(e.details().to_string()))?;
-    if fred.server.is_clustered() || fred.server.is_sentinel() {
+    if fred.server.is_sentinel() {
         return Err(invalid(
-            "Redlock needs standalone masters, not a cluster or sentinel set".into(),
+            "Redlock needs standalone masters or clusters, not a sentinel set".into(),
         ));
+    }
+    if fred.server.is_clustered() && !parsed.scheme().ends_with("-cluster") {
+        return Err(invalid(format!(
+            "a URL with `node=` seeds names a cluster: write it {}-cluster://...",
+            parsed.scheme()
+        )));
     }
     Ok(Endpoint { name, fred })
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fred::bytes_utils::Str;
 use fred::interfaces::ClientLike;
-use fred::types::{CustomCommand, Key, Value};
+use fred::types::{ClusterHash, CustomCommand, Key, Value};
 use tokio::time::Instant;
 
 use super::script_cache::reload_scripts;
@@ -98,7 +98,7 @@ impl Connection {
             // `NOSCRIPT` comes after what it undoes has run, often after its wait, when the
             // `EVAL` that would follow it is never sent.
             let args = script_args(Value::from(script.source()), keys, args);
-            let eval = CustomCommand::new_static("EVAL", None, false);
+            let eval = script_command(self, "EVAL", keys);
             let fut = boxed(Box::new_uninit(), cmd.custom::<Value, Value>(eval, args));
             return self.bounded_as(fut, "EVAL", sending).await;
         }
@@ -106,7 +106,7 @@ impl Connection {
         let outcome = self
             .bounded_as(
                 async {
-                    let evalsha = CustomCommand::new_static("EVALSHA", None, false);
+                    let evalsha = script_command(self, "EVALSHA", keys);
                     let start = Instant::now();
                     // Boxed where made, as in `custom`.
                     match boxed(
@@ -128,7 +128,7 @@ impl Connection {
                         }
                         Err(e) if e.details().starts_with("NOSCRIPT") => {
                             sent = "EVAL";
-                            let eval = CustomCommand::new_static("EVAL", None, false);
+                            let eval = script_command(self, "EVAL", keys);
                             // fred's own timeout for the second step ends with the first's
                             // (see `bounded`): the time left, at least a millisecond.
                             let left = self
@@ -204,6 +204,20 @@ impl Connection {
 #[inline(always)]
 pub(super) fn boxed<F>(slot: Box<std::mem::MaybeUninit<F>>, future: F) -> Pin<Box<F>> {
     Box::into_pin(Box::write(slot, future))
+}
+
+/// `EVAL` or `EVALSHA` (`name`) of a script over `keys`, sent by `connection`. A cluster
+/// member sends it to the master of the first key's slot (every key of one script shares
+/// that slot, see `layout`), and a script without keys to any master. fred would hash the
+/// first argument, the script, and it honours only a slot given outright for a custom
+/// command; a single server needs none.
+fn script_command(connection: &Connection, name: &'static str, keys: &[Key]) -> CustomCommand {
+    let hash = match keys.first() {
+        _ if !connection.client.is_clustered() => ClusterHash::FirstKey,
+        Some(key) => ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes())),
+        None => ClusterHash::Random,
+    };
+    CustomCommand::new_static(name, hash, false)
 }
 
 fn script_args(head: Value, keys: &[Key], args: &[Value]) -> Vec<Value> {

@@ -2,10 +2,14 @@
 //! what it offers and lets its user run (`COMMAND INFO`, the script commands tried) over its
 //! connection; what they mean is judged in the crate's `health` module.
 
-use fred::types::Value;
+use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::types::config::Options;
+use fred::types::{CustomCommand, Value};
+use futures::future::join_all;
 
+use super::sending::command_options;
 use super::Connection;
-use crate::health::{Capabilities, NodeHealth};
+use crate::health::{Capabilities, ClusterState, NodeHealth};
 use crate::report::NodeOutcome;
 use crate::server_error::{ServerError, ServerErrorKind};
 
@@ -59,14 +63,69 @@ impl Connection {
         // negative key count (refused before the script is even compiled).
         let evalsha = self.send_custom("EVALSHA", vec![Value::from(NO_SCRIPT), Value::from(0_i64)]);
         let eval = self.send_custom("EVAL", vec![Value::from("return 0"), Value::from(-1_i64)]);
-        let (appendfsync, offered, evalsha, eval) = tokio::join!(config, offered, evalsha, eval);
+        let cluster = self.cluster_info();
+        let (appendfsync, offered, evalsha, eval, cluster) =
+            tokio::join!(config, offered, evalsha, eval, cluster);
         let (refused, refusal) = scripts_refused([("EVALSHA", evalsha), ("EVAL", eval)]);
         let capabilities = Capabilities {
             compare_and_delete: offered,
             refused,
             refusal,
         };
-        NodeHealth::from_info(self.name.clone(), latency, &info, appendfsync, capabilities)
+        NodeHealth::from_info(
+            self.name.clone(),
+            latency,
+            &info,
+            appendfsync,
+            capabilities,
+            cluster.as_deref(),
+        )
+    }
+}
+
+impl Connection {
+    /// For a cluster member, `CLUSTER INFO` as its masters answer it: the first that finds
+    /// the cluster degraded, else the first answer (empty when none answered: unknown).
+    /// Every master is asked, since a master's view of the others' slots can lag (a master
+    /// that gave its slots up still counts them served for the others). `None` for a single
+    /// server.
+    async fn cluster_info(&self) -> Option<String> {
+        if !self.client.is_clustered() {
+            return None;
+        }
+        let masters = self
+            .client
+            .cached_cluster_state()
+            .map(|state| state.unique_primary_nodes())
+            .unwrap_or_default();
+        let asks = masters.into_iter().map(|master| {
+            let options = Options {
+                cluster_node: Some(master),
+                ..command_options(self.timeout)
+            };
+            let client = self.client.with_options(&options);
+            async move {
+                let command = CustomCommand::new_static("CLUSTER", None, false);
+                let reply = client.custom::<Value, Value>(command, vec![Value::from("INFO")]);
+                Box::pin(reply).await
+            }
+        });
+        let answers: Vec<String> = join_all(asks)
+            .await
+            .into_iter()
+            .filter_map(|reply| match reply {
+                Ok(reply) => reply.as_str().map(|text| text.to_string()),
+                Err(why) => {
+                    tracing::debug!(node = %self.name, error = %why, "a master did not answer CLUSTER INFO");
+                    None
+                }
+            })
+            .collect();
+        let worst = answers
+            .iter()
+            .find(|text| ClusterState::of(text).is_degraded())
+            .or(answers.first());
+        Some(worst.cloned().unwrap_or_default())
     }
 }
 

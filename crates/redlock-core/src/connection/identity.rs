@@ -113,8 +113,29 @@ impl Connection {
     /// Random per server process, and the same for every database of one server and under
     /// every name or address that reaches it; two nodes reporting the same `run_id` are one
     /// server, one failure domain.
+    ///
+    /// A cluster member's identity is its cluster's: `cluster ` and the smallest node ID
+    /// that `CLUSTER NODES` lists (every node of a cluster lists the same nodes, the failed
+    /// ones too), so that two members that reach one cluster are told apart from two
+    /// clusters.
     pub(crate) async fn server_id(&self) -> Result<String, NodeOutcome> {
         // Not gated: it is how a node gets through the gate (see `identity`).
+        if self.client.is_clustered() {
+            let reply = self
+                .send_custom("CLUSTER", vec![Value::from("NODES")])
+                .await?;
+            return reply
+                .as_str()
+                .and_then(|text| smallest_node_id(&text))
+                .map(|id| format!("cluster {id}"))
+                .ok_or_else(|| {
+                    NodeOutcome::ServerError(ServerError::of_kind(
+                        ServerErrorKind::Unknown,
+                        "CLUSTER NODES",
+                        "CLUSTER NODES listed no node",
+                    ))
+                });
+        }
         let reply = self
             .send_custom("INFO", vec![Value::from("server")])
             .await?;
@@ -129,6 +150,15 @@ impl Connection {
                 ))
             })
     }
+}
+
+/// The smallest node ID of a `CLUSTER NODES` reply (each line starts with one).
+fn smallest_node_id(nodes: &str) -> Option<String> {
+    nodes
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .min()
+        .map(str::to_string)
 }
 
 /// The `run_id` field of an `INFO` reply.
@@ -363,6 +393,22 @@ mod tests {
         ] {
             assert!(!unidentifiable(&unanswered), "{unanswered}");
         }
+    }
+
+    /// Every node of a cluster lists the same nodes, in its own order: the smallest ID is
+    /// the cluster's, whichever node answers.
+    #[test]
+    fn a_cluster_is_known_by_its_smallest_node_id() {
+        let seen_from_one = "e7d1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460\n\
+                             3a9c 127.0.0.1:7002@17002 master - 0 0 2 connected 5461-10922\n\
+                             b210 127.0.0.1:7003@17003 master,fail - 0 0 3 connected\n";
+        let seen_from_two =
+            "3a9c 127.0.0.1:7002@17002 myself,master - 0 0 2 connected 5461-10922\n\
+                             b210 127.0.0.1:7003@17003 master,fail - 0 0 3 connected\n\
+                             e7d1 127.0.0.1:7001@17001 master - 0 0 1 connected 0-5460\n";
+        assert_eq!(smallest_node_id(seen_from_one).as_deref(), Some("3a9c"));
+        assert_eq!(smallest_node_id(seen_from_two).as_deref(), Some("3a9c"));
+        assert_eq!(smallest_node_id(""), None);
     }
 
     #[test]

@@ -173,6 +173,12 @@ impl Connection {
         Ok(())
     }
 
+    /// Whether the member is a whole cluster, whose commands go to the master of their
+    /// keys' slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.client.is_clustered()
+    }
+
     /// The node timeout: how long one command may take.
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use fred::clients::{Client, WithOptions};
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::{CustomCommand, Value};
 
 use super::commands::boxed;
@@ -30,7 +30,27 @@ pub(super) struct ScriptCache {
 /// Loads every script of the lock on the node (`SCRIPT LOAD`), each under the node
 /// timeout; `Err` says why one was not loaded (an ACL without `script|load`, a proxy that
 /// refuses `SCRIPT`, the node down).
+///
+/// On a cluster member every master needs them (a script runs on the master of its keys'
+/// slot): fred's `SCRIPT LOAD` for clusters sends each to every master it knows.
 pub(super) async fn load_scripts(cmd: &WithOptions<Client>) -> Result<(), String> {
+    if cmd.is_clustered() {
+        let loads = crate::kind::every_script()
+            .into_iter()
+            .map(|script| Box::pin(cmd.script_load_cluster::<Value, _>(script.source())));
+        return match futures::future::join_all(loads)
+            .await
+            .into_iter()
+            .find_map(Result::err)
+        {
+            None => Ok(()),
+            Some(e) => Err(format!(
+                "SCRIPT LOAD on every master: {:?}: {}",
+                e.kind(),
+                e.details()
+            )),
+        };
+    }
     let command = || CustomCommand::new_static("SCRIPT", None, false);
     // Each of fred's futures (about 7 KB) boxed where it is made, never an array of them
     // on the stack.

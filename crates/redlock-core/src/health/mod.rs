@@ -40,6 +40,10 @@ pub struct NodeHealth {
     pub role: Option<String>,
     /// `server_mode` (Valkey) or `redis_mode` (Redis): `standalone`, `cluster` or `sentinel`.
     pub mode: Option<String>,
+    /// For a member that is a whole cluster (a `redis-cluster://` URL), what `CLUSTER INFO`
+    /// says: `cluster_state` and `cluster_slots_ok`. `None` for a single server. (The other
+    /// fields are one master's, the one that answered `INFO`.)
+    pub cluster: Option<ClusterState>,
     /// Whether the append-only file is on (`aof_enabled`).
     pub appendonly: Option<bool>,
     /// `appendfsync` (`always`, `everysec`, `no`); `None` when `CONFIG GET` is not allowed.
@@ -53,6 +57,36 @@ pub struct NodeHealth {
     /// What breaks an assumption. Empty for a healthy node, and for one that did not
     /// answer (see `reachable`).
     pub problems: Vec<HealthProblem>,
+}
+
+/// What `CLUSTER INFO` says of a cluster member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterState {
+    /// `cluster_state`: `ok`, or `fail` when some slot is not served.
+    pub state: Option<String>,
+    /// `cluster_slots_ok`: how many of the 16384 slots a reachable master serves.
+    pub slots_ok: Option<u32>,
+}
+
+impl ClusterState {
+    /// The number of hash slots of a cluster.
+    pub const SLOTS: u32 = 16384;
+
+    /// Reads a `CLUSTER INFO` reply.
+    pub(crate) fn of(info: &str) -> ClusterState {
+        ClusterState {
+            state: info_field(info, "cluster_state"),
+            slots_ok: info_field(info, "cluster_slots_ok").and_then(|n| n.parse().ok()),
+        }
+    }
+
+    /// Whether the cluster is known not to serve every slot: a state other than `ok`, or
+    /// fewer slots ok than there are. What could not be read is unknown, not a problem.
+    pub fn is_degraded(&self) -> bool {
+        self.state.as_deref().is_some_and(|state| state != "ok")
+            || self.slots_ok.is_some_and(|ok| ok < Self::SLOTS)
+    }
 }
 
 impl NodeHealth {
@@ -81,6 +115,7 @@ impl NodeHealth {
         info: &str,
         appendfsync: Option<String>,
         capabilities: Capabilities,
+        cluster: Option<&str>,
     ) -> NodeHealth {
         let identity = ServerIdentity::of(info);
         let field = |name: &str| info_field(info, name);
@@ -91,6 +126,7 @@ impl NodeHealth {
             version: identity.version,
             role: field("role"),
             mode: identity.mode,
+            cluster: cluster.map(ClusterState::of),
             appendonly: field("aof_enabled").map(|v| v == "1"),
             appendfsync,
             maxmemory_policy: field("maxmemory_policy"),
@@ -117,6 +153,7 @@ impl NodeHealth {
             version: None,
             role: None,
             mode: None,
+            cluster: None,
             appendonly: None,
             appendfsync: None,
             maxmemory_policy: None,
@@ -130,8 +167,20 @@ impl NodeHealth {
         if let Some(role) = self.role.as_deref().filter(|r| *r != "master") {
             problems.push(HealthProblem::NotMaster(role.to_string()));
         }
-        if let Some(mode) = self.mode.as_deref().filter(|m| *m != "standalone") {
+        // A cluster member's masters run in cluster mode; a single server must not.
+        let expected = if self.cluster.is_some() {
+            "cluster"
+        } else {
+            "standalone"
+        };
+        if let Some(mode) = self.mode.as_deref().filter(|m| *m != expected) {
             problems.push(HealthProblem::NotStandalone(mode.to_string()));
+        }
+        if let Some(cluster) = self.cluster.as_ref().filter(|c| c.is_degraded()) {
+            problems.push(HealthProblem::ClusterDegraded {
+                state: cluster.state.clone().unwrap_or_else(|| "unknown".into()),
+                slots_ok: cluster.slots_ok,
+            });
         }
         if let Some(policy) = self
             .maxmemory_policy
@@ -290,6 +339,7 @@ mod tests {
             info,
             Some("always".into()),
             capabilities,
+            None,
         )
     }
 
@@ -408,6 +458,7 @@ mod tests {
             INFO,
             Some("always".into()),
             Capabilities::default(),
+            None,
         );
         assert!(h.is_healthy(), "{h}");
         assert_eq!(h.version.as_deref(), Some("7.0.15"));
@@ -429,6 +480,7 @@ mod tests {
             &info,
             Some("everysec".into()),
             Capabilities::default(),
+            None,
         );
         assert_eq!(
             h.problems,
@@ -445,8 +497,55 @@ mod tests {
             &INFO.replace("aof_enabled:1", "aof_enabled:0"),
             None,
             Capabilities::default(),
+            None,
         );
         assert_eq!(h.problems, vec![HealthProblem::NoAppendOnly]);
+    }
+
+    /// A cluster member's masters run in cluster mode, which is no problem there, but a
+    /// cluster that does not serve every slot is; and a single server in cluster mode still
+    /// is one.
+    #[test]
+    fn a_cluster_member_is_judged_by_its_cluster_state() {
+        let info = INFO.replace("redis_mode:standalone", "redis_mode:cluster");
+        let member = |cluster: &str| {
+            NodeHealth::from_info(
+                node(),
+                Duration::ZERO,
+                &info,
+                Some("always".into()),
+                Capabilities::default(),
+                Some(cluster),
+            )
+        };
+        let ok = member(
+            "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:16384\r\n",
+        );
+        assert!(ok.is_healthy(), "{ok}");
+        let degraded = member("cluster_state:fail\r\ncluster_slots_ok:10923\r\n");
+        assert_eq!(
+            degraded.problems,
+            vec![HealthProblem::ClusterDegraded {
+                state: "fail".into(),
+                slots_ok: Some(10923),
+            }]
+        );
+        assert!(
+            degraded.to_string().contains("10923 of 16384 slots"),
+            "{degraded}"
+        );
+        let single = NodeHealth::from_info(
+            node(),
+            Duration::ZERO,
+            &info,
+            Some("always".into()),
+            Capabilities::default(),
+            None,
+        );
+        assert_eq!(
+            single.problems,
+            vec![HealthProblem::NotStandalone("cluster".into())]
+        );
     }
 
     #[test]
@@ -457,6 +556,7 @@ mod tests {
             "# Server\r\nredis_version:7.2.4\r\n",
             None,
             Capabilities::default(),
+            None,
         );
         assert!(h.is_healthy(), "{h}");
         assert_eq!(h.role, None);

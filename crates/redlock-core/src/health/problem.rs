@@ -12,6 +12,15 @@ pub enum HealthProblem {
     /// The node runs in cluster or sentinel mode (given): Redlock needs independent,
     /// standalone masters (H1).
     NotStandalone(String),
+    /// A cluster member's cluster does not serve every slot (`CLUSTER INFO` gives its
+    /// state and the slots served): locks whose keys fall in the slots not served cannot be
+    /// taken or released there.
+    ClusterDegraded {
+        /// `cluster_state`.
+        state: String,
+        /// `cluster_slots_ok`, when given.
+        slots_ok: Option<u32>,
+    },
     /// `maxmemory-policy` (given) may evict lock keys before their TTL (H2): every policy
     /// but `noeviction` can, since lock keys have an expiry.
     Evicting(String),
@@ -43,6 +52,11 @@ impl fmt::Display for HealthProblem {
             HealthProblem::NotStandalone(mode) => write!(
                 f,
                 "runs in {mode} mode: Redlock needs independent standalone masters, not a cluster or sentinel set (H1)"
+            ),
+            HealthProblem::ClusterDegraded { state, slots_ok } => write!(
+                f,
+                "cluster state `{state}`, {} of 16384 slots served: locks in the other slots fail there; bring the failed masters back or promote their replicas",
+                slots_ok.map_or_else(|| "unknown".to_string(), |n| n.to_string())
             ),
             HealthProblem::Evicting(policy) => write!(
                 f,

@@ -215,6 +215,24 @@ impl RedisAt {
         }
     }
 
+    /// Any command, its words given as strings (`["CLUSTER", "INFO"]`), and its reply as
+    /// fred returns it: for commands this handle has no method for.
+    pub async fn command(&self, words: &[&str]) -> Result<fred::types::Value, HarnessError> {
+        let op = words.join(" ");
+        let (name, args) = words
+            .split_first()
+            .map_or(("PING".to_owned(), Vec::new()), |(n, a)| {
+                (
+                    n.to_string(),
+                    a.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+                )
+            });
+        self.one(&op, |c| async move {
+            c.custom(CustomCommand::new(name, None, false), args).await
+        })
+        .await
+    }
+
     /// Runs one command on a fresh connection.
     pub(super) async fn one<T, F, Fut>(&self, op: &str, f: F) -> Result<T, HarnessError>
     where

@@ -6,7 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::coordinator_at;
-use redlock_core::{HealthProblem, NodeOutcome};
+use redlock_client::{Error, LockOptions, Owner, Redlock};
+use redlock_core::{ArgumentError, HealthProblem, NodeOutcome};
 use redlock_testkit::{ClusterSet, NodeSet};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -121,4 +122,168 @@ async fn a_cluster_member_is_healthy_until_a_master_is_lost() {
     assert!(settled.to_string().contains("CLUSTERDOWN"), "{settled}");
     c.release(&lock).await.unwrap().settled().await;
     assert!(two.master_of("a").get("a").await.unwrap().is_none());
+}
+
+/// A client for two cluster members (a quorum of both), as `common::client` configures one.
+async fn cluster_client(
+    clusters: [&ClusterSet; 2],
+    tweak: impl FnOnce(redlock_client::LockConfigBuilder) -> redlock_client::LockConfigBuilder,
+) -> Redlock {
+    let builder = redlock_client::LockConfig::builder()
+        .nodes(clusters.map(ClusterSet::url).to_vec())
+        .ttl(Duration::from_secs(5))
+        .node_timeout(NODE_TIMEOUT)
+        .backoff(Duration::from_millis(5), Duration::from_millis(50));
+    Redlock::connect(tweak(builder).build().unwrap())
+        .await
+        .unwrap()
+}
+
+async fn nothing_left(clusters: [&ClusterSet; 2]) {
+    for cluster in clusters {
+        assert_eq!(cluster.dbsize().await.unwrap(), 0, "a key was left behind");
+    }
+}
+
+/// The client's shapes on cluster members: concurrent plain locks of keys on every master
+/// (which group commit would put in one script), reentrant holds, several keys of one hash
+/// tag, a semaphore, a read-write lock and an inspection; and the typed refusals of what a
+/// cluster member cannot do yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_locks_work_on_cluster_members() {
+    let (one, two) = tokio::join!(ClusterSet::start(3), ClusterSet::start(2));
+    let (one, two) = (one.unwrap(), two.unwrap());
+    let clusters = [&one, &two];
+    let c = cluster_client(clusters, |b| b.key_prefix("t:")).await;
+
+    let guards = futures::future::join_all((0..24).map(|i| {
+        let c = c.clone();
+        async move { c.try_lock(&format!("job-{i}")).await }
+    }))
+    .await;
+    for guard in guards {
+        guard.unwrap().release().await.unwrap().settled().await;
+    }
+    nothing_left(clusters).await;
+
+    let me = Owner::new();
+    let first = c
+        .lock_reentrant("re", &me, &LockOptions::default())
+        .await
+        .unwrap();
+    let second = c
+        .lock_reentrant("re", &me, &LockOptions::default())
+        .await
+        .unwrap();
+    second.release().await.unwrap();
+    assert!(one.exists("t:re").await.unwrap());
+    first.release().await.unwrap().settled().await;
+
+    let order = ["{order-7}:a", "{order-7}:b", "{order-7}:c"];
+    let many = c.lock_many(&order, &LockOptions::default()).await.unwrap();
+    assert!(one.exists("t:{order-7}:b").await.unwrap());
+    let shown = c.inspect("{order-7}:a").await.unwrap();
+    assert_eq!(shown.held, Some(true), "{shown:?}");
+    many.release().await.unwrap().settled().await;
+
+    let jobs = c.semaphore("jobs", 2).unwrap();
+    let (a, b) = (
+        jobs.try_acquire().await.unwrap(),
+        jobs.try_acquire().await.unwrap(),
+    );
+    assert!(jobs.try_acquire().await.is_err());
+    a.release().await.unwrap().settled().await;
+    b.release().await.unwrap().settled().await;
+
+    let doc = c.rwlock("doc").unwrap();
+    let (r1, r2) = (doc.try_read().await.unwrap(), doc.try_read().await.unwrap());
+    assert!(doc.try_write().await.is_err());
+    r1.release().await.unwrap().settled().await;
+    r2.release().await.unwrap().settled().await;
+    doc.try_write()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap()
+        .settled()
+        .await;
+    c.coordinator().quiesce().await;
+    nothing_left(clusters).await;
+
+    // Keys of several slots, and fencing: refused before anything is sent.
+    let err = c
+        .lock_many(&["a", "b"], &LockOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidArgument(ArgumentError::KeysAcrossSlots { .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("hash tag"), "{err}");
+    let fenced = LockOptions {
+        fenced: Some(true),
+        ..Default::default()
+    };
+    let err = c.lock_with("f", &fenced).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidArgument(ArgumentError::FencingOnCluster { .. })
+        ),
+        "{err}"
+    );
+    nothing_left(clusters).await;
+    c.shutdown().await;
+}
+
+/// A fair waiter on cluster members is woken by the release, which a master publishes to
+/// the whole cluster: its backoff is a minute, so only the wake-up lets it in in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_on_cluster_members_is_woken_by_the_release() {
+    let (one, two) = tokio::join!(ClusterSet::start(3), ClusterSet::start(2));
+    let (one, two) = (one.unwrap(), two.unwrap());
+    let c = cluster_client([&one, &two], |b| b.fair(true)).await;
+    let subscribed = common::eventually(Duration::from_secs(10), || async {
+        for cluster in [&one, &two] {
+            if cluster.subscribers("redlock:released").await.unwrap() < 1 {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert!(subscribed, "the wake-up subscribers did not subscribe");
+    let holder = c.lock("job").await.unwrap();
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let options = LockOptions {
+                retry: Some(common::slow_retry()),
+                ..Default::default()
+            };
+            c.lock_with("job", &options).await
+        })
+    };
+    // The waiter has queued (its first attempt failed) before the release.
+    let queue = format!("redlock:fair-queue:{{{}}}", c.full_key("job"));
+    let queued = common::eventually(Duration::from_secs(10), || async {
+        one.exists(&queue).await.unwrap_or(false)
+    })
+    .await;
+    assert!(queued, "the waiter did not queue");
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("woken by the release, not by its backoff")
+        .unwrap()
+        .unwrap();
+    assert!(guard.is_valid());
+    guard.release().await.unwrap().settled().await;
+    c.coordinator().quiesce().await;
+    nothing_left([&one, &two]).await;
+    c.shutdown().await;
 }

@@ -139,6 +139,16 @@ impl ClusterSet {
         self.master_of(key).redis().exists(key).await
     }
 
+    /// The number of subscribers to `channel` over all masters (a subscriber of a cluster
+    /// is connected to one of them, and hears what any of them publishes).
+    pub async fn subscribers(&self, channel: &str) -> Result<u64, HarnessError> {
+        let mut total = 0;
+        for node in self.masters.iter() {
+            total += node.redis().subscribers(channel).await?;
+        }
+        Ok(total)
+    }
+
     /// The number of keys over all masters (`DBSIZE` on each).
     pub async fn dbsize(&self) -> Result<u64, HarnessError> {
         let mut total = 0;

@@ -287,3 +287,49 @@ async fn a_fair_waiter_on_cluster_members_is_woken_by_the_release() {
     nothing_left([&one, &two]).await;
     c.shutdown().await;
 }
+
+/// A slot moved to another master (a resharding): the client learns it from the `MOVED`
+/// answer. A command that may run twice (an extension, a release) is sent once more and
+/// goes through; an acquisition is not sent twice, so that member counts as failed for
+/// that round only, says why, and the next round goes to the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_slot_is_followed_by_extensions_and_releases_and_by_the_next_acquisition() {
+    let (one, two) = tokio::join!(ClusterSet::start(3), ClusterSet::start(2));
+    let (one, two) = (one.unwrap(), two.unwrap());
+    let c = coordinator_at(vec![one.url(), two.url()], NODE_TIMEOUT).await;
+    assert_eq!(c.quorum(), 2);
+    let lock = c.acquire("a", TTL).await.unwrap();
+    let from = one
+        .masters()
+        .iter()
+        .position(|m| m.port() == one.master_of("a").port());
+    let to = (from.unwrap() + 1) % 3;
+    one.move_slot("a", to).await.unwrap();
+    assert_eq!(one.master_of("a").port(), one.masters().node(to).port());
+    assert_eq!(
+        one.master_of("a").get("a").await.unwrap().as_deref(),
+        Some(lock.token().as_str()),
+        "the key moved with its slot"
+    );
+
+    let extended = c.extend(&lock, Duration::from_secs(60)).await.unwrap();
+    assert!(one.master_of("a").pttl("a").await.unwrap() > 10_000);
+
+    // Another slot moved: the first acquisition there is not sent twice.
+    one.move_slot("b", (to + 1) % 3).await.unwrap();
+    let err = c.acquire("b", TTL).await.unwrap_err();
+    assert!(
+        err.to_string().contains("redirected to another master"),
+        "{err}"
+    );
+    if let redlock_core::Error::NoQuorum { report } = &err {
+        report.settled().await;
+    }
+    let b = c.acquire("b", TTL).await.unwrap();
+    assert!(one.master_of("b").exists("b").await.unwrap());
+
+    c.release(&extended).await.unwrap().settled().await;
+    c.release(&b).await.unwrap().settled().await;
+    c.quiesce().await;
+    nothing_left([&one, &two]).await;
+}

@@ -45,6 +45,14 @@ pub enum ServerErrorKind {
     /// unanswered) and has not been since (is it another node's server?): it is as soon
     /// as it is connected. Nothing was sent: transient, like [`NotReady`](Self::NotReady).
     NotIdentified,
+    /// Not a reply: a cluster member's master sent the command on to another (`MOVED` or
+    /// `ASK`: a slot moved, or a replica was promoted). fred learns the cluster's slots
+    /// again and would write the command a second time, which a round never does (a
+    /// command written twice can run twice), so nothing ran. A release, an extension or a
+    /// read is sent once more, to the slot's master now; an acquisition is not (it could
+    /// run after a later release of the lock) and counts as failed there this round:
+    /// transient.
+    Redirected,
     /// Any other error reply, or a reply the lock does not understand.
     Unknown,
 }
@@ -152,6 +160,10 @@ impl ServerErrorKind {
                  node's server as soon as it is connected; it counts as failing until then: \
                  retry"
             }
+            ServerErrorKind::Redirected => {
+                "a slot of the cluster member moved to another master (a resharding or a \
+                 failover); its commands go there from now on: retry"
+            }
             ServerErrorKind::SameServer => {
                 "two node URLs reach this one server (another address, name or database of \
                  it), which would cast two votes, so the later casts none: list each \
@@ -179,6 +191,7 @@ impl fmt::Display for ServerErrorKind {
             ServerErrorKind::ScriptNotLoaded => "script not loaded",
             ServerErrorKind::SameServer => "same server as another node",
             ServerErrorKind::NotIdentified => "not identified yet",
+            ServerErrorKind::Redirected => "redirected to another master",
             ServerErrorKind::Unknown => "error reply",
         })
     }

@@ -7,6 +7,8 @@
 //! ADDSLOTSRANGE` on each master, `CLUSTER MEET` from the first), so no `redis-cli` is needed,
 //! and the set waits until every master reports `cluster_state:ok`.
 
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::types::Value;
@@ -25,6 +27,9 @@ const FORM_TIMEOUT: Duration = Duration::from_secs(20);
 #[derive(Debug)]
 pub struct ClusterSet {
     masters: NodeSet,
+    /// Slots moved since the cluster was formed ([`ClusterSet::move_slot`]), to the index of
+    /// the master that serves them now.
+    moved: Mutex<BTreeMap<u16, usize>>,
 }
 
 impl ClusterSet {
@@ -57,7 +62,10 @@ impl ClusterSet {
             ..NodeOptions::default()
         };
         let set = NodeSet::start_with(masters, opts).await?;
-        let cluster = ClusterSet { masters: set };
+        let cluster = ClusterSet {
+            masters: set,
+            moved: Mutex::new(BTreeMap::new()),
+        };
         cluster.form().await?;
         Ok(cluster)
     }
@@ -124,14 +132,79 @@ impl ClusterSet {
         slot_range(i, self.masters.len())
     }
 
-    /// The master that serves `key`'s slot, as the cluster was formed (no failover since).
+    /// The master that serves `key`'s slot: as the cluster was formed, or as
+    /// [`move_slot`](Self::move_slot) moved it (no failover since).
     pub fn master_of(&self, key: &str) -> &Node {
-        let slot = fred::util::redis_keyslot(key.as_bytes());
+        self.masters.node(self.serving(slot_of(key)))
+    }
+
+    /// The index of the master that serves `slot`.
+    fn serving(&self, slot: u16) -> usize {
+        let moved = self.moved.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&i) = moved.get(&slot) {
+            return i;
+        }
         let n = self.masters.len();
-        let i = (0..n)
+        (0..n)
             .find(|&i| slot <= slot_range(i, n).1)
-            .unwrap_or(n - 1);
-        self.masters.node(i)
+            .unwrap_or(n - 1)
+    }
+
+    /// Moves `key`'s slot, with its keys, to master `to`, as a resharding does (`CLUSTER
+    /// SETSLOT .. IMPORTING`/`MIGRATING`, `MIGRATE`, then `SETSLOT .. NODE` on every
+    /// master): a client that routed the slot to its old master is answered `MOVED` there.
+    pub async fn move_slot(&self, key: &str, to: usize) -> Result<(), HarnessError> {
+        let slot = slot_of(key);
+        let from = self.serving(slot);
+        let (source, target) = (
+            self.masters.node(from).redis(),
+            self.masters.node(to).redis(),
+        );
+        let id = |at: RedisAt| async move {
+            match at.command(&["CLUSTER", "MYID"]).await? {
+                Value::String(id) => Ok(id.to_string()),
+                Value::Bytes(id) => Ok(String::from_utf8_lossy(&id).into_owned()),
+                other => Err(HarnessError::InvalidOptions {
+                    reason: format!("CLUSTER MYID answered {other:?}"),
+                }),
+            }
+        };
+        let (from_id, to_id) = (id(source.clone()).await?, id(target.clone()).await?);
+        let slot_arg = slot.to_string();
+        if from != to {
+            target
+                .command(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &from_id])
+                .await?;
+            source
+                .command(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &to_id])
+                .await?;
+            let keys = source
+                .command(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "1000"])
+                .await?;
+            let keys: Vec<String> = match keys {
+                Value::Array(keys) => keys
+                    .iter()
+                    .filter_map(|k| k.as_str().map(|k| k.to_string()))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if !keys.is_empty() {
+                let port = self.masters.node(to).port().to_string();
+                let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+                migrate.extend(keys.iter().map(String::as_str));
+                source.command(&migrate).await?;
+            }
+        }
+        for node in self.masters.iter() {
+            node.redis()
+                .command(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &to_id])
+                .await?;
+        }
+        self.moved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(slot, to);
+        Ok(())
     }
 
     /// Whether `key` exists on the master that serves it.
@@ -157,6 +230,11 @@ impl ClusterSet {
         }
         Ok(total)
     }
+}
+
+/// The hash slot of `key`.
+fn slot_of(key: &str) -> u16 {
+    fred::util::redis_keyslot(key.as_bytes())
 }
 
 /// The first and last slot of master `i` of `n`.

@@ -16,6 +16,7 @@ use super::sending::{cleanup_options, command_options, Sending};
 use super::Connection;
 use crate::report::NodeOutcome;
 use crate::scripts::Script;
+use crate::server_error::ServerErrorKind;
 
 /// What [`Connection::eval`] does when the node does not know the script (`NOSCRIPT`: the
 /// node restarted, or someone ran `SCRIPT FLUSH`).
@@ -78,7 +79,36 @@ impl Connection {
             .await
     }
 
+    /// [`eval_once`](Self::eval_once), and on a cluster member whose master sent the
+    /// command on to another ([`ServerErrorKind::Redirected`]: nothing ran), once more for
+    /// a command that may run twice (a release, an extension, a read): fred has learnt the
+    /// cluster's slots again, so it goes to the slot's master now. Never an acquisition
+    /// (see [`OnNoScript::Refuse`]).
+    ///
+    /// [`ServerErrorKind::Redirected`]: crate::ServerErrorKind::Redirected
     async fn eval_as(
+        &self,
+        script: &Script,
+        keys: &[Key],
+        args: &[Value],
+        on_no_script: OnNoScript,
+        sending: Sending,
+    ) -> Result<Value, NodeOutcome> {
+        let first = self
+            .eval_once(script, keys, args, on_no_script, sending)
+            .await;
+        match first {
+            Err(NodeOutcome::ServerError(e))
+                if e.kind == ServerErrorKind::Redirected && on_no_script == OnNoScript::Resend =>
+            {
+                self.eval_once(script, keys, args, on_no_script, sending)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    async fn eval_once(
         &self,
         script: &Script,
         keys: &[Key],

@@ -217,6 +217,13 @@ pub(crate) fn failure(e: &FredError, command: &'static str) -> NodeOutcome {
     }
 }
 
+/// Whether fred failed a command because it would have written it a second time, which
+/// the one attempt a command has forbids: on a cluster member, after a `MOVED` or `ASK`
+/// (see [`ServerErrorKind::Redirected`](crate::ServerErrorKind::Redirected)).
+pub(crate) fn is_redirected(e: &FredError) -> bool {
+    *e.kind() == ErrorKind::Unknown && e.details() == "Too many failed write attempts."
+}
+
 /// Whether fred failed a command because this client's tasks are gone (it was quit, or
 /// the runtime it was connected in stopped), which it reports under `Unknown` like a
 /// server's error reply: "Failed to send command to router." or "Client is not

@@ -12,6 +12,7 @@ use fred::types::config::Options;
 use super::failure::{self, ConnectFailure};
 use super::Connection;
 use crate::report::{ClosedReason, NodeOutcome};
+use crate::server_error::{ServerError, ServerErrorKind};
 
 impl Connection {
     /// A command under fred's own timeout (the node timeout, from the per-command
@@ -68,6 +69,13 @@ impl Connection {
                     .closed()
                     .unwrap_or(ClosedReason::RuntimeStopped),
             );
+        }
+        if failure::is_redirected(e) && self.is_cluster() {
+            return NodeOutcome::ServerError(ServerError::of_kind(
+                ServerErrorKind::Redirected,
+                command,
+                "the cluster sent the command to another master (MOVED or ASK)",
+            ));
         }
         if *e.kind() == ErrorKind::Canceled || failure::is_unrouted(e) {
             if let Some(failure) = self.connect_failure() {

@@ -86,13 +86,15 @@ fn not_ready(outcome: &NodeOutcome) -> bool {
 }
 
 /// Whether a command that removes what is ours ([`Request::redo`](super::Request)) must be
-/// sent again on a node: it did not answer, so it may not have run there, or the node was
-/// not ready for it (`LOADING`, `BUSY`: it did not run).
+/// sent again on a node: it did not answer, so it may not have run there, the node was
+/// not ready for it (`LOADING`, `BUSY`: it did not run), or a cluster member's master sent
+/// it on to another (`MOVED`, `ASK`).
 pub(super) fn needs_redo(outcome: &NodeOutcome) -> bool {
     matches!(
         outcome,
         NodeOutcome::TimedOut | NodeOutcome::ConnectionError(_)
     ) || not_ready(outcome)
+        || matches!(outcome, NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::Redirected)
 }
 
 /// What outlives the decision.

@@ -1,11 +1,14 @@
 //! [`ClusterSet`]: a Redis Cluster of local `redis-server` processes, started on free loopback
 //! ports, for a lock whose quorum member is a whole cluster.
 //!
-//! The masters are started as a [`NodeSet`] with `--cluster-enabled yes`, so every fault of a
-//! node (kill, pause, restart) works on one master. The slots are split evenly, in order:
-//! master 0 serves the first range, and so on. The cluster is formed by hand (`CLUSTER
-//! ADDSLOTSRANGE` on each master, `CLUSTER MEET` from the first), so no `redis-cli` is needed,
-//! and the set waits until every master reports `cluster_state:ok`.
+//! Its processes are started as a [`NodeSet`] with `--cluster-enabled yes`, so every fault of a
+//! node (kill, pause, restart) works on one master or replica. The slots are split evenly, in
+//! order: shard 0 serves the first range, and so on. The cluster is formed by hand (`CLUSTER
+//! ADDSLOTSRANGE` on each master, `CLUSTER MEET` from the first node, `CLUSTER REPLICATE` on
+//! each replica), so no `redis-cli` is needed, and the set waits until every node reports
+//! `cluster_state:ok` and every replica is linked. A slot can be moved to another shard
+//! ([`ClusterSet::move_slot`]) and a shard failed over to its replica
+//! ([`ClusterSet::fail_over`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
@@ -21,23 +24,53 @@ pub const CLUSTER_SLOTS: u16 = 16384;
 /// How long a new cluster may take to agree on its slots.
 const FORM_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A Redis Cluster of `masters` local processes (no replicas).
+/// A Redis Cluster of local processes: `masters` shards, each a master and, when asked
+/// for, replicas.
 ///
-/// Dropping it kills and reaps every process, as a [`NodeSet`] does.
+/// Shard `i` serves the `i`-th range of slots ([`slots`](Self::slots)); its master is
+/// [`master(i)`](Self::master), which a failover ([`fail_over`](Self::fail_over)) changes.
+/// Every process is a [`Node`] of [`nodes`](Self::nodes): the masters first, then the
+/// replicas shard by shard. Dropping the set kills and reaps every process, as a
+/// [`NodeSet`] does.
 #[derive(Debug)]
 pub struct ClusterSet {
-    masters: NodeSet,
-    /// Slots moved since the cluster was formed ([`ClusterSet::move_slot`]), to the index of
-    /// the master that serves them now.
+    nodes: NodeSet,
+    /// For each shard, the index in `nodes` of its master now, then of its replicas.
+    shards: Mutex<Vec<Vec<usize>>>,
+    /// Slots moved since the cluster was formed ([`ClusterSet::move_slot`]), to the shard
+    /// that serves them now.
     moved: Mutex<BTreeMap<u16, usize>>,
 }
 
+/// How a replica takes its master's place ([`ClusterSet::fail_over`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failover {
+    /// `CLUSTER FAILOVER`: the master stops taking writes, the replica catches up with it,
+    /// then takes over. Nothing is lost.
+    Coordinated,
+    /// `CLUSTER FAILOVER FORCE`: the replica takes over at once, with what it had
+    /// received: writes the master had not sent it yet are lost (an election still runs).
+    Force,
+    /// `CLUSTER FAILOVER TAKEOVER`: as `Force`, without an election.
+    Takeover,
+}
+
 impl ClusterSet {
-    /// Starts a cluster of `masters` masters, each serving an equal share of the slots, and
-    /// waits until all of them report `cluster_state:ok`.
+    /// Starts a cluster of `masters` masters with no replicas (see
+    /// [`start_with_replicas`](Self::start_with_replicas)).
+    pub async fn start(masters: usize) -> Result<ClusterSet, HarnessError> {
+        Self::start_with_replicas(masters, 0).await
+    }
+
+    /// Starts a cluster of `masters` masters, each serving an equal share of the slots, with
+    /// `replicas` replicas each, and waits until every node reports `cluster_state:ok` and
+    /// every replica is linked to its master.
     ///
     /// `masters` must be at least 1. Fails with [`HarnessError::InvalidOptions`] otherwise.
-    pub async fn start(masters: usize) -> Result<ClusterSet, HarnessError> {
+    pub async fn start_with_replicas(
+        masters: usize,
+        replicas: usize,
+    ) -> Result<ClusterSet, HarnessError> {
         if masters == 0 || masters > usize::from(CLUSTER_SLOTS) {
             return Err(HarnessError::InvalidOptions {
                 reason: format!("a cluster needs 1 to {CLUSTER_SLOTS} masters, not {masters}"),
@@ -61,20 +94,29 @@ impl ClusterSet {
             .to_vec(),
             ..NodeOptions::default()
         };
-        let set = NodeSet::start_with(masters, opts).await?;
+        let nodes = NodeSet::start_with(masters * (1 + replicas), opts).await?;
+        let shards = (0..masters)
+            .map(|i| {
+                let mut shard = vec![i];
+                shard.extend((0..replicas).map(|r| masters + i * replicas + r));
+                shard
+            })
+            .collect();
         let cluster = ClusterSet {
-            masters: set,
+            nodes,
+            shards: Mutex::new(shards),
             moved: Mutex::new(BTreeMap::new()),
         };
-        cluster.form().await?;
+        cluster.form(masters).await?;
         Ok(cluster)
     }
 
-    async fn form(&self) -> Result<(), HarnessError> {
-        let n = self.masters.len();
-        for (i, node) in self.masters.iter().enumerate() {
-            let (first, last) = slot_range(i, n);
-            node.redis()
+    async fn form(&self, masters: usize) -> Result<(), HarnessError> {
+        for i in 0..masters {
+            let (first, last) = slot_range(i, masters);
+            self.nodes
+                .node(i)
+                .redis()
                 .command(&[
                     "CLUSTER",
                     "ADDSLOTSRANGE",
@@ -83,93 +125,149 @@ impl ClusterSet {
                 ])
                 .await?;
         }
-        let first = self.masters.node(0).redis();
-        for node in self.masters.iter().skip(1) {
+        let first = self.nodes.node(0).redis();
+        for node in self.nodes.iter().skip(1) {
             first
                 .command(&["CLUSTER", "MEET", "127.0.0.1", &node.port().to_string()])
                 .await?;
         }
+        let total = self.nodes.len();
+        // A replica may follow a master only once it knows it.
+        let all_known = || async {
+            for node in self.nodes.iter() {
+                match text(node.redis().command(&["CLUSTER", "NODES"]).await) {
+                    Some(nodes) if nodes.lines().count() == total => {}
+                    _ => return false,
+                }
+            }
+            true
+        };
+        self.formed(all_known, "know every node").await?;
+        for shard in self.shards().iter() {
+            let master_id = node_id(&self.nodes.node(shard[0]).redis()).await?;
+            for &replica in &shard[1..] {
+                self.nodes
+                    .node(replica)
+                    .redis()
+                    .command(&["CLUSTER", "REPLICATE", &master_id])
+                    .await?;
+            }
+        }
         let all_ok = || async {
-            for node in self.masters.iter() {
-                if !cluster_ok(&node.redis()).await {
+            for node in self.nodes.iter() {
+                let at = node.redis();
+                let ok = text(at.command(&["CLUSTER", "INFO"]).await)
+                    .is_some_and(|info| info.contains("cluster_state:ok"));
+                let linked = text(at.command(&["INFO", "replication"]).await).is_some_and(
+                    |info| info.contains("role:master") || info.contains("master_link_status:up"),
+                );
+                if !(ok && linked) {
                     return false;
                 }
             }
             true
         };
-        if poll::eventually(FORM_TIMEOUT, all_ok).await {
-            Ok(())
-        } else {
-            Err(HarnessError::InvalidOptions {
-                reason: format!(
-                    "the cluster of {n} masters did not report cluster_state:ok within \
-                     {FORM_TIMEOUT:?}; see the masters' logs"
-                ),
-            })
+        self.formed(all_ok, "report cluster_state:ok with every replica linked")
+            .await
+    }
+
+    async fn formed<F, Fut>(&self, check: F, what: &str) -> Result<(), HarnessError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        if poll::eventually(FORM_TIMEOUT, check).await {
+            return Ok(());
         }
+        Err(HarnessError::InvalidOptions {
+            reason: format!(
+                "the cluster's {} nodes did not {what} within {FORM_TIMEOUT:?}; see their logs",
+                self.nodes.len()
+            ),
+        })
+    }
+
+    fn shards(&self) -> std::sync::MutexGuard<'_, Vec<Vec<usize>>> {
+        self.shards.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The cluster's URL, as a lock's node list takes it:
     /// `redis-cluster://127.0.0.1:P0?node=127.0.0.1:P1&...`, every master a seed.
     pub fn url(&self) -> String {
-        let mut masters = self.masters.iter();
-        let first = masters.next().map_or(0, Node::port);
-        let mut url = format!("redis-cluster://127.0.0.1:{first}");
-        for (i, node) in masters.enumerate() {
-            url.push(if i == 0 { '?' } else { '&' });
-            url.push_str(&format!("node=127.0.0.1:{}", node.port()));
+        let masters = self.shards().len();
+        let mut url = String::from("redis-cluster://");
+        for i in 0..masters {
+            if i == 1 {
+                url.push('?');
+            } else if i > 1 {
+                url.push('&');
+            }
+            if i > 0 {
+                url.push_str("node=");
+            }
+            url.push_str(&format!("127.0.0.1:{}", self.nodes.node(i).port()));
         }
         url
     }
 
-    /// The masters, in slot order: master `i` serves the `i`-th range of slots.
-    pub fn masters(&self) -> &NodeSet {
-        &self.masters
+    /// Every process: the masters as started first, then the replicas shard by shard.
+    pub fn nodes(&self) -> &NodeSet {
+        &self.nodes
     }
 
-    /// The first and last slot master `i` was given (no failover since).
+    /// The number of shards (masters).
+    pub fn shard_count(&self) -> usize {
+        self.shards().len()
+    }
+
+    /// The master of shard `i` now. Panics if `i` is out of range.
+    pub fn master(&self, i: usize) -> &Node {
+        self.nodes.node(self.shards()[i][0])
+    }
+
+    /// The masters now, shard by shard.
+    pub fn masters(&self) -> Vec<&Node> {
+        let shards = self.shards();
+        shards.iter().map(|shard| self.nodes.node(shard[0])).collect()
+    }
+
+    /// The first replica of shard `i` now, if it has one.
+    pub fn replica(&self, i: usize) -> Option<&Node> {
+        self.shards()[i].get(1).map(|&r| self.nodes.node(r))
+    }
+
+    /// The first and last slot shard `i` was given.
     pub fn slots(&self, i: usize) -> (u16, u16) {
-        slot_range(i, self.masters.len())
+        slot_range(i, self.shard_count())
     }
 
-    /// The master that serves `key`'s slot: as the cluster was formed, or as
-    /// [`move_slot`](Self::move_slot) moved it (no failover since).
-    pub fn master_of(&self, key: &str) -> &Node {
-        self.masters.node(self.serving(slot_of(key)))
-    }
-
-    /// The index of the master that serves `slot`.
-    fn serving(&self, slot: u16) -> usize {
+    /// The shard that serves `key`'s slot: as the cluster was formed, or as
+    /// [`move_slot`](Self::move_slot) moved it.
+    pub fn shard_of(&self, key: &str) -> usize {
+        let slot = slot_of(key);
         let moved = self.moved.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(&i) = moved.get(&slot) {
             return i;
         }
-        let n = self.masters.len();
+        let n = self.shard_count();
         (0..n)
             .find(|&i| slot <= slot_range(i, n).1)
             .unwrap_or(n - 1)
     }
 
-    /// Moves `key`'s slot, with its keys, to master `to`, as a resharding does (`CLUSTER
+    /// The master that serves `key`'s slot now.
+    pub fn master_of(&self, key: &str) -> &Node {
+        self.master(self.shard_of(key))
+    }
+
+    /// Moves `key`'s slot, with its keys, to shard `to`, as a resharding does (`CLUSTER
     /// SETSLOT .. IMPORTING`/`MIGRATING`, `MIGRATE`, then `SETSLOT .. NODE` on every
     /// master): a client that routed the slot to its old master is answered `MOVED` there.
     pub async fn move_slot(&self, key: &str, to: usize) -> Result<(), HarnessError> {
         let slot = slot_of(key);
-        let from = self.serving(slot);
-        let (source, target) = (
-            self.masters.node(from).redis(),
-            self.masters.node(to).redis(),
-        );
-        let id = |at: RedisAt| async move {
-            match at.command(&["CLUSTER", "MYID"]).await? {
-                Value::String(id) => Ok(id.to_string()),
-                Value::Bytes(id) => Ok(String::from_utf8_lossy(&id).into_owned()),
-                other => Err(HarnessError::InvalidOptions {
-                    reason: format!("CLUSTER MYID answered {other:?}"),
-                }),
-            }
-        };
-        let (from_id, to_id) = (id(source.clone()).await?, id(target.clone()).await?);
+        let from = self.shard_of(key);
+        let (source, target) = (self.master(from).redis(), self.master(to).redis());
+        let (from_id, to_id) = (node_id(&source).await?, node_id(&target).await?);
         let slot_arg = slot.to_string();
         if from != to {
             target
@@ -189,14 +287,15 @@ impl ClusterSet {
                 _ => Vec::new(),
             };
             if !keys.is_empty() {
-                let port = self.masters.node(to).port().to_string();
+                let port = self.master(to).port().to_string();
                 let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
                 migrate.extend(keys.iter().map(String::as_str));
                 source.command(&migrate).await?;
             }
         }
-        for node in self.masters.iter() {
-            node.redis()
+        for master in self.masters() {
+            master
+                .redis()
                 .command(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &to_id])
                 .await?;
         }
@@ -204,6 +303,35 @@ impl ClusterSet {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(slot, to);
+        Ok(())
+    }
+
+    /// Promotes shard `i`'s first replica to its master, as `how` says, and waits until it
+    /// reports itself master and the cluster `cluster_state:ok` again; the old master
+    /// becomes its replica (when it is up). Fails with [`HarnessError::InvalidOptions`]
+    /// for a shard without a replica.
+    pub async fn fail_over(&self, i: usize, how: Failover) -> Result<(), HarnessError> {
+        let Some(replica) = self.shards()[i].get(1).copied() else {
+            return Err(HarnessError::InvalidOptions {
+                reason: format!("shard {i} has no replica to fail over to"),
+            });
+        };
+        let at = self.nodes.node(replica).redis();
+        let mut words = vec!["CLUSTER", "FAILOVER"];
+        match how {
+            Failover::Coordinated => {}
+            Failover::Force => words.push("FORCE"),
+            Failover::Takeover => words.push("TAKEOVER"),
+        }
+        at.command(&words).await?;
+        let promoted = || async {
+            text(at.command(&["INFO", "replication"]).await)
+                .is_some_and(|info| info.contains("role:master"))
+                && text(at.command(&["CLUSTER", "INFO"]).await)
+                    .is_some_and(|info| info.contains("cluster_state:ok"))
+        };
+        self.formed(promoted, "promote the replica").await?;
+        self.shards()[i].swap(0, 1);
         Ok(())
     }
 
@@ -216,8 +344,8 @@ impl ClusterSet {
     /// is connected to one of them, and hears what any of them publishes).
     pub async fn subscribers(&self, channel: &str) -> Result<u64, HarnessError> {
         let mut total = 0;
-        for node in self.masters.iter() {
-            total += node.redis().subscribers(channel).await?;
+        for master in self.masters() {
+            total += master.redis().subscribers(channel).await?;
         }
         Ok(total)
     }
@@ -225,11 +353,28 @@ impl ClusterSet {
     /// The number of keys over all masters (`DBSIZE` on each).
     pub async fn dbsize(&self) -> Result<u64, HarnessError> {
         let mut total = 0;
-        for node in self.masters.iter() {
-            total += node.redis().dbsize().await?;
+        for master in self.masters() {
+            total += master.redis().dbsize().await?;
         }
         Ok(total)
     }
+}
+
+/// The text of a reply, if it is one.
+fn text(reply: Result<Value, HarnessError>) -> Option<String> {
+    match reply {
+        Ok(Value::String(text)) => Some(text.to_string()),
+        Ok(Value::Bytes(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        _ => None,
+    }
+}
+
+/// The cluster node ID of the server at `at` (`CLUSTER MYID`).
+async fn node_id(at: &RedisAt) -> Result<String, HarnessError> {
+    let reply = at.command(&["CLUSTER", "MYID"]).await;
+    text(reply).ok_or_else(|| HarnessError::InvalidOptions {
+        reason: format!("{} did not answer CLUSTER MYID with its ID", at.name()),
+    })
 }
 
 /// The hash slot of `key`.
@@ -244,15 +389,6 @@ fn slot_range(i: usize, n: usize) -> (u16, u16) {
     let last = slots * (i + 1) / n - 1;
     // Both are below `CLUSTER_SLOTS`, which fits a `u16`.
     (first as u16, last as u16)
-}
-
-/// Whether the server at `at` reports `cluster_state:ok`.
-async fn cluster_ok(at: &RedisAt) -> bool {
-    match at.command(&["CLUSTER", "INFO"]).await {
-        Ok(Value::String(text)) => text.contains("cluster_state:ok"),
-        Ok(Value::Bytes(bytes)) => String::from_utf8_lossy(&bytes).contains("cluster_state:ok"),
-        _ => false,
-    }
 }
 
 #[cfg(test)]

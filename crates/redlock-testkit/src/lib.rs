@@ -153,7 +153,7 @@ mod set;
 mod urls;
 
 pub use clock::{ClockControl, ClockShim};
-pub use cluster::{ClusterSet, CLUSTER_SLOTS};
+pub use cluster::{ClusterSet, Failover, CLUSTER_SLOTS};
 pub use docker::{DockerOptions, DockerSet};
 pub use error::HarnessError;
 pub use inspect::{RedisAt, INSPECT_TIMEOUT};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::coordinator_at;
 use redlock_client::{Error, LockOptions, Owner, Redlock};
 use redlock_core::{ArgumentError, HealthProblem, NodeOutcome};
-use redlock_testkit::{ClusterSet, NodeSet};
+use redlock_testkit::{ClusterSet, Failover, NodeSet};
 
 const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -326,5 +326,77 @@ async fn a_moved_slot_is_followed_by_extensions_and_releases_and_by_the_next_acq
     c.release(&extended).await.unwrap().settled().await;
     c.release(&b).await.unwrap().settled().await;
     c.quiesce().await;
+    nothing_left([&one, &two]).await;
+}
+
+/// With `replica_acks`, a cluster member's vote counts only once a replica acknowledged
+/// the write (`WAIT`): with the replica stopped it does not, and nothing is left; a forced
+/// failover then keeps the lock on the promoted replica, and the lock extends and releases
+/// on it. The control: without `replica_acks` the same acquisition, which no replica has,
+/// is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_acks_a_cluster_members_locks_survive_a_failover() {
+    // Every member with a replica: one without could never acknowledge.
+    let (one, two) = tokio::join!(
+        ClusterSet::start_with_replicas(2, 1),
+        ClusterSet::start_with_replicas(1, 1)
+    );
+    let (one, two) = (one.unwrap(), two.unwrap());
+    let config = |replica_acks| redlock_core::Config {
+        nodes: vec![one.url(), two.url()],
+        node_timeout: NODE_TIMEOUT,
+        replica_acks,
+        ..Default::default()
+    };
+    let acked = redlock_core::Coordinator::connect(config(1)).await.unwrap();
+    let lock = acked.acquire("a", TTL).await.unwrap();
+    let shard = one.shard_of("a");
+    let replica = one.replica(shard).unwrap();
+
+    replica.pause().unwrap();
+    let err = acked.acquire("{a}:2", TTL).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("not acknowledged by enough replicas"),
+        "{err}"
+    );
+    if let redlock_core::Error::NoQuorum { report } = &err {
+        report.settled().await;
+    }
+    assert!(
+        !one.exists("{a}:2").await.unwrap(),
+        "the lost acquisition was rolled back"
+    );
+    // The control: without acknowledgement the member grants it.
+    let unacked = redlock_core::Coordinator::connect(config(0)).await.unwrap();
+    let granted = unacked.acquire("{a}:3", TTL).await.unwrap();
+    unacked.release(&granted).await.unwrap().settled().await;
+    replica.resume().unwrap();
+
+    one.fail_over(shard, Failover::Force).await.unwrap();
+    assert_eq!(one.master(shard).port(), replica.port());
+    assert_eq!(
+        one.master_of("a").get("a").await.unwrap().as_deref(),
+        Some(lock.token().as_str()),
+        "the promoted replica has the lock"
+    );
+    let err = acked.acquire("a", TTL).await.unwrap_err();
+    assert!(err.to_string().contains("held by another owner"), "{err}");
+    // The demoted master closed its clients' connections: a command in flight then
+    // failed; the next ones go to the promoted replica.
+    let mut extended = None;
+    for _ in 0..20 {
+        match acked.extend(&lock, Duration::from_secs(60)).await {
+            Ok(lock) => {
+                extended = Some(lock);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let extended = extended.expect("the lock extends on the promoted replica");
+    acked.release(&extended).await.unwrap().settled().await;
+    acked.quiesce().await;
+    unacked.quiesce().await;
     nothing_left([&one, &two]).await;
 }

@@ -168,6 +168,15 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets how many replicas of a cluster member's master must acknowledge each
+    /// acquisition and extension before the member's vote counts (see
+    /// [`LockConfig::replica_acks`]). Defaults to `0`.
+    #[must_use]
+    pub fn replica_acks(mut self, replicas: u32) -> Self {
+        self.config.replica_acks = replicas;
+        self
+    }
+
     /// Sets whether every lock gets a fencing token. Defaults to `false`.
     #[must_use]
     pub fn fencing(mut self, fencing: bool) -> Self {

@@ -53,6 +53,12 @@ pub enum ServerErrorKind {
     /// run after a later release of the lock) and counts as failed there this round:
     /// transient.
     Redirected,
+    /// Not a reply: a cluster member's master ran an acquisition or an extension, but
+    /// fewer of its replicas than `Config::replica_acks` acknowledged it in time (`WAIT`).
+    /// A failover now could promote a replica without it, so the member's vote does not
+    /// count, and an acquisition is rolled back there: transient, unless the master has
+    /// too few replicas.
+    NotReplicated,
     /// Any other error reply, or a reply the lock does not understand.
     Unknown,
 }
@@ -164,6 +170,11 @@ impl ServerErrorKind {
                 "a slot of the cluster member moved to another master (a resharding or a \
                  failover); its commands go there from now on: retry"
             }
+            ServerErrorKind::NotReplicated => {
+                "the cluster member's master has fewer replicas in sync than `replica_acks` \
+                 asks for (down, lagging, or too few configured): bring them back, or lower \
+                 `replica_acks`"
+            }
             ServerErrorKind::SameServer => {
                 "two node URLs reach this one server (another address, name or database of \
                  it), which would cast two votes, so the later casts none: list each \
@@ -192,6 +203,7 @@ impl fmt::Display for ServerErrorKind {
             ServerErrorKind::SameServer => "same server as another node",
             ServerErrorKind::NotIdentified => "not identified yet",
             ServerErrorKind::Redirected => "redirected to another master",
+            ServerErrorKind::NotReplicated => "not acknowledged by enough replicas",
             ServerErrorKind::Unknown => "error reply",
         })
     }

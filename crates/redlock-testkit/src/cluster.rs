@@ -84,6 +84,16 @@ impl ClusterSet {
                 "nodes.conf",
                 "--cluster-node-timeout",
                 "2000",
+                // What `CLUSTER SLOTS` names each node by: a node that met no other (a
+                // cluster of one) would name itself by an empty address.
+                "--cluster-announce-ip",
+                "127.0.0.1",
+                // A replica synchronises from a snapshot on disk, at once and streaming
+                // from then on: a diskless one waits 5 s to start, and its master streams
+                // the writes that follow only after the replica's first acknowledgement,
+                // up to a second later, during which a `WAIT` finds no replica.
+                "--repl-diskless-sync",
+                "no",
                 // A lock member's data lives on the master that serves its slot: a master
                 // lost with no replica leaves its slots uncovered, and the others must not
                 // answer for the whole cluster as if all was well.
@@ -136,14 +146,18 @@ impl ClusterSet {
         let all_known = || async {
             for node in self.nodes.iter() {
                 match text(node.redis().command(&["CLUSTER", "NODES"]).await) {
-                    Some(nodes) if nodes.lines().count() == total => {}
+                    // A node met but not yet shaken hands with is listed under a
+                    // temporary ID, which `CLUSTER REPLICATE` does not know.
+                    Some(nodes)
+                        if nodes.lines().count() == total && !nodes.contains("handshake") => {}
                     _ => return false,
                 }
             }
             true
         };
         self.formed(all_known, "know every node").await?;
-        for shard in self.shards().iter() {
+        let shards = self.shards().clone();
+        for shard in &shards {
             let master_id = node_id(&self.nodes.node(shard[0]).redis()).await?;
             for &replica in &shard[1..] {
                 self.nodes
@@ -158,9 +172,9 @@ impl ClusterSet {
                 let at = node.redis();
                 let ok = text(at.command(&["CLUSTER", "INFO"]).await)
                     .is_some_and(|info| info.contains("cluster_state:ok"));
-                let linked = text(at.command(&["INFO", "replication"]).await).is_some_and(
-                    |info| info.contains("role:master") || info.contains("master_link_status:up"),
-                );
+                let linked = text(at.command(&["INFO", "replication"]).await).is_some_and(|info| {
+                    info.contains("role:master") || info.contains("master_link_status:up")
+                });
                 if !(ok && linked) {
                     return false;
                 }
@@ -228,7 +242,10 @@ impl ClusterSet {
     /// The masters now, shard by shard.
     pub fn masters(&self) -> Vec<&Node> {
         let shards = self.shards();
-        shards.iter().map(|shard| self.nodes.node(shard[0])).collect()
+        shards
+            .iter()
+            .map(|shard| self.nodes.node(shard[0]))
+            .collect()
     }
 
     /// The first replica of shard `i` now, if it has one.

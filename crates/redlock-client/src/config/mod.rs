@@ -129,6 +129,11 @@ pub struct LockConfig {
     /// of one (the bound of `RetryPolicy::max_wait` past its deadline).
     /// Defaults to `true`.
     pub group_commit: bool,
+    /// On a member that is a whole cluster (`redis-cluster://`), how many replicas must
+    /// acknowledge each acquisition and extension (`WAIT`) before that member's vote
+    /// counts, so that a lock survives the failover of the master that holds it; see
+    /// [`redlock_core::Config::replica_acks`]. `0`: no `WAIT`. Defaults to `0`.
+    pub replica_acks: u32,
 }
 
 impl Default for LockConfig {
@@ -151,6 +156,7 @@ impl Default for LockConfig {
             tls: None,
             health: HealthPolicy::default(),
             group_commit: true,
+            replica_acks: 0,
         }
     }
 }
@@ -174,6 +180,7 @@ impl fmt::Debug for LockConfig {
             .field("tls", &self.tls)
             .field("health", &self.health)
             .field("group_commit", &self.group_commit)
+            .field("replica_acks", &self.replica_acks)
             .finish()
     }
 }
@@ -193,6 +200,7 @@ impl LockConfig {
             tls: self.tls.clone(),
             health: self.health,
             group_commit: self.group_commit,
+            replica_acks: self.replica_acks,
             ..redlock_core::Config::default()
         }
     }

@@ -106,6 +106,14 @@ pub struct Config {
     /// call per node, each lock still decided on its own quorum (group commit). A lone
     /// acquisition is one `SET NX PX` either way. Defaults to `true`.
     pub group_commit: bool,
+    /// On a member that is a whole cluster: how many replicas of the master that ran an
+    /// acquisition or an extension must have acknowledged it (`WAIT`, sent right behind
+    /// it) before that member's vote counts. A master that fails over promotes a replica,
+    /// which forgets what it had not received: with acknowledgement, a lock the member
+    /// granted survives a failover to a replica that acknowledged it. It is not
+    /// durability (a replica that did not acknowledge can still be promoted). `0`: no
+    /// `WAIT`. Single servers ignore it. Defaults to `0`.
+    pub replica_acks: u32,
 }
 
 /// What connecting does about a node whose settings break the algorithm's assumptions
@@ -146,6 +154,7 @@ impl fmt::Debug for Config {
             .field("tls", &self.tls)
             .field("health", &self.health)
             .field("group_commit", &self.group_commit)
+            .field("replica_acks", &self.replica_acks)
             .finish()
     }
 }
@@ -165,6 +174,7 @@ impl Default for Config {
             tls: None,
             health: HealthPolicy::default(),
             group_commit: true,
+            replica_acks: 0,
         }
     }
 }

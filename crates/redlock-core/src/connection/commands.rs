@@ -16,7 +16,7 @@ use super::sending::{cleanup_options, command_options, Sending};
 use super::Connection;
 use crate::report::NodeOutcome;
 use crate::scripts::Script;
-use crate::server_error::ServerErrorKind;
+use crate::server_error::{ServerError, ServerErrorKind};
 
 /// What [`Connection::eval`] does when the node does not know the script (`NOSCRIPT`: the
 /// node restarted, or someone ran `SCRIPT FLUSH`).
@@ -101,11 +101,52 @@ impl Connection {
             Err(NodeOutcome::ServerError(e))
                 if e.kind == ServerErrorKind::Redirected && on_no_script == OnNoScript::Resend =>
             {
-                self.eval_once(script, keys, args, on_no_script, sending)
-                    .await
+                let reply = self
+                    .eval_once(script, keys, args, on_no_script, sending)
+                    .await?;
+                // A `WAIT` sent behind the first (see `Command::send`) reached the old
+                // master: the new one is asked now.
+                if let Some(key) = keys.first().filter(|_| self.replica_acks > 0) {
+                    self.wait_for_replicas(key).await?;
+                }
+                Ok(reply)
             }
             other => other,
         }
+    }
+
+    /// `WAIT <replica_acks> <half the node timeout>` on the master of `key`'s slot, on a
+    /// cluster member: sent right behind a write to that master (on the same connection,
+    /// so it counts the write), it answers how many replicas have everything written to
+    /// the master so far. `Err` with [`ServerErrorKind::NotReplicated`] when fewer than
+    /// `Config::replica_acks` did within the time: the member's vote must not count.
+    /// Half the node timeout, so that the server answers before fred's timeout ends the
+    /// wait (a node that does not answer at all is `TimedOut` as for any command).
+    ///
+    /// [`ServerErrorKind::NotReplicated`]: crate::ServerErrorKind::NotReplicated
+    pub(crate) async fn wait_for_replicas(&self, key: &Key) -> Result<(), NodeOutcome> {
+        let wanted = self.replica_acks;
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let within = i64::try_from((self.timeout / 2).as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1);
+        let command = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), false);
+        let args = vec![Value::from(i64::from(wanted)), Value::from(within)];
+        let fut = boxed(
+            Box::new_uninit(),
+            self.cmd.custom::<Value, Value>(command, args),
+        );
+        let acked = self.bounded(fut, "WAIT").await?.as_u64().unwrap_or(0);
+        if acked >= u64::from(wanted) {
+            return Ok(());
+        }
+        Err(NodeOutcome::ServerError(ServerError::of_kind(
+            ServerErrorKind::NotReplicated,
+            "WAIT",
+            format!(
+                "{acked} of the {wanted} replicas wanted acknowledged the write within {within} ms"
+            ),
+        )))
     }
 
     async fn eval_once(

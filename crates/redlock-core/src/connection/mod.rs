@@ -81,6 +81,9 @@ pub(crate) struct Connection {
     pub(crate) identity: Identity,
     /// Its connections, for the task that identifies it again after each.
     reconnections: Arc<Reconnections>,
+    /// On a cluster member, how many replicas must acknowledge an acquisition or an
+    /// extension (`Config::replica_acks`); 0 on a single server.
+    replica_acks: u32,
 }
 
 impl Connection {
@@ -92,6 +95,7 @@ impl Connection {
         liveness: Arc<Liveness>,
     ) -> Result<Connection, ConfigError> {
         let timeout = config.node_timeout;
+        let endpoint_is_cluster = endpoint.fred.server.is_clustered();
         let client = factory::round_client(&endpoint, config)?;
         let cmd = Arc::new(client.with_options(&command_options(timeout)));
         let last_error = Arc::new(Mutex::new(None));
@@ -146,6 +150,11 @@ impl Connection {
             native,
             identity: Identity::default(),
             reconnections,
+            replica_acks: if endpoint_is_cluster {
+                config.replica_acks
+            } else {
+                0
+            },
         })
     }
 
@@ -177,6 +186,12 @@ impl Connection {
     /// keys' slot.
     pub(crate) fn is_cluster(&self) -> bool {
         self.client.is_clustered()
+    }
+
+    /// How many replicas must acknowledge an acquisition or an extension before the
+    /// member's vote counts: `Config::replica_acks` on a cluster member, 0 otherwise.
+    pub(crate) fn replica_acks(&self) -> u32 {
+        self.replica_acks
     }
 
     /// The node timeout: how long one command may take.

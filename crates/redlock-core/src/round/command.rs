@@ -48,7 +48,38 @@ impl Command {
     /// Sends the command of a round of `kind` to one node; `ttl` is the TTL of the round's
     /// first request. An acquisition is one command, never sent again with its script's
     /// source: the caller's later commands (a release) must not overtake it.
+    ///
+    /// On a cluster member with `Config::replica_acks`, an acquisition or an extension has
+    /// a `WAIT` sent right behind it, in the same flight (see
+    /// `Connection::wait_for_replicas`): its answer counts only if enough replicas
+    /// acknowledged it.
     pub(crate) async fn send(
+        &self,
+        connection: &Connection,
+        kind: RoundKind,
+        ttl: Option<Duration>,
+    ) -> Result<Value, NodeOutcome> {
+        let key = match self {
+            Command::SetNx { key, .. } | Command::CompareAndDelete { key, .. } => Some(key),
+            Command::Script { keys, .. } => keys.first(),
+        };
+        let acked = key.filter(|_| {
+            connection.replica_acks() > 0 && matches!(kind, RoundKind::Acquire | RoundKind::Extend)
+        });
+        let Some(key) = acked else {
+            return self.send_once(connection, kind, ttl).await;
+        };
+        // Polled first, so the command is handed to fred before the `WAIT`.
+        let (reply, replicated) = futures::join!(
+            self.send_once(connection, kind, ttl),
+            connection.wait_for_replicas(key)
+        );
+        let reply = reply?;
+        replicated?;
+        Ok(reply)
+    }
+
+    async fn send_once(
         &self,
         connection: &Connection,
         kind: RoundKind,

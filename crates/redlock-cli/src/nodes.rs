@@ -53,6 +53,11 @@ struct NodeView {
     version: Option<String>,
     role: Option<String>,
     mode: Option<String>,
+    /// For a member that is a whole cluster: `cluster_state` (`ok`, `fail`), the worst its
+    /// masters report.
+    cluster_state: Option<String>,
+    /// For a member that is a whole cluster: how many of the 16384 slots are served.
+    cluster_slots_ok: Option<u32>,
     appendonly: Option<bool>,
     appendfsync: Option<String>,
     maxmemory_policy: Option<String>,
@@ -78,6 +83,8 @@ impl View {
                 version: h.version.clone(),
                 role: h.role.clone(),
                 mode: h.mode.clone(),
+                cluster_state: h.cluster.as_ref().and_then(|c| c.state.clone()),
+                cluster_slots_ok: h.cluster.as_ref().and_then(|c| c.slots_ok),
                 appendonly: h.appendonly,
                 appendfsync: h.appendfsync.clone(),
                 maxmemory_policy: h.maxmemory_policy.clone(),
@@ -115,7 +122,14 @@ impl View {
                     if node.healthy { "ok" } else { "PROBLEMS" },
                     unknown(&node.server),
                     unknown(&node.version),
-                    unknown(&node.mode),
+                    match &node.cluster_state {
+                        Some(state) => format!(
+                            "cluster (state {state}, {} of 16384 slots served)",
+                            node.cluster_slots_ok
+                                .map_or_else(|| "?".to_string(), |n| n.to_string())
+                        ),
+                        None => unknown(&node.mode),
+                    },
                     unknown(&node.role),
                     match node.appendonly {
                         Some(true) => "yes",

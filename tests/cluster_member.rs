@@ -235,7 +235,24 @@ async fn the_clients_locks_work_on_cluster_members() {
         ),
         "{err}"
     );
+    assert!(err.to_string().contains("hash tag"), "{err}");
     nothing_left(clusters).await;
+    c.shutdown().await;
+
+    // With a fence key that has a hash tag, fenced locks work, fair ones too.
+    let c = cluster_client(clusters, |b| {
+        b.fence_key("{redlock:fencing-counter}")
+            .fencing(true)
+            .fair(true)
+    })
+    .await;
+    let first = c.lock("f").await.unwrap();
+    let token = first.fencing_token().unwrap();
+    first.release().await.unwrap().settled().await;
+    let second = c.lock("g").await.unwrap();
+    assert!(second.fencing_token().unwrap() > token);
+    second.release().await.unwrap().settled().await;
+    c.coordinator().quiesce().await;
     c.shutdown().await;
 }
 
@@ -399,4 +416,72 @@ async fn with_replica_acks_a_cluster_members_locks_survive_a_failover() {
     acked.quiesce().await;
     unacked.quiesce().await;
     nothing_left([&one, &two]).await;
+}
+
+/// Fencing with cluster members, whose fence key has a hash tag: each cluster member keeps
+/// one counter, on the master of its slot, and a fenced acquisition reads it beside the
+/// lock's keys in the same flight. Tokens increase across locks of every slot and every
+/// kind (plain, over several keys, a permit, a writer), and each member's counter is at
+/// the last token. With the default key (no tag) fencing is refused, naming the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_locks_on_cluster_members_get_increasing_tokens() {
+    let (one, two, single) = members().await;
+    let fence_key = "{redlock:fencing-counter}";
+    let c = redlock_core::Coordinator::connect(redlock_core::Config {
+        nodes: urls(&one, &two, &single),
+        node_timeout: NODE_TIMEOUT,
+        fence_key: fence_key.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let fenced = |keys| redlock_core::Acquisition {
+        fenced: true,
+        ..redlock_core::Acquisition::new(keys, TTL)
+    };
+    let mut tokens = Vec::new();
+    for keys in [&["a"][..], &["b"], &["job:1"], &["{o}:x", "{o}:y"], &["a"]] {
+        let lock = c.acquire_with(fenced(keys)).await.unwrap();
+        tokens.push(lock.fencing_token().unwrap().get());
+        c.release(&lock).await.unwrap().settled().await;
+    }
+    let permit = c
+        .acquire_permit_with(redlock_core::PermitAcquisition {
+            fenced: true,
+            ..redlock_core::PermitAcquisition::new("jobs", 2, TTL)
+        })
+        .await
+        .unwrap();
+    tokens.push(permit.fencing_token().unwrap().get());
+    c.release(&permit).await.unwrap().settled().await;
+    let writer = c
+        .acquire_rw(redlock_core::RwAcquisition {
+            fenced: true,
+            ..redlock_core::RwAcquisition::write("doc", TTL)
+        })
+        .await
+        .unwrap();
+    tokens.push(writer.fencing_token().unwrap().get());
+    c.release(&writer).await.unwrap().settled().await;
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    let last = tokens.last().unwrap().to_string();
+    for cluster in [&one, &two] {
+        let counter = cluster.master_of(fence_key).get(fence_key).await.unwrap();
+        assert_eq!(counter.as_deref(), Some(last.as_str()));
+    }
+    c.quiesce().await;
+
+    let untagged = coordinator_at(urls(&one, &two, &single), NODE_TIMEOUT).await;
+    let err = untagged.acquire_with(fenced(&["a"])).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            redlock_core::Error::Argument(ArgumentError::FencingOnCluster { .. })
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("`{redlock:fencing-counter}`"),
+        "{err}"
+    );
 }

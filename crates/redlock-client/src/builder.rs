@@ -177,6 +177,14 @@ impl LockConfigBuilder {
         self
     }
 
+    /// Sets the key of each node's fencing counter (see [`LockConfig::fence_key`]).
+    /// Defaults to `{key_prefix}fencing-counter`.
+    #[must_use]
+    pub fn fence_key(mut self, key: impl Into<String>) -> Self {
+        self.config.fence_key = Some(key.into());
+        self
+    }
+
     /// Sets whether every lock gets a fencing token. Defaults to `false`.
     #[must_use]
     pub fn fencing(mut self, fencing: bool) -> Self {

@@ -87,9 +87,10 @@ pub(crate) struct Inner {
     pub(crate) fencing: crate::fence::State,
     /// The first member that is a whole cluster, if one is. Such a member runs each
     /// script on the master of its keys' slot, so a script may only name keys of one slot:
-    /// fencing (its counter is one key for every lock) and a lock over keys of several
-    /// slots are refused, and plain acquisitions and releases are not grouped (a group's
-    /// script names many locks' keys) until they are split per slot.
+    /// a lock over keys of several slots is refused, fencing needs a fence key with a hash
+    /// tag (its fenced acquisitions read the counter apart, see `scripts::Unfenced`), and
+    /// plain acquisitions and releases are not grouped (a group's script names many locks'
+    /// keys) until they are split per slot.
     pub(crate) cluster: Option<NodeName>,
     /// Whether plain acquisitions and releases are grouped: `Config::group_commit`, with no
     /// cluster member (see `cluster`).

@@ -192,13 +192,16 @@ pub enum ArgumentError {
         /// The configured per-node timeout.
         node_timeout: Duration,
     },
-    /// A fenced acquisition on a node set with a member that is a whole cluster: the
-    /// fencing counter is one key for every lock, in another hash slot than the lock's key,
-    /// and a script may only name keys of one slot there.
-    #[error("fencing tokens are not available with a cluster member yet (`{node}`): the fencing counter is one key for every lock, in another hash slot than the lock's key; take the lock unfenced, or list single servers only")]
+    /// A fenced acquisition on a node set with a member that is a whole cluster, whose
+    /// fence key has no hash tag: the counter's companions (its stamp, a repair's marker)
+    /// would fall in other hash slots than the counter, and a script may only name keys of
+    /// one slot there.
+    #[error("fencing with a cluster member (`{node}`) needs a fence key with a hash tag, such as `{{{fence_key}}}`, not `{fence_key}`, so that the counter and its companions share a slot; change it only on a node set that has handed out no token yet, or raise the new counters past the highest token after (`redlock fence --raise-to`)")]
     FencingOnCluster {
         /// The cluster member.
         node: String,
+        /// The fence key configured.
+        fence_key: String,
     },
     /// A lock over several keys whose hash slots differ, on a node set with a member that
     /// is a whole cluster: the lock is one script per member, and a script may only name

@@ -68,9 +68,17 @@ pub struct LockConfig {
     /// Give every lock a fencing token ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)),
     /// for resources that check tokens to reject writes from a holder that paused past its
     /// validity. It costs each acquisition one more round trip; per call, see
-    /// `LockOptions::fenced`. The counter lives under `{key_prefix}fencing-counter` on
-    /// each node. Defaults to `false`.
+    /// `LockOptions::fenced`. The counter lives under `fence_key` on each node. Defaults
+    /// to `false`.
     pub fencing: bool,
+    /// The key of each node's fencing counter. `None`: `{key_prefix}fencing-counter`. With
+    /// a member that is a whole cluster it needs a hash tag, such as
+    /// `{redlock:fencing-counter}`, so that the counter and its companions share a slot
+    /// (see [`redlock_core::ArgumentError::FencingOnCluster`]). Tokens increase only
+    /// along one counter: change it only on a node set that has handed out no token yet,
+    /// or raise the new counters past the highest token after (`redlock fence
+    /// --raise-to`). Defaults to `None`.
+    pub fence_key: Option<String>,
     /// Give locks (plain, reentrant, fenced or over several keys) to their waiters in the
     /// order they began waiting, across clients and processes: a waiter queue per key on
     /// every node lets only the oldest waiter try (see [`redlock_core::support::FairPlace`]), so
@@ -151,6 +159,7 @@ impl Default for LockConfig {
             key_prefix: "redlock:".into(),
             notify: true,
             fencing: false,
+            fence_key: None,
             fair: false,
             min_validity: None,
             tls: None,
@@ -175,6 +184,7 @@ impl fmt::Debug for LockConfig {
             .field("key_prefix", &self.key_prefix)
             .field("notify", &self.notify)
             .field("fencing", &self.fencing)
+            .field("fence_key", &self.fence_key)
             .field("fair", &self.fair)
             .field("min_validity", &self.min_validity)
             .field("tls", &self.tls)
@@ -193,7 +203,10 @@ impl LockConfig {
             nodes: self.nodes.clone(),
             node_timeout: self.node_timeout,
             drift_factor: self.drift_factor,
-            fence_key: format!("{}fencing-counter", self.key_prefix),
+            fence_key: self
+                .fence_key
+                .clone()
+                .unwrap_or_else(|| format!("{}fencing-counter", self.key_prefix)),
             fair_prefix: format!("{}fair-", self.key_prefix),
             semaphore_prefix: format!("{}semaphore-", self.key_prefix),
             rwlock_prefix: format!("{}rwlock-", self.key_prefix),

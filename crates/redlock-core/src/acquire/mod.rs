@@ -11,6 +11,7 @@ use crate::deadline::{host_suspended, Deadline};
 use crate::error::{ArgumentError, Error};
 use crate::fair::FairPlace;
 use crate::fence;
+use crate::layout::hash_tag;
 use crate::lock::Lock;
 use crate::lock_spec::LockSpec;
 use crate::report::RoundKind;
@@ -241,11 +242,18 @@ impl Coordinator {
     }
 
     /// What a fenced acquisition's token must meet, taken before its round starts; `Err`
-    /// with a cluster member (see `Inner::cluster`).
+    /// with a cluster member and a fence key without a hash tag (see `Inner::cluster`).
     fn fencing_bounds(&self) -> Result<Bounds, ArgumentError> {
-        if let Some(node) = &self.inner.cluster {
+        let fence_key = &self.inner.config.fence_key;
+        if let Some(node) = self
+            .inner
+            .cluster
+            .as_ref()
+            .filter(|_| hash_tag(fence_key).is_none())
+        {
             return Err(ArgumentError::FencingOnCluster {
                 node: node.to_string(),
+                fence_key: fence_key.clone(),
             });
         }
         Ok(Bounds {

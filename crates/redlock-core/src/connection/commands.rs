@@ -15,7 +15,7 @@ use super::script_cache::reload_scripts;
 use super::sending::{cleanup_options, command_options, Sending};
 use super::Connection;
 use crate::report::NodeOutcome;
-use crate::scripts::Script;
+use crate::scripts::{Script, Unfenced};
 use crate::server_error::{ServerError, ServerErrorKind};
 
 /// What [`Connection::eval`] does when the node does not know the script (`NOSCRIPT`: the
@@ -234,6 +234,30 @@ impl Connection {
         })
     }
 
+    /// A fenced acquisition on a cluster member, taken apart (see `scripts::Unfenced`):
+    /// the acquisition alone on `keys` but the last, the fencing counter's, and a `GET` of
+    /// the counter in the same flight; their answers make the fenced script's. An
+    /// acquisition, so never sent twice ([`OnNoScript::Refuse`]).
+    pub(crate) async fn fenced_apart(
+        &self,
+        unfenced: &Unfenced,
+        keys: &[Key],
+        args: &[Value],
+    ) -> Result<Value, NodeOutcome> {
+        let Some((counter, lock_keys)) = keys.split_last() else {
+            return Err(unexpected_reply("EVALSHA"));
+        };
+        // Polled in this order, so the acquisition is handed to fred first.
+        let (reply, counter) = futures::join!(
+            self.eval(&unfenced.script, lock_keys, args, OnNoScript::Refuse),
+            self.custom("GET", vec![Value::from(counter.clone())])
+        );
+        unfenced
+            .reply
+            .compose(reply?, &counter?)
+            .ok_or_else(|| unexpected_reply("EVALSHA"))
+    }
+
     /// One command with the per-command options, under the node timeout.
     ///
     /// fred's future for a command is about 7 KB: it is boxed where it is made, so that the
@@ -267,6 +291,15 @@ impl Connection {
         );
         self.bounded(fut, name).await
     }
+}
+
+/// A reply of a shape the command never answers.
+fn unexpected_reply(command: &'static str) -> NodeOutcome {
+    NodeOutcome::ServerError(ServerError::of_kind(
+        ServerErrorKind::Unknown,
+        command,
+        "unexpected reply: the node may not be a Redis master",
+    ))
 }
 
 /// `future`, pinned in `slot`. The slot is allocated before the future is made, so that

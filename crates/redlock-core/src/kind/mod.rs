@@ -221,6 +221,24 @@ mod tests {
         }
     }
 
+    /// A fenced acquisition taken apart on a cluster member runs its acquisition alone by
+    /// SHA: that script must be one every node loads.
+    #[test]
+    fn every_fenced_acquisition_alone_is_a_loaded_script() {
+        let every = every_script();
+        let fenced = every.iter().filter_map(|s| s.unfenced());
+        let mut count = 0;
+        for unfenced in fenced {
+            count += 1;
+            assert!(
+                every.iter().any(|s| s.sha() == unfenced.script.sha()),
+                "{}",
+                unfenced.script.source()
+            );
+        }
+        assert!(count >= 6, "{count} fenced scripts");
+    }
+
     #[test]
     fn the_kinds_tags_are_distinct() {
         let tags: Vec<&str> = all().map(|kind| kind.tag()).collect();

@@ -91,6 +91,9 @@ impl Command {
                 connection.set_nx_px(key.clone(), token.clone(), ttl).await
             }
             Command::Script { script, keys, args } => {
+                if let Some(unfenced) = script.unfenced().filter(|_| connection.is_cluster()) {
+                    return connection.fenced_apart(unfenced, keys, args).await;
+                }
                 let on_no_script = match kind {
                     RoundKind::Acquire => OnNoScript::Refuse,
                     _ => OnNoScript::Resend,

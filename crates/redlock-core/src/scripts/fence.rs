@@ -3,6 +3,8 @@
 
 use std::sync::LazyLock;
 
+use fred::types::Value;
+
 use super::Script;
 
 /// Lua: `in_range(counter)`, a counter read from a node as the scripts answer it: as is
@@ -34,6 +36,84 @@ local counter = redis.pcall("GET", fence_key)
 if type(counter) ~= "string" or not tonumber(counter) then return {{done, -1}} end
 return {{done, in_range(tonumber(counter))}}"#
     ))
+    .with_unfenced(Unfenced {
+        script: Script::new(body.to_string()),
+        reply: FencedReply::Lock,
+    })
+}
+
+/// A fenced acquisition taken apart, for a cluster member: there the fencing counter is
+/// in another hash slot than the lock's keys, most often on another master, and one
+/// script may only touch keys of one slot. So the acquisition runs alone (`script`, the
+/// fenced script's body), a `GET` of the counter goes in the same flight, and the two
+/// answers make the fenced script's ([`FencedReply::compose`]).
+///
+/// Why reading the counter apart keeps tokens increasing (see `crate::fence`): what the
+/// argument needs of the read is only that it happens after the acquisition began, so
+/// after every token handed out before it was recorded by its write-back quorum; a `GET`
+/// sent with the acquisition does. That the read rides in the acquisition's own script on
+/// a single server saves a command, nothing more.
+#[derive(Debug)]
+pub(crate) struct Unfenced {
+    /// The acquisition alone: what the fenced script runs before it reads the counter.
+    pub(crate) script: Script,
+    /// How its answer reads.
+    pub(crate) reply: FencedReply,
+}
+
+/// How a fenced acquisition answers, so that its parts' answers can be put together as
+/// it would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FencedReply {
+    /// `{done, counter}` ([`fenced`]): the acquisition answers 1 or 0, or a table (a fair
+    /// waiter that is not the head), which reads as 0.
+    Lock,
+    /// `{{taken, counter}, ...}`, one per permit (`scripts::PERMIT_TAKE_FENCED`): the
+    /// acquisition answers `taken`, a flag per permit.
+    Permits,
+}
+
+impl FencedReply {
+    /// The fenced script's answer from the acquisition's `reply` and the counter's `GET`
+    /// answer, read as the script reads it ([`counter_of`]); `None` for a reply of another
+    /// shape.
+    pub(crate) fn compose(self, reply: Value, counter: &Value) -> Option<Value> {
+        let counter = Value::Integer(counter_of(counter));
+        match (self, reply) {
+            (FencedReply::Lock, Value::Integer(done)) => {
+                Some(Value::Array(vec![Value::Integer(done), counter]))
+            }
+            (FencedReply::Lock, Value::Array(_)) => {
+                Some(Value::Array(vec![Value::Integer(0), counter]))
+            }
+            (FencedReply::Permits, Value::Array(taken)) => Some(Value::Array(
+                taken
+                    .into_iter()
+                    .map(|flag| Value::Array(vec![flag, counter.clone()]))
+                    .collect(),
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A counter as the fenced scripts read it (`tonumber`, then `in_range`): -1 when there
+/// is none or it is not a number, 2^62 when it is out of range. (Lua also reads hex,
+/// `0x10`, which no write-back writes: read here as no counter, which is not counted.)
+fn counter_of(reply: &Value) -> i64 {
+    const OUT_OF_RANGE: i64 = 1 << 62;
+    let text = match reply {
+        Value::String(text) => text.to_string(),
+        Value::Bytes(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::Integer(n) => n.to_string(),
+        _ => return -1,
+    };
+    match text.trim().parse::<f64>() {
+        Err(_) => -1,
+        Ok(n) if n.is_nan() || n < 0.0 || n > OUT_OF_RANGE as f64 => OUT_OF_RANGE,
+        // A whole number in range: exact below 2^53, as in Lua.
+        Ok(n) => n as i64,
+    }
 }
 
 /// Lua: `server_run_id()`, the `run_id` of the server the script runs on (it changes
@@ -160,3 +240,52 @@ redis.call("DEL", KEYS[3])
 return {{1, value}}"#
     ))
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The parts' answers make what the fenced scripts answer (see their Lua).
+    #[test]
+    fn a_fenced_acquisition_taken_apart_answers_as_the_whole() {
+        let counter = Value::String("41".into());
+        let pair =
+            |done, counter| Value::Array(vec![Value::Integer(done), Value::Integer(counter)]);
+        assert_eq!(
+            FencedReply::Lock.compose(Value::Integer(1), &counter),
+            Some(pair(1, 41))
+        );
+        // A fair waiter that is not the head answers a table: not done.
+        let waiting = Value::Array(vec![Value::Integer(0), Value::Integer(3)]);
+        assert_eq!(
+            FencedReply::Lock.compose(waiting, &counter),
+            Some(pair(0, 41))
+        );
+        assert_eq!(
+            FencedReply::Lock.compose(Value::Integer(0), &Value::Null),
+            Some(pair(0, -1))
+        );
+        let taken = Value::Array(vec![Value::Integer(1), Value::Integer(0)]);
+        assert_eq!(
+            FencedReply::Permits.compose(taken, &counter),
+            Some(Value::Array(vec![pair(1, 41), pair(0, 41)]))
+        );
+        assert_eq!(
+            FencedReply::Permits.compose(Value::Integer(1), &counter),
+            None
+        );
+    }
+
+    #[test]
+    fn a_counter_reads_as_the_scripts_read_it() {
+        let read = |text: &str| counter_of(&Value::String(text.into()));
+        assert_eq!(read("7"), 7);
+        assert_eq!(read(" 7 "), 7);
+        assert_eq!(read("7.0"), 7);
+        assert_eq!(read("seven"), -1);
+        assert_eq!(counter_of(&Value::Null), -1);
+        for out_of_range in ["-1", "1e19", "inf", "nan"] {
+            assert_eq!(read(out_of_range), 1 << 62, "{out_of_range}");
+        }
+    }
+}

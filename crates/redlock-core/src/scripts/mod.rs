@@ -47,7 +47,7 @@ mod release;
 mod rwlock;
 
 pub(crate) use fair::{queued, queued_rollback, FAIR_LEAVE};
-pub(crate) use fence::{fenced, FENCE_MARK, FENCE_READ, FENCE_RECORD, FENCE_SEED};
+pub(crate) use fence::{fenced, Unfenced, FENCE_MARK, FENCE_READ, FENCE_RECORD, FENCE_SEED};
 pub(crate) use inspect::INSPECT;
 pub(crate) use permit::{
     PERMIT_TAKE, PERMIT_TAKE_FENCED, PERMIT_TAKE_QUEUED, PERMIT_TAKE_QUEUED_FENCED,
@@ -65,6 +65,10 @@ pub struct Script {
     source: Cow<'static, str>,
     /// Shared by every call's arguments: no copy per command.
     sha: Str,
+    /// For a fenced acquisition, the same acquisition without the counter's read, for a
+    /// node whose counter is on another server than the lock's keys (see
+    /// [`fence::Unfenced`]).
+    unfenced: Option<Box<fence::Unfenced>>,
 }
 
 impl Script {
@@ -72,7 +76,23 @@ impl Script {
     pub fn new(source: impl Into<Cow<'static, str>>) -> Self {
         let source = source.into();
         let sha = Str::from(fred::util::sha1_hash(&source));
-        Script { source, sha }
+        Script {
+            source,
+            sha,
+            unfenced: None,
+        }
+    }
+
+    /// A fenced acquisition's script, whose acquisition alone is `unfenced`.
+    fn with_unfenced(mut self, unfenced: fence::Unfenced) -> Self {
+        self.unfenced = Some(Box::new(unfenced));
+        self
+    }
+
+    /// For a fenced acquisition: the acquisition without the counter's read, and how
+    /// its answer and the counter's make this script's answer.
+    pub(crate) fn unfenced(&self) -> Option<&fence::Unfenced> {
+        self.unfenced.as_deref()
     }
 
     /// The Lua source.

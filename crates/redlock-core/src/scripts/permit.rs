@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 
 use super::fair::DROP_EXPIRED;
-use super::fence::IN_RANGE;
+use super::fence::{FencedReply, Unfenced, IN_RANGE};
 use super::{Script, NODE_TIME_MS};
 
 /// Lua: takes the first free permit of those proposed. `KEYS`: the permits' keys in the
@@ -90,16 +90,16 @@ pub(crate) static PERMIT_TAKE_QUEUED: LazyLock<Script> =
 /// lock's fenced acquisition reads it (see `fence::fenced`); its key comes last in `KEYS`
 /// and is taken off first. Answers `{flag, counter}` per permit, the counter -1 when the
 /// node has none.
-pub(crate) static PERMIT_TAKE_FENCED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(fenced_answers(TAKE)));
+pub(crate) static PERMIT_TAKE_FENCED: LazyLock<Script> = LazyLock::new(|| fenced_answers(TAKE));
 
 /// The fenced acquisition in the semaphore's fair queue (see [`QUEUED`]).
 pub(crate) static PERMIT_TAKE_QUEUED_FENCED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(fenced_answers(&queued())));
+    LazyLock::new(|| fenced_answers(&queued()));
 
-/// A fenced acquisition whose `take` sets `taken`: `{flag, counter}` per permit.
-fn fenced_answers(take: &str) -> String {
-    format!(
+/// A fenced acquisition whose `take` sets `taken`: `{flag, counter}` per permit. Its
+/// acquisition alone (for a cluster member, see `fence::Unfenced`) answers `taken`.
+fn fenced_answers(take: &str) -> Script {
+    Script::new(format!(
         r#"{IN_RANGE}
 local fence_key = table.remove(KEYS)
 {take}
@@ -112,5 +112,9 @@ end
 local answers = {{}}
 for i = 1, #taken do answers[i] = {{taken[i], counter}} end
 return answers"#
-    )
+    ))
+    .with_unfenced(Unfenced {
+        script: Script::new(format!("{take}\nreturn taken")),
+        reply: FencedReply::Permits,
+    })
 }

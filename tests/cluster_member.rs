@@ -91,6 +91,29 @@ async fn a_cluster_member_is_healthy_until_a_master_is_lost() {
     assert_eq!(health[0].mode.as_deref(), Some("cluster"));
     assert!(health[0].cluster.as_ref().is_some_and(|c| !c.is_degraded()));
     assert!(health[2].cluster.is_none());
+    // Acknowledgement asked of replicas these clusters do not have: said at once.
+    let acked = redlock_core::Coordinator::connect(redlock_core::Config {
+        nodes: urls(&one, &two, &single),
+        node_timeout: NODE_TIMEOUT,
+        replica_acks: 1,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let short = acked.health().await;
+    assert!(
+        short[0].problems.contains(&HealthProblem::TooFewReplicas {
+            fewest: 0,
+            replica_acks: 1
+        }),
+        "{}",
+        short[0]
+    );
+    assert!(short[2]
+        .problems
+        .iter()
+        .all(|p| !matches!(p, HealthProblem::TooFewReplicas { .. })));
+    acked.close().await;
     // Master 2 of cluster one gives up its slots: the cluster no longer serves them, and
     // the member reports it.
     let (first, last) = one.slots(2);

@@ -58,6 +58,9 @@ struct NodeView {
     cluster_state: Option<String>,
     /// For a member that is a whole cluster: how many of the 16384 slots are served.
     cluster_slots_ok: Option<u32>,
+    /// For a member that is a whole cluster: the fewest replicas connected to one of its
+    /// masters.
+    cluster_fewest_replicas: Option<u32>,
     appendonly: Option<bool>,
     appendfsync: Option<String>,
     maxmemory_policy: Option<String>,
@@ -85,6 +88,7 @@ impl View {
                 mode: h.mode.clone(),
                 cluster_state: h.cluster.as_ref().and_then(|c| c.state.clone()),
                 cluster_slots_ok: h.cluster.as_ref().and_then(|c| c.slots_ok),
+                cluster_fewest_replicas: h.cluster.as_ref().and_then(|c| c.fewest_replicas),
                 appendonly: h.appendonly,
                 appendfsync: h.appendfsync.clone(),
                 maxmemory_policy: h.maxmemory_policy.clone(),

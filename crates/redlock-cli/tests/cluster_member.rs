@@ -23,6 +23,7 @@ async fn nodes_run_and_inspect_work_with_cluster_members() {
         assert_eq!(node["mode"], "cluster", "{node}");
         assert_eq!(node["cluster_state"], "ok", "{node}");
         assert_eq!(node["cluster_slots_ok"], 16384, "{node}");
+        assert_eq!(node["cluster_fewest_replicas"], 0, "{node}");
     }
     let out = output(redlock().arg("nodes")).await;
     let text = String::from_utf8_lossy(&out.stdout);

@@ -63,7 +63,7 @@ impl Connection {
         // negative key count (refused before the script is even compiled).
         let evalsha = self.send_custom("EVALSHA", vec![Value::from(NO_SCRIPT), Value::from(0_i64)]);
         let eval = self.send_custom("EVAL", vec![Value::from("return 0"), Value::from(-1_i64)]);
-        let cluster = self.cluster_info();
+        let cluster = self.cluster_state();
         let (appendfsync, offered, evalsha, eval, cluster) =
             tokio::join!(config, offered, evalsha, eval, cluster);
         let (refused, refusal) = scripts_refused([("EVALSHA", evalsha), ("EVAL", eval)]);
@@ -78,18 +78,19 @@ impl Connection {
             &info,
             appendfsync,
             capabilities,
-            cluster.as_deref(),
+            cluster,
         )
     }
 }
 
 impl Connection {
-    /// For a cluster member, `CLUSTER INFO` as its masters answer it: the first that finds
-    /// the cluster degraded, else the first answer (empty when none answered: unknown).
-    /// Every master is asked, since a master's view of the others' slots can lag (a master
-    /// that gave its slots up still counts them served for the others). `None` for a single
-    /// server.
-    async fn cluster_info(&self) -> Option<String> {
+    /// For a cluster member, what its masters say of it: `CLUSTER INFO` (the first that
+    /// finds the cluster degraded, else the first answer; empty when none answered:
+    /// unknown) and the fewest replicas connected to one of them (`INFO replication`,
+    /// known when every master answered). Every master is asked, since a master's view of
+    /// the others' slots can lag (a master that gave its slots up still counts them served
+    /// for the others). `None` for a single server.
+    async fn cluster_state(&self) -> Option<ClusterState> {
         if !self.client.is_clustered() {
             return None;
         }
@@ -105,27 +106,34 @@ impl Connection {
             };
             let client = self.client.with_options(&options);
             async move {
-                let command = CustomCommand::new_static("CLUSTER", None, false);
-                let reply = client.custom::<Value, Value>(command, vec![Value::from("INFO")]);
-                Box::pin(reply).await
+                let ask = |words: [&'static str; 2]| {
+                    let command = CustomCommand::new_static(words[0], None, false);
+                    let reply = client.custom::<Value, Value>(command, vec![Value::from(words[1])]);
+                    async move { Box::pin(reply).await.ok().and_then(|r| r.as_string()) }
+                };
+                futures::join!(ask(["CLUSTER", "INFO"]), ask(["INFO", "replication"]))
             }
         });
-        let answers: Vec<String> = join_all(asks)
-            .await
-            .into_iter()
-            .filter_map(|reply| match reply {
-                Ok(reply) => reply.as_str().map(|text| text.to_string()),
-                Err(why) => {
-                    tracing::debug!(node = %self.name, error = %why, "a master did not answer CLUSTER INFO");
-                    None
-                }
-            })
+        let answers = join_all(asks).await;
+        let infos: Vec<&String> = answers
+            .iter()
+            .filter_map(|(info, _)| info.as_ref())
             .collect();
-        let worst = answers
+        if infos.len() < answers.len() {
+            tracing::debug!(node = %self.name, "a master did not answer CLUSTER INFO");
+        }
+        let worst = infos
             .iter()
             .find(|text| ClusterState::of(text).is_degraded())
-            .or(answers.first());
-        Some(worst.cloned().unwrap_or_default())
+            .or(infos.first());
+        let mut state = ClusterState::of(worst.map_or("", |text| text.as_str()));
+        state.fewest_replicas = answers
+            .iter()
+            .map(|(_, replication)| replication.as_deref().and_then(ClusterState::replicas_of))
+            .collect::<Option<Vec<u32>>>()
+            .and_then(|counts| counts.into_iter().min());
+        state.replica_acks = self.replica_acks;
+        Some(state)
     }
 }
 

@@ -59,7 +59,7 @@ pub struct NodeHealth {
     pub problems: Vec<HealthProblem>,
 }
 
-/// What `CLUSTER INFO` says of a cluster member.
+/// What `CLUSTER INFO` and `INFO replication` say of a cluster member.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClusterState {
@@ -67,18 +67,30 @@ pub struct ClusterState {
     pub state: Option<String>,
     /// `cluster_slots_ok`: how many of the 16384 slots a reachable master serves.
     pub slots_ok: Option<u32>,
+    /// The fewest replicas connected to one of its masters (`connected_slaves`), when
+    /// every master answered.
+    pub fewest_replicas: Option<u32>,
+    /// `Config::replica_acks`: how many replicas must acknowledge a write there.
+    pub replica_acks: u32,
 }
 
 impl ClusterState {
     /// The number of hash slots of a cluster.
     pub const SLOTS: u32 = 16384;
 
-    /// Reads a `CLUSTER INFO` reply.
+    /// Reads a `CLUSTER INFO` reply (the rest unknown).
     pub(crate) fn of(info: &str) -> ClusterState {
         ClusterState {
             state: info_field(info, "cluster_state"),
             slots_ok: info_field(info, "cluster_slots_ok").and_then(|n| n.parse().ok()),
+            fewest_replicas: None,
+            replica_acks: 0,
         }
+    }
+
+    /// The number of replicas connected to a master, from its `INFO replication`.
+    pub(crate) fn replicas_of(replication: &str) -> Option<u32> {
+        info_field(replication, "connected_slaves").and_then(|n| n.parse().ok())
     }
 
     /// Whether the cluster is known not to serve every slot: a state other than `ok`, or
@@ -115,7 +127,7 @@ impl NodeHealth {
         info: &str,
         appendfsync: Option<String>,
         capabilities: Capabilities,
-        cluster: Option<&str>,
+        cluster: Option<ClusterState>,
     ) -> NodeHealth {
         let identity = ServerIdentity::of(info);
         let field = |name: &str| info_field(info, name);
@@ -126,7 +138,7 @@ impl NodeHealth {
             version: identity.version,
             role: field("role"),
             mode: identity.mode,
-            cluster: cluster.map(ClusterState::of),
+            cluster,
             appendonly: field("aof_enabled").map(|v| v == "1"),
             appendfsync,
             maxmemory_policy: field("maxmemory_policy"),
@@ -181,6 +193,17 @@ impl NodeHealth {
                 state: cluster.state.clone().unwrap_or_else(|| "unknown".into()),
                 slots_ok: cluster.slots_ok,
             });
+        }
+        if let Some(cluster) = &self.cluster {
+            if let Some(fewest) = cluster
+                .fewest_replicas
+                .filter(|&n| n < cluster.replica_acks)
+            {
+                problems.push(HealthProblem::TooFewReplicas {
+                    fewest,
+                    replica_acks: cluster.replica_acks,
+                });
+            }
         }
         if let Some(policy) = self
             .maxmemory_policy
@@ -515,7 +538,7 @@ mod tests {
                 &info,
                 Some("always".into()),
                 Capabilities::default(),
-                Some(cluster),
+                Some(ClusterState::of(cluster)),
             )
         };
         let ok = member(
@@ -533,6 +556,19 @@ mod tests {
         assert!(
             degraded.to_string().contains("10923 of 16384 slots"),
             "{degraded}"
+        );
+        let mut short = member("cluster_state:ok\r\ncluster_slots_ok:16384\r\n");
+        if let Some(cluster) = short.cluster.as_mut() {
+            cluster.fewest_replicas =
+                ClusterState::replicas_of("role:master\r\nconnected_slaves:0\r\n");
+            cluster.replica_acks = 1;
+        }
+        assert_eq!(
+            short.find_problems().pop(),
+            Some(HealthProblem::TooFewReplicas {
+                fewest: 0,
+                replica_acks: 1
+            })
         );
         let single = NodeHealth::from_info(
             node(),

@@ -21,6 +21,14 @@ pub enum HealthProblem {
         /// `cluster_slots_ok`, when given.
         slots_ok: Option<u32>,
     },
+    /// A master of a cluster member has fewer replicas connected than `replica_acks`
+    /// asks to acknowledge each write: that member's votes on its slots never count.
+    TooFewReplicas {
+        /// The fewest replicas connected to one of its masters.
+        fewest: u32,
+        /// `Config::replica_acks`.
+        replica_acks: u32,
+    },
     /// `maxmemory-policy` (given) may evict lock keys before their TTL (H2): every policy
     /// but `noeviction` can, since lock keys have an expiry.
     Evicting(String),
@@ -57,6 +65,10 @@ impl fmt::Display for HealthProblem {
                 f,
                 "cluster state `{state}`, {} of 16384 slots served: locks in the other slots fail there; bring the failed masters back or promote their replicas",
                 slots_ok.map_or_else(|| "unknown".to_string(), |n| n.to_string())
+            ),
+            HealthProblem::TooFewReplicas { fewest, replica_acks } => write!(
+                f,
+                "a master has {fewest} replicas connected, fewer than `replica_acks` ({replica_acks}): the member's votes on its slots never count; add replicas, or lower `replica_acks`"
             ),
             HealthProblem::Evicting(policy) => write!(
                 f,

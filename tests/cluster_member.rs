@@ -508,3 +508,34 @@ async fn fenced_locks_on_cluster_members_get_increasing_tokens() {
         "{err}"
     );
 }
+
+/// Renewing many locks at once (`extend_many`, what the client's renewal does) on cluster
+/// members: a batch is one script per member, so each holds the locks of one slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_locks_renew_together_on_cluster_members() {
+    let (one, two, single) = members().await;
+    let c = coordinator_at(urls(&one, &two, &single), NODE_TIMEOUT).await;
+    let keys: Vec<String> = (0..40).map(|i| format!("renew-{i}")).collect();
+    let mut locks = Vec::new();
+    for key in &keys {
+        locks.push(c.acquire(key, TTL).await.unwrap());
+    }
+    let asked: Vec<(&redlock_core::Lock, Duration)> =
+        locks.iter().map(|l| (l, Duration::from_secs(60))).collect();
+    let extended = c.extend_many(&asked).await;
+    for (key, result) in keys.iter().zip(&extended) {
+        let lock = result.as_ref().unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert_eq!(lock.key(), key);
+        assert!(
+            one.master_of(key).pttl(key).await.unwrap() > 10_000,
+            "{key}"
+        );
+    }
+    for lock in extended.into_iter().flatten() {
+        c.release(&lock).await.unwrap().settled().await;
+    }
+    c.quiesce().await;
+    for cluster in [&one, &two] {
+        assert_eq!(cluster.dbsize().await.unwrap(), 0, "a key was left behind");
+    }
+}

@@ -96,17 +96,19 @@ impl Coordinator {
         locks: &[(&Lock, Duration)],
         each: impl Fn(&Self, Decided, &Lock, Duration) -> Result<T, Error>,
     ) -> Vec<Result<T, Error>> {
-        let mut results = Vec::with_capacity(locks.len());
-        let specs = |chunk: &[(&Lock, Duration)]| -> Vec<(LockSpec, Duration)> {
+        let mut results: Vec<Option<Result<T, Error>>> = Vec::new();
+        results.resize_with(locks.len(), || None);
+        let specs = |chunk: &[usize]| -> Vec<(LockSpec, Duration)> {
             chunk
                 .iter()
-                .map(|(lock, ttl)| (LockSpec::of(lock), *ttl))
+                .map(|&i| (LockSpec::of(locks[i].0), locks[i].1))
                 .collect()
         };
-        let mut chunks = locks.chunks(EXTEND_BATCH_LOCKS);
+        let batches = self.extend_batches(locks);
+        let mut chunks = batches.iter();
         while let Some(first) = chunks.next() {
             let second = chunks.next();
-            let (a, b) = (specs(first), second.map(specs).unwrap_or_default());
+            let (a, b) = (specs(first), second.map(|c| specs(c)).unwrap_or_default());
             let (a_decided, b_decided) = join(self.extend_batch(&a), async {
                 if b.is_empty() {
                     Vec::new()
@@ -115,12 +117,46 @@ impl Coordinator {
                 }
             })
             .await;
-            let pairs = first.iter().chain(second.unwrap_or_default());
-            for ((lock, ttl), decided) in pairs.zip(a_decided.into_iter().chain(b_decided)) {
-                results.push(each(self, decided, lock, *ttl));
+            let at = first.iter().chain(second.into_iter().flatten());
+            for (&i, decided) in at.zip(a_decided.into_iter().chain(b_decided)) {
+                let (lock, ttl) = locks[i];
+                results[i] = Some(each(self, decided, lock, ttl));
             }
         }
         results
+            .into_iter()
+            .map(|result| result.expect("every lock is in one batch"))
+            .collect()
+    }
+
+    /// The batches that [`extend_checked`](Self::extend_checked) sends, as indices into
+    /// `locks`: in order, [`EXTEND_BATCH_LOCKS`] at most each. With a cluster member, each
+    /// batch holds locks of one hash slot only (see `Inner::cluster`): a batch is one
+    /// script per member, which a cluster runs only on keys of one slot.
+    fn extend_batches(&self, locks: &[(&Lock, Duration)]) -> Vec<Vec<usize>> {
+        if self.inner.cluster.is_none() {
+            return (0..locks.len())
+                .collect::<Vec<_>>()
+                .chunks(EXTEND_BATCH_LOCKS)
+                .map(<[usize]>::to_vec)
+                .collect();
+        }
+        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (i, (lock, _)) in locks.iter().enumerate() {
+            by_slot
+                .entry(fred::util::redis_keyslot(lock.key().as_bytes()))
+                .or_default()
+                .push(i);
+        }
+        by_slot
+            .into_values()
+            .flat_map(|indices| {
+                indices
+                    .chunks(EXTEND_BATCH_LOCKS)
+                    .map(<[usize]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// A won extension of `lock` as the lock valid until the later of its previous deadline

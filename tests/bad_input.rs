@@ -155,15 +155,23 @@ fn config_cases() -> Vec<(&'static str, ConfigCase)> {
             ConfigCase {
                 change: |c| nodes(c, &["http://127.0.0.1:7001"]),
                 expect: |e| matches!(e, InvalidConfig::Core(InvalidUrl { .. })),
-                advice: "unsupported scheme `http`: Redlock needs standalone masters",
+                advice: "unsupported scheme `http`: a member is a standalone master",
             },
         ),
         (
-            "redis-cluster:// scheme",
+            "redis-sentinel:// scheme",
             ConfigCase {
-                change: |c| nodes(c, &["redis-cluster://127.0.0.1:7001"]),
+                change: |c| nodes(c, &["redis-sentinel://127.0.0.1:26379"]),
                 expect: |e| matches!(e, InvalidConfig::Core(InvalidUrl { .. })),
-                advice: "unsupported scheme `redis-cluster`: Redlock needs standalone masters",
+                advice: "unsupported scheme `redis-sentinel`",
+            },
+        ),
+        (
+            "cluster seeds under a single node's scheme",
+            ConfigCase {
+                change: |c| nodes(c, &["redis://127.0.0.1:7001?node=127.0.0.1:7002"]),
+                expect: |e| matches!(e, InvalidConfig::Core(InvalidUrl { .. })),
+                advice: "write the URL as redis-cluster://",
             },
         ),
         (

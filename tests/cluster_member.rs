@@ -363,7 +363,16 @@ async fn a_moved_slot_is_followed_by_extensions_and_releases_and_by_the_next_acq
     let b = c.acquire("b", TTL).await.unwrap();
     assert!(one.master_of("b").exists("b").await.unwrap());
 
-    c.release(&extended).await.unwrap().settled().await;
+    // Moved once more before its release: the release too is sent again (as a
+    // compare-and-delete, with nothing else to do), and nothing is left.
+    one.move_slot("a", (to + 2) % 3).await.unwrap();
+    let released = c.release(&extended).await.unwrap();
+    assert!(released.succeeded(), "{released}");
+    released.settled().await;
+    assert!(
+        !one.exists("a").await.unwrap(),
+        "the release reached the slot's new master"
+    );
     c.release(&b).await.unwrap().settled().await;
     c.quiesce().await;
     nothing_left([&one, &two]).await;

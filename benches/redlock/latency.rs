@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use redlock_core::DEFAULT_NODE_TIMEOUT;
-use redlock_testkit::{FaultProxy, LinkFault, NodeSet};
+use redlock_testkit::{ClusterSet, FaultProxy, LinkFault, NodeSet};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -74,6 +74,37 @@ pub async fn healthy(
 ) -> Result<Vec<LatencyCase>, BenchError> {
     let contenders = connect(&set.urls(), kinds, budget.warmup, "P1").await?;
     Ok(measure("P1", set.len(), contenders, budget).await)
+}
+
+/// P9: the uncontended cycle over three members that are whole clusters of two masters,
+/// each case on its own three clusters: without replicas (`kinds`), then with one replica
+/// per master (`kinds` and `acked`, which waits for a replica's acknowledgement).
+pub async fn clusters(
+    kinds: &[Kind],
+    acked: &[Kind],
+    budget: Budget,
+) -> Result<Vec<LatencyCase>, BenchError> {
+    let mut cases = Vec::new();
+    for (scenario, replicas, kinds) in [
+        ("P9, no replicas", 0, kinds.to_vec()),
+        ("P9, a replica each", 1, [kinds, acked].concat()),
+    ] {
+        if kinds.is_empty() {
+            continue;
+        }
+        let mut clusters = Vec::new();
+        for _ in 0..3 {
+            clusters.push(
+                ClusterSet::start_with_replicas(2, replicas)
+                    .await
+                    .during(format!("starting a cluster for {scenario}"), SEE_ABOVE)?,
+            );
+        }
+        let urls: Vec<String> = clusters.iter().map(ClusterSet::url).collect();
+        let contenders = connect(&urls, &kinds, budget.warmup, scenario).await?;
+        cases.extend(measure(scenario, urls.len(), contenders, budget).await);
+    }
+    Ok(cases)
 }
 
 /// P2: the last node paused (SIGSTOP) while the contenders cycle; the control cycles on

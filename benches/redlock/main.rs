@@ -7,7 +7,8 @@
 //!
 //! P1 uncontended cycle, P2 one node hung, P3 one node slow, P4 contended hand-off, P5 many
 //! keys beside the servers' own limit, P6 many locks under automatic renewal, P7 a
-//! semaphore's permits under contention, P8 a read-write lock under contention. Writes
+//! semaphore's permits under contention, P8 a read-write lock under contention, P9 the
+//! uncontended cycle over members that are whole clusters. Writes
 //! `results.json`, `results.md` and `latency.svg` to the output directory, prints progress
 //! to stderr and the Markdown tables to stdout. Not a test: nothing here asserts a timing.
 
@@ -231,6 +232,12 @@ async fn run(args: &Args) -> Result<String, BenchError> {
             .await
             .during("starting 3 redis-server nodes", SEE_ABOVE)?;
         latency.extend(latency::healthy(&three, &p1_kinds, plan.p1).await?);
+    }
+    if args.runs("P9") {
+        // Cluster members: ours only (the floor and rslock take single servers).
+        let kinds = args.subjects(&[Kind::Ours]);
+        let acked = args.subjects(&[Kind::OursReplicaAcks]);
+        latency.extend(latency::clusters(&kinds, &acked, plan.p1).await?);
     }
     if args.runs("P2") || args.runs("P3") {
         // The control's healthy nodes, so that it shares the faulty scenarios' moments.

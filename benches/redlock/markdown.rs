@@ -57,9 +57,10 @@ impl Results {
         }
         let _ = writeln!(
             md,
-            "### P1-P3: one lock+unlock cycle\n\n\
+            "### P1-P3, P9: one lock+unlock cycle\n\n\
              P1 healthy nodes; P2 one node hung (SIGSTOP); P3 one node behind a proxy adding \
-             latency. P2 and P3 also list the control: ours on a second, healthy set of \
+             latency; P9 three members that are whole clusters of two masters, without \
+             replicas, then with one replica per master. P2 and P3 also list the control: ours on a second, healthy set of \
              nodes, measured in the same interleaved slices, so that it meets the same moments \
              of the machine; it is the healthy reference of their targets. Ratios compare ours \
              with the row's reference in the same scenario and N (median, then p99).\n\n\

@@ -48,6 +48,9 @@ pub enum Kind {
     OursRead,
     /// Ours like `Ours`, taking the write side of a read-write lock named by the key.
     OursWrite,
+    /// Ours like `Ours`, with `replica_acks` 1: on a cluster member, a `WAIT` for one
+    /// replica behind each acquisition and extension (P9 only: single servers ignore it).
+    OursReplicaAcks,
     /// The per-node-limit semaphore of [`PERMITS`] permits, the design the library did not
     /// take, modelled with raw fred (see `per_node.rs`): a winner keeps every entry it won.
     PerNodeLimit,
@@ -62,7 +65,7 @@ pub const PERMITS: u32 = 4;
 
 impl Kind {
     /// Every contender, in the order the tables list them.
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Floor,
         Kind::FloorQuorum,
         Kind::Ours,
@@ -75,6 +78,7 @@ impl Kind {
         Kind::OursPermitFair,
         Kind::OursRead,
         Kind::OursWrite,
+        Kind::OursReplicaAcks,
         Kind::PerNodeLimit,
         Kind::PerNodeLimitTrimmed,
         Kind::Rslock,
@@ -94,6 +98,7 @@ impl Kind {
             Kind::OursPermitFair => "ours-permit-fair",
             Kind::OursRead => "ours-read",
             Kind::OursWrite => "ours-write",
+            Kind::OursReplicaAcks => "ours-replica-acks",
             Kind::PerNodeLimit => "per-node-limit",
             Kind::PerNodeLimitTrimmed => "per-node-limit-trimmed",
             Kind::Rslock => "rslock",
@@ -115,6 +120,9 @@ impl Kind {
             Kind::OursPermitFair => "ours, a permit of a semaphore of 4, fair queue (notify on)",
             Kind::OursRead => "ours, a read-write lock's read side (notify on, no renewal)",
             Kind::OursWrite => "ours, a read-write lock's write side (notify on, no renewal)",
+            Kind::OursReplicaAcks => {
+                "ours, replica_acks 1: a WAIT behind each write on a cluster member (notify on)"
+            }
             Kind::PerNodeLimit => {
                 "per-node limit of floor(k*q/N) = 2 (safe; the bench's model, raw fred)"
             }
@@ -139,6 +147,7 @@ impl Kind {
             | Kind::OursPermitFair
             | Kind::OursRead
             | Kind::OursWrite
+            | Kind::OursReplicaAcks
             | Kind::PerNodeLimit
             | Kind::PerNodeLimitTrimmed => {
                 format!("{} ms (setting, default)", ours.as_millis())
@@ -192,7 +201,8 @@ impl Subject {
             | Kind::OursPermit
             | Kind::OursPermitFair
             | Kind::OursRead
-            | Kind::OursWrite => {
+            | Kind::OursWrite
+            | Kind::OursReplicaAcks => {
                 // A prefix per configuration: it names the release channel too, so clients
                 // of different configurations do not hear each other's releases.
                 let mut builder = LockConfig::builder()
@@ -213,6 +223,9 @@ impl Subject {
                 }
                 if kind == Kind::OursUngrouped {
                     builder = builder.group_commit(false);
+                }
+                if kind == Kind::OursReplicaAcks {
+                    builder = builder.replica_acks(1);
                 }
                 let config = builder
                     .build()

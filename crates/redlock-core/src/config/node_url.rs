@@ -68,9 +68,11 @@ pub(super) fn parse_node(url: &str) -> Result<Endpoint, ConfigError> {
             "Redlock needs standalone masters or clusters, not a sentinel set".into(),
         ));
     }
-    if fred.server.is_clustered() && !parsed.scheme().ends_with("-cluster") {
+    // fred reads `node=` seeds only under a `-cluster` scheme, and ignores them otherwise.
+    if !fred.server.is_clustered() && parsed.query_pairs().any(|(name, _)| name == "node") {
         return Err(invalid(format!(
-            "a URL with `node=` seeds names a cluster: write it {}-cluster://...",
+            "`node=` seeds name the other nodes of a cluster: write the URL as \
+             {}-cluster://..., or drop them for a single server",
             parsed.scheme()
         )));
     }

@@ -79,40 +79,26 @@ impl Connection {
             .await
     }
 
-    /// [`eval_once`](Self::eval_once), and on a cluster member whose master sent the
-    /// command on to another ([`ServerErrorKind::Redirected`]: nothing ran), once more for
-    /// a command that may run twice (a release, an extension, a read): fred has learnt the
-    /// cluster's slots again, so it goes to the slot's master now. Never an acquisition
-    /// (see [`OnNoScript::Refuse`]).
+    /// A script of a round that may run twice (a release, an extension, a read), sent
+    /// again after a cluster member's master sent it on to another
+    /// ([`ServerErrorKind::Redirected`]: nothing ran): fred has learnt the cluster's slots
+    /// again, so it goes to the slot's master now. A `WAIT` sent behind the first (see
+    /// `Command::send`) reached the old master: with `replica_acks`, the new one is asked
+    /// too. Never an acquisition (see [`OnNoScript::Refuse`]); a cleanup command that was
+    /// redirected is sent again by the round's background work.
     ///
     /// [`ServerErrorKind::Redirected`]: crate::ServerErrorKind::Redirected
-    async fn eval_as(
+    pub(crate) async fn eval_redirected(
         &self,
         script: &Script,
         keys: &[Key],
         args: &[Value],
-        on_no_script: OnNoScript,
-        sending: Sending,
     ) -> Result<Value, NodeOutcome> {
-        let first = self
-            .eval_once(script, keys, args, on_no_script, sending)
-            .await;
-        match first {
-            Err(NodeOutcome::ServerError(e))
-                if e.kind == ServerErrorKind::Redirected && on_no_script == OnNoScript::Resend =>
-            {
-                let reply = self
-                    .eval_once(script, keys, args, on_no_script, sending)
-                    .await?;
-                // A `WAIT` sent behind the first (see `Command::send`) reached the old
-                // master: the new one is asked now.
-                if let Some(key) = keys.first().filter(|_| self.replica_acks > 0) {
-                    self.wait_for_replicas(key).await?;
-                }
-                Ok(reply)
-            }
-            other => other,
+        let reply = self.eval(script, keys, args, OnNoScript::Resend).await?;
+        if let Some(key) = keys.first().filter(|_| self.replica_acks > 0) {
+            self.wait_for_replicas(key).await?;
         }
+        Ok(reply)
     }
 
     /// `WAIT <replica_acks> <half the node timeout>` on the master of `key`'s slot, on a
@@ -149,7 +135,7 @@ impl Connection {
         )))
     }
 
-    async fn eval_once(
+    async fn eval_as(
         &self,
         script: &Script,
         keys: &[Key],

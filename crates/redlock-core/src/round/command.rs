@@ -52,23 +52,34 @@ impl Command {
     /// On a cluster member with `Config::replica_acks`, an acquisition or an extension has
     /// a `WAIT` sent right behind it, in the same flight (see
     /// `Connection::wait_for_replicas`): its answer counts only if enough replicas
-    /// acknowledged it.
+    /// acknowledged it. That path is boxed, so that the future of every other command
+    /// stays [`send_once`](Self::send_once)'s size.
     pub(crate) async fn send(
         &self,
         connection: &Connection,
         kind: RoundKind,
         ttl: Option<Duration>,
     ) -> Result<Value, NodeOutcome> {
+        let acked =
+            connection.replica_acks() > 0 && matches!(kind, RoundKind::Acquire | RoundKind::Extend);
         let key = match self {
             Command::SetNx { key, .. } | Command::CompareAndDelete { key, .. } => Some(key),
             Command::Script { keys, .. } => keys.first(),
         };
-        let acked = key.filter(|_| {
-            connection.replica_acks() > 0 && matches!(kind, RoundKind::Acquire | RoundKind::Extend)
-        });
-        let Some(key) = acked else {
-            return self.send_once(connection, kind, ttl).await;
-        };
+        match key.filter(|_| acked) {
+            None => self.send_once(connection, kind, ttl).await,
+            Some(key) => Box::pin(self.send_acked(connection, kind, ttl, key)).await,
+        }
+    }
+
+    /// [`send_once`](Self::send_once) with a `WAIT` for the replicas right behind it.
+    async fn send_acked(
+        &self,
+        connection: &Connection,
+        kind: RoundKind,
+        ttl: Option<Duration>,
+        key: &Key,
+    ) -> Result<Value, NodeOutcome> {
         // Polled first, so the command is handed to fred before the `WAIT`.
         let (reply, replicated) = futures::join!(
             self.send_once(connection, kind, ttl),
@@ -92,13 +103,17 @@ impl Command {
             }
             Command::Script { script, keys, args } => {
                 if let Some(unfenced) = script.unfenced().filter(|_| connection.is_cluster()) {
-                    return connection.fenced_apart(unfenced, keys, args).await;
+                    return Box::pin(connection.fenced_apart(unfenced, keys, args)).await;
                 }
                 let on_no_script = match kind {
                     RoundKind::Acquire => OnNoScript::Refuse,
                     _ => OnNoScript::Resend,
                 };
-                connection.eval(script, keys, args, on_no_script).await
+                let reply = connection.eval(script, keys, args, on_no_script).await;
+                if on_no_script == OnNoScript::Resend && redirected(&reply) {
+                    return Box::pin(connection.eval_redirected(script, keys, args)).await;
+                }
+                reply
             }
             Command::CompareAndDelete {
                 key,
@@ -106,9 +121,14 @@ impl Command {
                 script,
                 args,
             } => {
-                connection
+                let reply = connection
                     .compare_and_delete(key, token, script, args)
-                    .await
+                    .await;
+                if redirected(&reply) {
+                    let keys = std::slice::from_ref(key);
+                    return Box::pin(connection.eval_redirected(script, keys, args)).await;
+                }
+                reply
             }
         }
     }
@@ -179,6 +199,13 @@ impl Command {
             })
             .collect()
     }
+}
+
+/// Whether a cluster member's master sent the command on to another
+/// ([`ServerErrorKind::Redirected`]): nothing ran, and one that may run twice is sent again
+/// (see `Connection::eval_redirected`).
+fn redirected(reply: &Result<Value, NodeOutcome>) -> bool {
+    matches!(reply, Err(NodeOutcome::ServerError(e)) if e.kind == ServerErrorKind::Redirected)
 }
 
 /// One element of a script's array reply: 1/0, or `{1/0, value}`.

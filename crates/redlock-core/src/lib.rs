@@ -46,7 +46,8 @@
 //! - tokens are random UUIDs, unique per attempt (G5).
 //!
 //! # Assumptions (outside them mutual exclusion can break)
-//! - standalone masters, the same N for every client (H1);
+//! - independent members, each a standalone master or a whole cluster (`redis-cluster://`),
+//!   the same N for every client (H1);
 //! - no key vanishes before its TTL: `appendfsync always` or delayed restarts,
 //!   `maxmemory-policy noeviction`, no `FLUSHALL` (H2);
 //! - server clock rates within the drift budget, no wall-clock jumps (H3);

@@ -51,9 +51,11 @@ pub const MAX_NODE_TIMEOUT: Duration = Duration::from_secs(60);
 /// ```
 #[derive(Clone, PartialEq)]
 pub struct Config {
-    /// The independent Redis masters, as URLs: `redis://[user:pass@]host:port[/db]`,
-    /// `rediss://` with the `tls` feature, `redis+unix:///path` with `unix-sockets`.
-    /// The quorum is `nodes.len() / 2 + 1`. No default: an empty list is an error.
+    /// The independent members, as URLs: a Redis master, `redis://[user:pass@]host:port[/db]`
+    /// (`rediss://` with the `tls` feature, `redis+unix:///path` with `unix-sockets`), or a
+    /// whole cluster, `redis-cluster://[user:pass@]host:port?node=host2:port2` (see
+    /// `docs/cluster-members.md`). The quorum is `nodes.len() / 2 + 1`. No default: an
+    /// empty list is an error.
     pub nodes: Vec<String>,
     /// How long one node gets to answer one command, and to connect. A node slower than
     /// this counts as failed for that round. Defaults to 100 ms; the Redlock spec suggests

@@ -40,6 +40,8 @@ const CONTROL_ATTEMPTS: usize = 5;
 /// until one starts at the free one, and the first permit must outlive all of that and the
 /// third client's attempts, which the lab's one-second TTL does not always cover.
 const CONTROL_TTL: Duration = Duration::from_secs(10);
+/// How long each of the control's first two clients may wait for its permit.
+const CONTROL_WAIT: Duration = Duration::from_secs(5);
 
 /// `KEYS[1]` = the node's holder set, `ARGV` = the member, the TTL in ms, the limit. The
 /// set's scores are expiry times in the node's milliseconds: expired members go first; a
@@ -122,8 +124,15 @@ async fn library_admits_two(lab: &Lab, library: &[Redlock]) -> Result<String, La
         .iter()
         .map(|client| client.semaphore(SEMAPHORE, PERMITS))
         .collect::<Result<Vec<Semaphore>, _>>()?;
+    // The first two wait longer than the lab's clients do (twice the TTL): a node that
+    // stalls for a second on a loaded machine must not leave the control without its
+    // permits. Their permits' TTL outlives the wait and the third's attempts.
     let long = LockOptions {
         ttl: Some(CONTROL_TTL),
+        retry: Some(RetryPolicy {
+            max_wait: Some(CONTROL_WAIT),
+            ..RetryPolicy::default()
+        }),
         ..LockOptions::default()
     };
     let mut held: Vec<(String, String, LockGuard)> = Vec::new();

@@ -310,12 +310,37 @@ impl ClusterSet {
                 source.command(&migrate).await?;
             }
         }
-        for master in self.masters() {
-            master
+        // The target first, then the source, then the others, as Redis documents it: the
+        // target takes the slot with a new configuration epoch, which the others' gossip
+        // cannot undo.
+        let others: Vec<usize> = (0..self.shard_count())
+            .filter(|&i| i != to && i != from)
+            .collect();
+        for i in [to, from].into_iter().chain(others) {
+            self.master(i)
                 .redis()
                 .command(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &to_id])
                 .await?;
         }
+        // Until every master agrees: the target serves the key, the others send it there.
+        let target_port = self.master(to).port();
+        let moved_there = format!("MOVED {slot} 127.0.0.1:{target_port}");
+        let agreed = || async {
+            for master in self.masters() {
+                let reply = master.redis().command(&["GET", key]).await;
+                let ok = if master.port() == target_port {
+                    reply.is_ok()
+                } else {
+                    reply.is_err_and(|e| e.to_string().contains(&moved_there))
+                };
+                if !ok {
+                    return false;
+                }
+            }
+            true
+        };
+        self.formed(agreed, "agree on the moved slot's master")
+            .await?;
         self.moved
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -282,6 +282,13 @@ fn a_client_whose_runtime_stopped_says_so_at_once() {
     let c = first.block_on(client(&set, |b| b.max_wait(Duration::from_secs(2))));
     let held = first.block_on(c.lock("kept")).unwrap();
     assert_eq!(held.health(), HoldHealth::Healthy);
+    // `lock` returns at a quorum (two of three): the third node's answer may still be on
+    // its way, and it would go with the runtime. Let it land, so that the last check below
+    // (nothing released) counts every node.
+    let all_hold = nodes.block_on(eventually(Duration::from_secs(5), || async {
+        set.nodes_holding("redlock:kept").await.len() == 3
+    }));
+    assert!(all_hold);
     drop(first);
     // Its renewal went with the runtime: the guard says so at once (it said `Healthy`
     // until its validity ran out).

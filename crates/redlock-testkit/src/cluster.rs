@@ -377,6 +377,57 @@ impl ClusterSet {
         Ok(())
     }
 
+    /// Holds back shard `i`'s replication: its master refuses the replicas' `PSYNC` and
+    /// `SYNC` (an ACL rule on the `default` user, which replicas authenticate as; clients'
+    /// commands are untouched), then drops its replicas' links. Writes from then on stay on
+    /// the master, so a forced failover loses them, as when a master fails before it sent
+    /// them; a `WAIT` there finds no replica. [`resume_replication`](Self::resume_replication)
+    /// undoes it. (A plain `CLUSTER FAILOVER` waits for the replica to catch up, and a
+    /// `FORCE` one on loopback almost never finds it behind: this is how a test makes the
+    /// loss happen on demand.)
+    pub async fn hold_back_replication(&self, i: usize) -> Result<(), HarnessError> {
+        let master = self.master(i).redis();
+        master
+            .command(&["ACL", "SETUSER", "default", "-psync", "-sync"])
+            .await?;
+        master
+            .command(&["CLIENT", "KILL", "TYPE", "replica"])
+            .await?;
+        // Until no replica is linked (the killed links may take a moment to go).
+        let unlinked = || async {
+            text(master.command(&["INFO", "replication"]).await)
+                .is_some_and(|info| info.contains("connected_slaves:0"))
+        };
+        self.formed(unlinked, "drop the held-back master's replicas")
+            .await
+    }
+
+    /// Lets shard `i`'s master (now, or the node it was before a failover: pass the same
+    /// `i`) serve its replicas again, undoing
+    /// [`hold_back_replication`](Self::hold_back_replication) on every node of the shard.
+    pub async fn resume_replication(&self, i: usize) -> Result<(), HarnessError> {
+        let shard = self.shards()[i].clone();
+        for n in shard {
+            self.nodes
+                .node(n)
+                .redis()
+                .command(&["ACL", "SETUSER", "default", "+psync", "+sync"])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Pauses every process of the cluster (`SIGSTOP`): the whole member is cut off from
+    /// every client, which [`resume_all`](Self::resume_all) undoes.
+    pub fn pause_all(&self) -> Result<(), HarnessError> {
+        self.nodes.iter().try_for_each(Node::pause)
+    }
+
+    /// Resumes every process of the cluster (`SIGCONT`).
+    pub fn resume_all(&self) -> Result<(), HarnessError> {
+        self.nodes.iter().try_for_each(Node::resume)
+    }
+
     /// Whether `key` exists on the master that serves it.
     pub async fn exists(&self, key: &str) -> Result<bool, HarnessError> {
         self.master_of(key).redis().exists(key).await

@@ -303,7 +303,7 @@ pub(super) fn boxed<F>(slot: Box<std::mem::MaybeUninit<F>>, future: F) -> Pin<Bo
 /// command; a single server needs none.
 fn script_command(connection: &Connection, name: &'static str, keys: &[Key]) -> CustomCommand {
     let hash = match keys.first() {
-        _ if !connection.client.is_clustered() => ClusterHash::FirstKey,
+        _ if !connection.is_cluster() => ClusterHash::FirstKey,
         Some(key) => ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes())),
         None => ClusterHash::Random,
     };

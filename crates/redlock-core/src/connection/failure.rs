@@ -220,6 +220,10 @@ pub(crate) fn failure(e: &FredError, command: &'static str) -> NodeOutcome {
 /// Whether fred failed a command because it would have written it a second time, which
 /// the one attempt a command has forbids: on a cluster member, after a `MOVED` or `ASK`
 /// (see [`ServerErrorKind::Redirected`](crate::ServerErrorKind::Redirected)).
+///
+/// fred has no error kind of its own for this: the text is fred 10's (its command's
+/// write-attempt check, `protocol/command.rs`). Check it again on a fred upgrade; the
+/// moved-slot test of `tests/cluster_member.rs` fails if it changes.
 pub(crate) fn is_redirected(e: &FredError) -> bool {
     *e.kind() == ErrorKind::Unknown && e.details() == "Too many failed write attempts."
 }

@@ -91,7 +91,7 @@ impl Connection {
     /// the others' slots can lag (a master that gave its slots up still counts them served
     /// for the others). `None` for a single server.
     async fn cluster_state(&self) -> Option<ClusterState> {
-        if !self.client.is_clustered() {
+        if !self.is_cluster() {
             return None;
         }
         let masters = self

@@ -120,7 +120,7 @@ impl Connection {
     /// clusters.
     pub(crate) async fn server_id(&self) -> Result<String, NodeOutcome> {
         // Not gated: it is how a node gets through the gate (see `identity`).
-        if self.client.is_clustered() {
+        if self.is_cluster() {
             let reply = self
                 .send_custom("CLUSTER", vec![Value::from("NODES")])
                 .await?;

@@ -81,6 +81,8 @@ pub(crate) struct Connection {
     pub(crate) identity: Identity,
     /// Its connections, for the task that identifies it again after each.
     reconnections: Arc<Reconnections>,
+    /// Whether the member is a whole cluster (its URL's scheme), read once here.
+    cluster: bool,
     /// On a cluster member, how many replicas must acknowledge an acquisition or an
     /// extension (`Config::replica_acks`); 0 on a single server.
     replica_acks: u32,
@@ -95,7 +97,7 @@ impl Connection {
         liveness: Arc<Liveness>,
     ) -> Result<Connection, ConfigError> {
         let timeout = config.node_timeout;
-        let endpoint_is_cluster = endpoint.fred.server.is_clustered();
+        let cluster = endpoint.fred.server.is_clustered();
         let client = factory::round_client(&endpoint, config)?;
         let cmd = Arc::new(client.with_options(&command_options(timeout)));
         let last_error = Arc::new(Mutex::new(None));
@@ -150,7 +152,8 @@ impl Connection {
             native,
             identity: Identity::default(),
             reconnections,
-            replica_acks: if endpoint_is_cluster {
+            cluster,
+            replica_acks: if cluster {
                 config.replica_acks
             } else {
                 0
@@ -185,7 +188,7 @@ impl Connection {
     /// Whether the member is a whole cluster, whose commands go to the master of their
     /// keys' slot.
     pub(crate) fn is_cluster(&self) -> bool {
-        self.client.is_clustered()
+        self.cluster
     }
 
     /// How many replicas must acknowledge an acquisition or an extension before the

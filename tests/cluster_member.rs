@@ -548,3 +548,60 @@ async fn many_locks_renew_together_on_cluster_members() {
         assert_eq!(cluster.dbsize().await.unwrap(), 0, "a key was left behind");
     }
 }
+
+/// Group commit with cluster members: concurrent acquisitions and releases share a round
+/// per hash slot (a round is one script per member, which a cluster runs only on keys of
+/// one slot). Thirty-two keys of one hash tag and thirty-two others, all at once: every
+/// member grants every lock, the tagged ones go as one script on their master, and the
+/// grouped releases leave nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_locks_on_cluster_members_are_grouped_per_slot() {
+    let (one, two, single) = members().await;
+    let c = coordinator_at(urls(&one, &two, &single), NODE_TIMEOUT).await;
+    let tagged = one.master_of("{tenant}");
+    let scripts_before = tagged.command_calls("evalsha").await.unwrap();
+    let keys: Vec<String> = (0..32)
+        .map(|i| format!("{{tenant}}:job-{i}"))
+        .chain((0..32).map(|i| format!("spread-{i}")))
+        .collect();
+    let locks = futures::future::join_all(keys.iter().map(|key| c.acquire(key, TTL))).await;
+    let mut held = Vec::new();
+    for (key, lock) in keys.iter().zip(locks) {
+        let lock = lock.unwrap_or_else(|e| panic!("{key}: {e}"));
+        let settled = lock.report().settled().await;
+        assert!(
+            settled
+                .nodes
+                .iter()
+                .all(|n| n.outcome == NodeOutcome::Acquired),
+            "{key}: {settled}"
+        );
+        held.push(lock);
+    }
+    // The first acquisition leads alone (`SET NX`); the tagged ones that waited for it
+    // went as one grouped script (two if the leader was one of them and others came late).
+    let scripts = tagged.command_calls("evalsha").await.unwrap() - scripts_before;
+    assert!((1..=2).contains(&scripts), "{scripts} script calls");
+    let released = futures::future::join_all(held.iter().map(|lock| c.release(lock))).await;
+    for (key, report) in keys.iter().zip(released) {
+        report
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+            .settled()
+            .await;
+    }
+    c.quiesce().await;
+    for cluster in [&one, &two] {
+        assert_eq!(cluster.dbsize().await.unwrap(), 0, "a key was left behind");
+    }
+    assert_eq!(
+        single
+            .iter()
+            .next()
+            .unwrap()
+            .redis()
+            .dbsize()
+            .await
+            .unwrap(),
+        0
+    );
+}

@@ -89,11 +89,9 @@ pub(crate) struct Inner {
     /// script on the master of its keys' slot, so a script may only name keys of one slot:
     /// a lock over keys of several slots is refused, fencing needs a fence key with a hash
     /// tag (its fenced acquisitions read the counter apart, see `scripts::Unfenced`), and
-    /// plain acquisitions and releases are not grouped (a group's script names many locks'
-    /// keys) until they are split per slot.
+    /// grouped acquisitions and releases, and renewal batches, are split per slot.
     pub(crate) cluster: Option<NodeName>,
-    /// Whether plain acquisitions and releases are grouped: `Config::group_commit`, with no
-    /// cluster member (see `cluster`).
+    /// Whether plain acquisitions and releases are grouped: `Config::group_commit`.
     pub(crate) groups: bool,
 }
 
@@ -246,7 +244,7 @@ impl Coordinator {
             inner: Arc::new(Inner {
                 release_channel: config.release_channel.as_deref().map(Value::from),
                 fencing: crate::fence::State::new(&config.fence_key, connections.len()),
-                groups: config.group_commit && cluster.is_none(),
+                groups: config.group_commit,
                 cluster,
                 connections,
                 config,

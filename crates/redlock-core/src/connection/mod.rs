@@ -153,11 +153,7 @@ impl Connection {
             identity: Identity::default(),
             reconnections,
             cluster,
-            replica_acks: if cluster {
-                config.replica_acks
-            } else {
-                0
-            },
+            replica_acks: if cluster { config.replica_acks } else { 0 },
         })
     }
 

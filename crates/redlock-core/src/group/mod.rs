@@ -227,7 +227,8 @@ impl Coordinator {
                 if A::LEAVES_OUT_GONE {
                     wave.retain(|w| !w.answer.is_closed());
                 }
-                join_all(chunks(wave).map(|batch| A::send(&this, batch))).await;
+                let by_slot = this.inner.cluster.is_some();
+                join_all(chunks(wave, by_slot).map(|batch| A::send(&this, batch))).await;
                 match A::group(&this).next() {
                     Some(next) => wave = next,
                     None => {

@@ -76,6 +76,38 @@ async fn a_cluster_member_takes_extends_and_releases_every_key_on_the_master_of_
     assert!(single.nodes_holding("a").await.is_empty());
 }
 
+/// Each master of a cluster member keeps its own settings, and a lock key can live on any
+/// of them: the health check reads every master's, and reports the member by its master
+/// with the most problems. One master at a time evicts keys (`allkeys-lru`): whichever it
+/// is, the member is reported evicting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_master_of_a_cluster_member_is_checked_for_its_settings() {
+    let cluster = ClusterSet::start(3).await.unwrap();
+    let c = coordinator_at(vec![cluster.url()], NODE_TIMEOUT).await;
+    let evicting = HealthProblem::Evicting("allkeys-lru".into());
+    assert!(!c.health().await[0].problems.contains(&evicting));
+    for i in 0..3 {
+        let policy = |p: &'static str| {
+            let master = cluster.master(i).redis();
+            async move {
+                master
+                    .command(&["CONFIG", "SET", "maxmemory-policy", p])
+                    .await
+                    .unwrap();
+            }
+        };
+        policy("allkeys-lru").await;
+        let health = c.health().await;
+        assert!(
+            health[0].problems.contains(&evicting),
+            "master {i}: {}",
+            health[0]
+        );
+        assert_eq!(health[0].maxmemory_policy.as_deref(), Some("allkeys-lru"));
+        policy("noeviction").await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_member_is_healthy_until_a_master_is_lost() {
     let (one, two, single) = members().await;

@@ -63,7 +63,7 @@ impl Connection {
         // negative key count (refused before the script is even compiled).
         let evalsha = self.send_custom("EVALSHA", vec![Value::from(NO_SCRIPT), Value::from(0_i64)]);
         let eval = self.send_custom("EVAL", vec![Value::from("return 0"), Value::from(-1_i64)]);
-        let cluster = self.cluster_state();
+        let cluster = self.cluster_masters();
         let (appendfsync, offered, evalsha, eval, cluster) =
             tokio::join!(config, offered, evalsha, eval, cluster);
         let (refused, refusal) = scripts_refused([("EVALSHA", evalsha), ("EVAL", eval)]);
@@ -72,25 +72,48 @@ impl Connection {
             refused,
             refusal,
         };
-        NodeHealth::from_info(
-            self.name.clone(),
-            latency,
-            &info,
-            appendfsync,
-            capabilities,
-            cluster,
-        )
+        let (cluster, masters) = cluster.map_or((None, Vec::new()), |(state, masters)| {
+            (Some(state), masters)
+        });
+        let judge = |info: &str, appendfsync: Option<String>| {
+            NodeHealth::from_info(
+                self.name.clone(),
+                latency,
+                info,
+                appendfsync,
+                capabilities.clone(),
+                cluster.clone(),
+            )
+        };
+        let mut health = judge(&info, appendfsync);
+        // A cluster member's settings are those of its master with the most problems: a
+        // lock key can live on any of them, and each must keep it (H2).
+        for settings in masters {
+            let master = judge(&settings.info, settings.appendfsync);
+            if master.problems.len() > health.problems.len() {
+                health = master;
+            }
+        }
+        health
     }
+}
+
+/// What one master of a cluster member says of its own settings: `INFO` and its
+/// `appendfsync` (unknown where `CONFIG GET` is refused).
+struct MasterSettings {
+    info: String,
+    appendfsync: Option<String>,
 }
 
 impl Connection {
     /// For a cluster member, what its masters say of it: `CLUSTER INFO` (the first that
     /// finds the cluster degraded, else the first answer; empty when none answered:
     /// unknown) and the fewest replicas connected to one of them (`INFO replication`,
-    /// known when every master answered). Every master is asked, since a master's view of
-    /// the others' slots can lag (a master that gave its slots up still counts them served
-    /// for the others). `None` for a single server.
-    async fn cluster_state(&self) -> Option<ClusterState> {
+    /// known when every master answered); and each master's own settings (those that
+    /// answered `INFO`). Every master is asked, since a master's view of the others' slots
+    /// can lag (a master that gave its slots up still counts them served for the others),
+    /// and each keeps its own settings. `None` for a single server.
+    async fn cluster_masters(&self) -> Option<(ClusterState, Vec<MasterSettings>)> {
         if !self.is_cluster() {
             return None;
         }
@@ -106,18 +129,33 @@ impl Connection {
             };
             let client = self.client.with_options(&options);
             async move {
-                let ask = |words: [&'static str; 2]| {
+                let reply = |words: &[&'static str]| {
                     let command = CustomCommand::new_static(words[0], None, false);
-                    let reply = client.custom::<Value, Value>(command, vec![Value::from(words[1])]);
-                    async move { Box::pin(reply).await.ok().and_then(|r| r.as_string()) }
+                    let args = words[1..].iter().map(|w| Value::from(*w)).collect();
+                    let reply = client.custom::<Value, Value>(command, args);
+                    async move { Box::pin(reply).await.ok() }
                 };
-                futures::join!(ask(["CLUSTER", "INFO"]), ask(["INFO", "replication"]))
+                let text = |words| {
+                    let reply = reply(words);
+                    async move { reply.await.and_then(|r| r.as_string()) }
+                };
+                let (cluster, replication, info, fsync) = futures::join!(
+                    text(&["CLUSTER", "INFO"]),
+                    text(&["INFO", "replication"]),
+                    text(&["INFO"]),
+                    reply(&["CONFIG", "GET", "appendfsync"])
+                );
+                let settings = info.map(|info| MasterSettings {
+                    info,
+                    appendfsync: fsync.and_then(|r| config_value(r, "appendfsync")),
+                });
+                (cluster, replication, settings)
             }
         });
         let answers = join_all(asks).await;
         let infos: Vec<&String> = answers
             .iter()
-            .filter_map(|(info, _)| info.as_ref())
+            .filter_map(|(info, _, _)| info.as_ref())
             .collect();
         if infos.len() < answers.len() {
             tracing::debug!(node = %self.name, "a master did not answer CLUSTER INFO");
@@ -129,11 +167,12 @@ impl Connection {
         let mut state = ClusterState::of(worst.map_or("", |text| text.as_str()));
         state.fewest_replicas = answers
             .iter()
-            .map(|(_, replication)| replication.as_deref().and_then(ClusterState::replicas_of))
+            .map(|(_, replication, _)| replication.as_deref().and_then(ClusterState::replicas_of))
             .collect::<Option<Vec<u32>>>()
             .and_then(|counts| counts.into_iter().min());
         state.replica_acks = self.replica_acks;
-        Some(state)
+        let settings = answers.into_iter().filter_map(|(_, _, s)| s).collect();
+        Some((state, settings))
     }
 }
 

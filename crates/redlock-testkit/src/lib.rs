@@ -116,6 +116,12 @@
 //! per-container fake clocks ([`DockerOptions::fake_clock`]), all through [`Nodes`]. It needs
 //! Docker Engine and docker-compose v1; [`DockerSet::available`] says what is missing.
 //!
+//! # Clusters as one member
+//! [`ClusterSet`] starts a Redis Cluster of local processes (masters and replicas on free
+//! ports) and [`DockerCluster`] the one of `docker-compose.cluster.yml` in containers; both
+//! give the member's URL and the cluster's own faults: a shard failed over
+//! ([`ClusterSet::fail_over`]), its replication held back, a slot moved (local only).
+//!
 //! # PostgreSQL, the fenced resource
 //! [`Postgres::start`] runs a real PostgreSQL (`initdb` into a temporary directory, then
 //! `postgres` on a free loopback port, trust authentication as [`POSTGRES_USER`]) so tests can
@@ -154,7 +160,7 @@ mod urls;
 
 pub use clock::{ClockControl, ClockShim};
 pub use cluster::{ClusterSet, Failover, CLUSTER_SLOTS};
-pub use docker::{DockerOptions, DockerSet};
+pub use docker::{DockerCluster, DockerOptions, DockerSet};
 pub use error::HarnessError;
 pub use inspect::{RedisAt, INSPECT_TIMEOUT};
 pub use node::{Node, READY_TIMEOUT};

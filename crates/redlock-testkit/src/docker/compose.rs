@@ -14,12 +14,15 @@ use crate::HarnessError;
 
 /// Compose project name; the data volumes are `redlock-lab_redisN-data`.
 const PROJECT: &str = "redlock-lab";
+/// Compose project name of the cluster of `docker-compose.cluster.yml`.
+const CLUSTER_PROJECT: &str = "redlock-cluster";
 /// Deadline of `docker-compose up` / `down`: a network and five containers.
 pub(super) const COMPOSE_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// How to call `docker-compose` for this set: the file and the variables it interpolates.
 #[derive(Debug)]
 pub(super) struct Compose {
+    project: &'static str,
     file: PathBuf,
     env: Vec<(String, OsString)>,
 }
@@ -36,14 +39,27 @@ impl Compose {
         for n in 1..=NODES {
             env.push((format!("REDLOCK_PORT_{n}"), port(n).to_string().into()));
         }
-        Compose { file, env }
+        Compose {
+            project: PROJECT,
+            file,
+            env,
+        }
     }
 
-    /// `docker-compose -p redlock-lab -f <file> <args>` with the set's variables.
+    /// The cluster of `docker-compose.cluster.yml` (`file`), which interpolates nothing.
+    pub(super) fn cluster(file: PathBuf) -> Compose {
+        Compose {
+            project: CLUSTER_PROJECT,
+            file,
+            env: Vec::new(),
+        }
+    }
+
+    /// `docker-compose -p <project> -f <file> <args>` with the set's variables.
     pub(super) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new("docker-compose");
         cmd.arg("-p")
-            .arg(PROJECT)
+            .arg(self.project)
             .arg("-f")
             .arg(&self.file)
             .args(args)
@@ -59,7 +75,8 @@ impl Compose {
     /// The command line as a user would type it, for messages.
     pub(super) fn shown(&self, args: &[&str]) -> String {
         format!(
-            "docker-compose -p {PROJECT} -f {} {}",
+            "docker-compose -p {} -f {} {}",
+            self.project,
             self.file.display(),
             args.join(" ")
         )

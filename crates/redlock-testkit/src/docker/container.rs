@@ -145,7 +145,7 @@ impl DockerSet {
 }
 
 /// `docker <args>` under [`DOCKER_TIMEOUT`].
-async fn run_docker(args: &[&str]) -> io::Result<Ran> {
+pub(super) async fn run_docker(args: &[&str]) -> io::Result<Ran> {
     let mut cmd = Command::new("docker");
     cmd.args(args);
     command::run(cmd, DOCKER_TIMEOUT).await

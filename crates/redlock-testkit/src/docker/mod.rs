@@ -19,12 +19,14 @@
 
 mod available;
 mod clock;
+mod cluster;
 mod compose;
 mod container;
 mod faults;
 mod image;
 mod set;
 
+pub use cluster::DockerCluster;
 pub use set::{DockerOptions, DockerSet};
 
 /// Services `redis1`..`redis5` in `docker-compose.yml`.

@@ -12,15 +12,14 @@
 //! Names, network and ports are fixed, so one cluster runs per Docker daemon.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use futures::future::try_join_all;
 
 use super::compose::{set_error, Compose, COMPOSE_TIMEOUT};
 use super::container::{run_docker, DOCKER_TIMEOUT};
-use super::{image, DockerSet};
+use super::image;
 use crate::cluster::{Failover, Peer, Topology};
-use crate::command::{self, run_blocking};
 use crate::{poll, HarnessError, RedisAt};
 
 /// Masters `cluster1`..`cluster3`, then their replicas `cluster4`..`cluster6`.
@@ -44,16 +43,7 @@ static UP: AtomicBool = AtomicBool::new(false);
 pub struct DockerCluster {
     compose: Compose,
     topology: Topology,
-    _slot: UpSlot,
-}
-
-#[derive(Debug)]
-struct UpSlot;
-
-impl Drop for UpSlot {
-    fn drop(&mut self) {
-        UP.store(false, Ordering::SeqCst);
-    }
+    _slot: super::Claim,
 }
 
 impl DockerCluster {
@@ -68,29 +58,8 @@ impl DockerCluster {
     /// [`HarnessError::InvalidOptions`] when a step fails (the containers are taken down
     /// again).
     pub async fn up() -> Result<DockerCluster, HarnessError> {
-        command::blocking(DockerSet::available)
-            .await
-            .map_err(|e| HarnessError::io("check that Docker is available", e))??;
-        if UP.swap(true, Ordering::SeqCst) {
-            return Err(HarnessError::DockerUnavailable {
-                reason: "another DockerCluster of this process is still up".to_owned(),
-                advice: "drop it before calling DockerCluster::up again (container names and \
-                         ports are fixed, so one cluster per Docker daemon)"
-                    .to_owned(),
-            });
-        }
-        let slot = UpSlot;
+        let (slot, file) = super::claim(&UP, "DockerCluster", "docker-compose.cluster.yml").await?;
         let root = image::repo_root();
-        let file = root.join("docker-compose.cluster.yml");
-        if !file.is_file() {
-            return Err(set_error(
-                "find the cluster's compose file",
-                file.display().to_string(),
-                "does not exist".to_owned(),
-                "run the tests from a full checkout of the repository",
-                String::new(),
-            ));
-        }
         image::build(&root).await?;
         let compose = Compose::cluster(file);
         let _ = compose.run(&["down", "-v", "--timeout", "2"]).await;
@@ -253,7 +222,7 @@ impl DockerCluster {
 
 impl Drop for DockerCluster {
     fn drop(&mut self) {
-        take_down(&self.compose);
+        self.compose.take_down();
     }
 }
 
@@ -267,27 +236,8 @@ struct TakeDown<'a> {
 impl Drop for TakeDown<'_> {
     fn drop(&mut self) {
         if self.armed {
-            take_down(self.compose);
+            self.compose.take_down();
         }
-    }
-}
-
-/// `docker-compose ... down -v`, warning (not failing) when it cannot.
-fn take_down(compose: &Compose) {
-    let args = ["down", "-v", "--timeout", "2"];
-    match run_blocking(compose.command(&args), COMPOSE_TIMEOUT) {
-        Ok(ran) if ran.ok() => tracing::debug!("docker cluster taken down"),
-        Ok(ran) => tracing::warn!(
-            command = %compose.shown(&args),
-            outcome = %ran.outcome(COMPOSE_TIMEOUT),
-            output = %ran.output(),
-            "could not take the docker cluster down; run the command by hand"
-        ),
-        Err(error) => tracing::warn!(
-            command = %compose.shown(&args),
-            %error,
-            "could not take the docker cluster down; run the command by hand"
-        ),
     }
 }
 

@@ -82,6 +82,26 @@ impl Compose {
         )
     }
 
+    /// `docker-compose ... down -v` (containers, network and volumes go), logging through
+    /// `tracing` when it cannot: what dropping a set does.
+    pub(super) fn take_down(&self) {
+        let args = ["down", "-v", "--timeout", "2"];
+        match command::run_blocking(self.command(&args), COMPOSE_TIMEOUT) {
+            Ok(ran) if ran.ok() => tracing::debug!(project = self.project, "taken down"),
+            Ok(ran) => tracing::warn!(
+                command = %self.shown(&args),
+                outcome = %ran.outcome(COMPOSE_TIMEOUT),
+                output = %ran.output(),
+                "could not take the containers down; run the command by hand"
+            ),
+            Err(error) => tracing::warn!(
+                command = %self.shown(&args),
+                %error,
+                "could not take the containers down; run the command by hand"
+            ),
+        }
+    }
+
     /// The error for a `docker-compose` that could not be run at all.
     pub(super) fn error(&self, args: &[&str], e: io::Error) -> HarnessError {
         set_error(

@@ -29,5 +29,55 @@ mod set;
 pub use cluster::DockerCluster;
 pub use set::{DockerOptions, DockerSet};
 
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::{command, HarnessError};
+
+/// This process's claim on one of the fixed sets (their container names, network and ports
+/// are fixed, so one of each runs per Docker daemon); released when dropped.
+#[derive(Debug)]
+struct Claim(&'static AtomicBool);
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// What `up` of both sets checks first: that Docker and docker-compose are there, that no
+/// other set of the kind `what` is up in this process (`slot`), and that the compose file
+/// `file` is in the repository. Returns the claim and the file's path.
+async fn claim(
+    slot: &'static AtomicBool,
+    what: &str,
+    file: &str,
+) -> Result<(Claim, PathBuf), HarnessError> {
+    command::blocking(DockerSet::available)
+        .await
+        .map_err(|e| HarnessError::io("check that Docker is available", e))??;
+    if slot.swap(true, Ordering::SeqCst) {
+        return Err(HarnessError::DockerUnavailable {
+            reason: format!("another {what} of this process is still up"),
+            advice: format!(
+                "drop it before calling {what}::up again (container names and ports are fixed, \
+                 so one per Docker daemon)"
+            ),
+        });
+    }
+    let claim = Claim(slot);
+    let path = image::repo_root().join(file);
+    if !path.is_file() {
+        return Err(compose::set_error(
+            "find the compose file",
+            path.display().to_string(),
+            "does not exist".to_owned(),
+            "run the tests from a full checkout of the repository",
+            String::new(),
+        ));
+    }
+    Ok((claim, path))
+}
+
 /// Services `redis1`..`redis5` in `docker-compose.yml`.
 const NODES: usize = 5;

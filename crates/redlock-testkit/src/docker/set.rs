@@ -1,7 +1,7 @@
 //! [`DockerSet`] and its life cycle: `up` (image, clean slate, `docker-compose up`, readiness)
 //! and `down -v` when dropped.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use futures::future::try_join_all;
 use tempfile::TempDir;
@@ -9,7 +9,6 @@ use tempfile::TempDir;
 use super::compose::{set_error, Compose, COMPOSE_TIMEOUT};
 use super::container::Container;
 use super::{clock, image, NODES};
-use crate::command::{self, run_blocking};
 use crate::{ClockControl, HarnessError, Nodes};
 
 /// Set while a [`DockerSet`] of this process is alive.
@@ -45,17 +44,7 @@ pub struct DockerSet {
     options: DockerOptions,
     // Fields drop after `Drop::drop` took the containers down, so the mounts are gone by then.
     _clock_dir: TempDir,
-    _slot: UpSlot,
-}
-
-/// This process's claim on the one docker node set; released when dropped.
-#[derive(Debug)]
-struct UpSlot;
-
-impl Drop for UpSlot {
-    fn drop(&mut self) {
-        UP.store(false, Ordering::SeqCst);
-    }
+    _slot: super::Claim,
 }
 
 impl DockerSet {
@@ -68,29 +57,8 @@ impl DockerSet {
     /// this process is still alive, and with [`HarnessError::Docker`] when a step fails (on
     /// failure the containers are taken down again).
     pub async fn up(opts: DockerOptions) -> Result<DockerSet, HarnessError> {
-        command::blocking(Self::available)
-            .await
-            .map_err(|e| HarnessError::io("check that Docker is available", e))??;
-        if UP.swap(true, Ordering::SeqCst) {
-            return Err(HarnessError::DockerUnavailable {
-                reason: "another DockerSet of this process is still up".to_owned(),
-                advice: "drop it before calling DockerSet::up again (container names and ports \
-                         are fixed, so one set per Docker daemon)"
-                    .to_owned(),
-            });
-        }
-        let slot = UpSlot;
+        let (slot, file) = super::claim(&UP, "DockerSet", "docker-compose.yml").await?;
         let root = image::repo_root();
-        let file = root.join("docker-compose.yml");
-        if !file.is_file() {
-            return Err(set_error(
-                "find the compose file",
-                file.display().to_string(),
-                "does not exist".to_owned(),
-                "run the tests from a full checkout of the repository",
-                String::new(),
-            ));
-        }
         image::build(&root).await?;
         let clock_dir = clock::dir(&root)?;
         let compose = Compose::new(file, &opts, clock_dir.path());
@@ -170,20 +138,6 @@ impl DockerSet {
 
 impl Drop for DockerSet {
     fn drop(&mut self) {
-        let args = ["down", "-v", "--timeout", "2"];
-        match run_blocking(self.compose.command(&args), COMPOSE_TIMEOUT) {
-            Ok(ran) if ran.ok() => tracing::debug!("docker node set taken down"),
-            Ok(ran) => tracing::warn!(
-                command = %self.compose.shown(&args),
-                outcome = %ran.outcome(COMPOSE_TIMEOUT),
-                output = %ran.output(),
-                "could not take the docker node set down; run the command by hand"
-            ),
-            Err(error) => tracing::warn!(
-                command = %self.compose.shown(&args),
-                %error,
-                "could not take the docker node set down; run the command by hand"
-            ),
-        }
+        self.compose.take_down();
     }
 }

@@ -8,7 +8,7 @@ use clap::Parser;
 use crate::subjects::Kind;
 
 /// The scenario families, in the order they run.
-pub const FAMILIES: [&str; 9] = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9"];
+pub const FAMILIES: [&str; 10] = ["P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10"];
 
 /// The redlock benchmark: ours beside the raw fred floor and rslock, on nodes it starts.
 #[derive(Debug, Clone, Parser)]
@@ -21,7 +21,7 @@ pub struct Args {
     /// full run, target/bench-quick for --quick].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Run only these scenario families (P1..P9), comma-separated.
+    /// Run only these scenario families (P1..P10), comma-separated.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = family)]
     only: Vec<String>,
     /// Run only these contenders (floor, floor-quorum, ours, ours-polling, ours-defaults,
@@ -63,7 +63,7 @@ impl Args {
         })
     }
 
-    /// Whether the family `P1`..`P9` is to run (all of them without `--only`).
+    /// Whether the family `P1`..`P10` is to run (all of them without `--only`).
     pub fn runs(&self, family: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|f| f == family)
     }
@@ -95,7 +95,7 @@ fn family(item: &str) -> Result<String, String> {
         Ok(name)
     } else {
         Err(format!(
-            "unknown scenario family {item:?}: use P1, P2, P3, P4, P5, P6, P7, P8 or P9, comma-separated"
+            "unknown scenario family {item:?}: use P1, P2, P3, P4, P5, P6, P7, P8, P9 or P10, comma-separated"
         ))
     }
 }

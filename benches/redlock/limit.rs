@@ -12,7 +12,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use redlock_testkit::NodeSet;
+use redlock_testkit::{ClusterSet, NodeSet};
 use serde::Serialize;
 
 use crate::error::{BenchError, Context};
@@ -57,8 +57,8 @@ pub async fn measure(set: &NodeSet, requests: u64) -> Result<ServerLimit, BenchE
     let set_cmd = vec!["SET", key, TOKEN, "NX", "PX", &ttl_ms];
     let eval_cmd = vec!["EVALSHA", floor.unlock_sha(), "1", key, TOKEN];
     let ports: Vec<u16> = set.iter().map(|n| n.port()).collect();
-    let set_rates = run_everywhere(&ports, requests, &set_cmd).await?;
-    let eval_rates = run_everywhere(&ports, requests, &eval_cmd).await?;
+    let set_rates = run_everywhere(&ports, false, requests, &set_cmd).await?;
+    let eval_rates = run_everywhere(&ports, false, requests, &eval_cmd).await?;
     let per_node: Vec<NodeLimit> = set
         .iter()
         .zip(set_rates.iter().zip(&eval_rates))
@@ -89,9 +89,50 @@ pub async fn measure(set: &NodeSet, requests: u64) -> Result<ServerLimit, BenchE
     })
 }
 
-/// Runs one redis-benchmark per port, all at once; returns each one's requests per second.
+/// P10's servers' limit on members that are whole clusters, in cycles per second: the
+/// same two commands, benchmarked with `redis-benchmark --cluster` on every member at once
+/// (its keys carry a `{tag}` that it sets to each master's slots in turn, so a member's
+/// rate is all of its masters'; plain `redis-benchmark` on clusters of one master, which
+/// it does not take as a cluster); a member's cycles per second from its two rates as
+/// above, and the slowest member's.
+pub async fn measure_clusters(clusters: &[ClusterSet], requests: u64) -> Result<f64, BenchError> {
+    // Loads the compare-and-delete script on every master.
+    let masters: Vec<String> = clusters
+        .iter()
+        .flat_map(|c| {
+            c.masters()
+                .into_iter()
+                .map(|m| format!("redis://127.0.0.1:{}", m.port()))
+        })
+        .collect();
+    let floor = Floor::connect(&masters, TTL, Wait::All).await?;
+    let ttl_ms = TTL.as_millis().to_string();
+    let key = "bench:limit:{tag}:__rand_int__";
+    let set_cmd = vec!["SET", key, TOKEN, "NX", "PX", &ttl_ms];
+    let eval_cmd = vec!["EVALSHA", floor.unlock_sha(), "1", key, TOKEN];
+    let ports: Vec<u16> = clusters.iter().map(|c| c.master(0).port()).collect();
+    // redis-benchmark takes no cluster of one node; that node serves every slot, so the
+    // key's literal `{tag}` is served there.
+    let several = clusters.iter().any(|c| c.shard_count() > 1);
+    let set_rates = run_everywhere(&ports, several, requests, &set_cmd).await?;
+    let eval_rates = run_everywhere(&ports, several, requests, &eval_cmd).await?;
+    let cycles_per_second = set_rates
+        .iter()
+        .zip(&eval_rates)
+        .map(|(s, e)| 1.0 / (1.0 / s + 1.0 / e))
+        .fold(f64::INFINITY, f64::min);
+    progress!(
+        "P10 servers' limit (redis-benchmark --cluster, every member at once): \
+         {cycles_per_second:.0} cycles/s"
+    );
+    Ok(cycles_per_second)
+}
+
+/// Runs one redis-benchmark per port (with `--cluster`: per cluster, from that node), all
+/// at once; returns each one's requests per second.
 async fn run_everywhere(
     ports: &[u16],
+    cluster: bool,
     requests: u64,
     command: &[&str],
 ) -> Result<Vec<f64>, BenchError> {
@@ -116,6 +157,9 @@ async fn run_everywhere(
             .iter()
             .map(|s| s.to_string())
             .collect();
+            if cluster {
+                args.push("--cluster".to_string());
+            }
             args.extend(command.iter().map(|s| s.to_string()));
             args
         })

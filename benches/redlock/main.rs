@@ -8,7 +8,8 @@
 //! P1 uncontended cycle, P2 one node hung, P3 one node slow, P4 contended hand-off, P5 many
 //! keys beside the servers' own limit, P6 many locks under automatic renewal, P7 a
 //! semaphore's permits under contention, P8 a read-write lock under contention, P9 the
-//! uncontended cycle over members that are whole clusters. Writes
+//! uncontended cycle over members that are whole clusters, P10 lock throughput over cluster
+//! members as shards and client processes are added. Writes
 //! `results.json`, `results.md` and `latency.svg` to the output directory, prints progress
 //! to stderr and the Markdown tables to stdout. Not a test: nothing here asserts a timing.
 
@@ -28,6 +29,7 @@ mod procfs;
 mod renewal;
 mod report;
 mod rwlock;
+mod scale;
 mod stats;
 mod subjects;
 mod targets;
@@ -96,6 +98,11 @@ fn main() -> ExitCode {
         // One P6 case in a process of its own; its figures go to stdout as JSON.
         let spec = argv.get(1).cloned().unwrap_or_default();
         return block_on_and_print(async move { renewal::child(&spec).await });
+    }
+    if argv.first().map(String::as_str) == Some(scale::CHILD_FLAG) {
+        // One P10 client process; its count goes to stdout as JSON.
+        let spec = argv.get(1).cloned().unwrap_or_default();
+        return block_on_and_print(async move { scale::child(&spec).await });
     }
     // clap prints the usage for --help, and for a bad flag an error naming it, then exits.
     let args = <Args as clap::Parser>::parse();
@@ -208,6 +215,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
     let mut renewal = Vec::new();
     let mut permits = None;
     let mut read_write = None;
+    let mut scale = None;
     let p1_kinds = args.subjects(&[
         Kind::Floor,
         Kind::FloorQuorum,
@@ -314,6 +322,14 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         flush(&set).await?;
     }
 
+    // Ours only, at its defaults: the floor and rslock take single servers.
+    if args.runs("P10") && !args.subjects(&[Kind::Ours]).is_empty() {
+        let processes = machine.cores.max(2);
+        let (warmup, time) = (plan.throughput_warmup, plan.throughput_time);
+        let requests = plan.benchmark_requests;
+        scale = Some(scale::run(&plan.scale_shards, processes, warmup, time, requests).await?);
+    }
+
     let mut machine = machine;
     machine.load_average_end = machine::load_average();
     let targets = targets::evaluate(&latency, handoff.as_ref(), throughput.as_ref(), &renewal);
@@ -332,6 +348,7 @@ async fn run(args: &Args) -> Result<String, BenchError> {
         renewal,
         permits,
         read_write,
+        scale,
         targets,
     };
     let out = args.out();

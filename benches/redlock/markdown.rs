@@ -47,6 +47,7 @@ impl Results {
         self.renewal_table(&mut md);
         self.permits_table(&mut md);
         self.read_write_table(&mut md);
+        self.scale_table(&mut md);
         self.targets_table(&mut md);
         md
     }
@@ -183,6 +184,36 @@ impl Results {
                 md,
                 "| servers' limit (redis-benchmark) | {:.0} | | 100 % |",
                 l.cycles_per_second
+            );
+        }
+        md.push('\n');
+    }
+
+    fn scale_table(&self, md: &mut String) {
+        let Some(t) = &self.scale else { return };
+        let _ = writeln!(
+            md,
+            "### P10: cluster members, as shards and client processes are added\n\n\
+             Three members, each a cluster of the masters below (no replicas); each client \
+             process runs P5's loop for ours ({} cycles in flight on keys of its own). \
+             Servers' limit: `redis-benchmark` (with `--cluster` over clusters of several \
+             masters) on every member at once, the slowest member's cycles/s.\n\n\
+             | Masters per member | Client processes | Cycles/s | Failed | Servers' limit | Share |\n\
+             |---:|---:|---:|---:|---:|---:|",
+            t.in_flight_per_process
+        );
+        for c in &t.cases {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.0} | {} | {} | {} |",
+                c.shards,
+                c.processes,
+                c.per_second,
+                c.failures,
+                c.server_limit
+                    .map_or("not measured".into(), |l| format!("{l:.0}")),
+                c.share_of_limit
+                    .map_or(String::new(), |s| format!("{:.0} %", s * 100.0))
             );
         }
         md.push('\n');

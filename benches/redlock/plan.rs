@@ -21,6 +21,8 @@ pub struct Plan {
     pub throughput_warmup: Duration,
     pub throughput_time: Duration,
     pub benchmark_requests: u64,
+    /// P10: the masters per member to measure.
+    pub scale_shards: Vec<usize>,
 }
 
 impl Plan {
@@ -41,6 +43,7 @@ impl Plan {
                 throughput_warmup: Duration::from_millis(300),
                 throughput_time: Duration::from_secs(1),
                 benchmark_requests: 20_000,
+                scale_shards: vec![1],
             }
         } else {
             Plan {
@@ -71,6 +74,7 @@ impl Plan {
                 throughput_warmup: Duration::from_secs(1),
                 throughput_time: Duration::from_secs(5),
                 benchmark_requests: 300_000,
+                scale_shards: vec![1, 2, 3],
             }
         }
     }

@@ -13,6 +13,7 @@ use crate::machine::Machine;
 use crate::permits::Permits;
 use crate::renewal::Renewal;
 use crate::rwlock::ReadWrite;
+use crate::scale::Scale;
 use crate::subjects::{RSLOCK_RESPONSE_TIMEOUT, TTL};
 use crate::targets::Target;
 use crate::throughput::Throughput;
@@ -30,6 +31,7 @@ pub struct Results {
     pub renewal: Vec<Renewal>,
     pub permits: Option<Permits>,
     pub read_write: Option<ReadWrite>,
+    pub scale: Option<Scale>,
     pub targets: Vec<Target>,
 }
 

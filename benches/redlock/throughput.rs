@@ -66,58 +66,7 @@ pub async fn run(
 ) -> Result<Vec<ThroughputCase>, BenchError> {
     let mut cases = Vec::new();
     for &kind in kinds {
-        let subject = Arc::new(Subject::connect(kind, urls).await?);
-        let done = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let failures = Arc::new(Mutex::new(Recorder::default()));
-        let tasks: Vec<_> = (0..IN_FLIGHT)
-            .map(|i| {
-                let (subject, done, stop, failures) = (
-                    subject.clone(),
-                    done.clone(),
-                    stop.clone(),
-                    failures.clone(),
-                );
-                let key = format!("bench:P5:{}:{i}", kind.name());
-                tokio::spawn(async move {
-                    while !stop.load(Ordering::Relaxed) {
-                        match tokio::time::timeout(CYCLE_DEADLINE, subject.cycle(&key)).await {
-                            Ok(Ok(())) => {
-                                done.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Ok(Err(why)) => lock(&failures).fail(why),
-                            Err(_) => {
-                                lock(&failures).fail(format!("no answer within {CYCLE_DEADLINE:?}"))
-                            }
-                        }
-                    }
-                })
-            })
-            .collect();
-        tokio::time::sleep(warmup).await;
-        let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
-        let failed_before = lock(&failures).summary().failures;
-        tokio::time::sleep(time).await;
-        let (seconds, cycles) = (
-            start.elapsed().as_secs_f64(),
-            done.load(Ordering::Relaxed) - before,
-        );
-        stop.store(true, Ordering::Relaxed);
-        for task in tasks {
-            let _ = task.await;
-        }
-        subject.close().await;
-        let failed = lock(&failures).summary();
-        let case = ThroughputCase {
-            subject: kind.name(),
-            label: kind.label(),
-            seconds,
-            cycles,
-            per_second: cycles as f64 / seconds,
-            failures: failed.failures - failed_before,
-            first_failure: failed.first_failure,
-            share_of_limit: None,
-        };
+        let case = run_one(urls, kind, "bench:P5", warmup, time).await?;
         progress!(
             "P5 {:<13} {:>8.0} cycles/s ({} failed)",
             kind.name(),
@@ -127,6 +76,69 @@ pub async fn run(
         cases.push(case);
     }
     Ok(cases)
+}
+
+/// One contender for `warmup + time`, its [`IN_FLIGHT`] tasks each on a key of its own
+/// under `prefix`.
+pub async fn run_one(
+    urls: &[String],
+    kind: Kind,
+    prefix: &str,
+    warmup: Duration,
+    time: Duration,
+) -> Result<ThroughputCase, BenchError> {
+    let subject = Arc::new(Subject::connect(kind, urls).await?);
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Recorder::default()));
+    let tasks: Vec<_> = (0..IN_FLIGHT)
+        .map(|i| {
+            let (subject, done, stop, failures) = (
+                subject.clone(),
+                done.clone(),
+                stop.clone(),
+                failures.clone(),
+            );
+            let key = format!("{prefix}:{}:{i}", kind.name());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    match tokio::time::timeout(CYCLE_DEADLINE, subject.cycle(&key)).await {
+                        Ok(Ok(())) => {
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(Err(why)) => lock(&failures).fail(why),
+                        Err(_) => {
+                            lock(&failures).fail(format!("no answer within {CYCLE_DEADLINE:?}"))
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(warmup).await;
+    let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
+    let failed_before = lock(&failures).summary().failures;
+    tokio::time::sleep(time).await;
+    let (seconds, cycles) = (
+        start.elapsed().as_secs_f64(),
+        done.load(Ordering::Relaxed) - before,
+    );
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let _ = task.await;
+    }
+    subject.close().await;
+    let failed = lock(&failures).summary();
+    Ok(ThroughputCase {
+        subject: kind.name(),
+        label: kind.label(),
+        seconds,
+        cycles,
+        per_second: cycles as f64 / seconds,
+        failures: failed.failures - failed_before,
+        first_failure: failed.first_failure,
+        share_of_limit: None,
+    })
 }
 
 fn lock(failures: &Mutex<Recorder>) -> std::sync::MutexGuard<'_, Recorder> {

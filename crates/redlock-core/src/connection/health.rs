@@ -108,9 +108,9 @@ struct MasterSettings {
 impl Connection {
     /// For a cluster member, what its masters say of it: `CLUSTER INFO` (the first that
     /// finds the cluster degraded, else the first answer; empty when none answered:
-    /// unknown) and the fewest replicas connected to one of them (`INFO replication`,
-    /// known when every master answered); and each master's own settings (those that
-    /// answered `INFO`). Every master is asked, since a master's view of the others' slots
+    /// unknown), and each master's own settings from its `INFO` (those that answered),
+    /// with the fewest replicas connected to one of them (known when every master
+    /// answered). Every master is asked, since a master's view of the others' slots
     /// can lag (a master that gave its slots up still counts them served for the others),
     /// and each keeps its own settings. `None` for a single server.
     async fn cluster_masters(&self) -> Option<(ClusterState, Vec<MasterSettings>)> {
@@ -139,9 +139,9 @@ impl Connection {
                     let reply = reply(words);
                     async move { reply.await.and_then(|r| r.as_string()) }
                 };
-                let (cluster, replication, info, fsync) = futures::join!(
+                // `INFO` (every section) gives both the replicas and the settings.
+                let (cluster, info, fsync) = futures::join!(
                     text(&["CLUSTER", "INFO"]),
-                    text(&["INFO", "replication"]),
                     text(&["INFO"]),
                     reply(&["CONFIG", "GET", "appendfsync"])
                 );
@@ -149,13 +149,13 @@ impl Connection {
                     info,
                     appendfsync: fsync.and_then(|r| config_value(r, "appendfsync")),
                 });
-                (cluster, replication, settings)
+                (cluster, settings)
             }
         });
         let answers = join_all(asks).await;
         let infos: Vec<&String> = answers
             .iter()
-            .filter_map(|(info, _, _)| info.as_ref())
+            .filter_map(|(info, _)| info.as_ref())
             .collect();
         if infos.len() < answers.len() {
             tracing::debug!(node = %self.name, "a master did not answer CLUSTER INFO");
@@ -167,11 +167,15 @@ impl Connection {
         let mut state = ClusterState::of(worst.map_or("", |text| text.as_str()));
         state.fewest_replicas = answers
             .iter()
-            .map(|(_, replication, _)| replication.as_deref().and_then(ClusterState::replicas_of))
+            .map(|(_, settings)| {
+                settings
+                    .as_ref()
+                    .and_then(|s| ClusterState::replicas_of(&s.info))
+            })
             .collect::<Option<Vec<u32>>>()
             .and_then(|counts| counts.into_iter().min());
         state.replica_acks = self.replica_acks;
-        let settings = answers.into_iter().filter_map(|(_, _, s)| s).collect();
+        let settings = answers.into_iter().filter_map(|(_, s)| s).collect();
         Some((state, settings))
     }
 }

@@ -1,15 +1,17 @@
 //! Cluster members under faults: one member's shard failing over under load, a whole
 //! cluster member cut off, and a majority of members failing over at once, with and
-//! without `replica_acks`. Each run records every hold as its holder saw it, and a checker
-//! looks for two holders inside their validity at once; the demonstration (a majority
-//! failing over without `replica_acks`) is its negative control on real servers.
+//! without `replica_acks`. Each run records every hold as its holder saw it, and the fault
+//! lab's checker (`overlaps`) looks for two holders inside their validity at once; the
+//! demonstration (a majority failing over without `replica_acks`) is its negative control
+//! on real servers.
 
 mod common;
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redlock_core::{Config, Coordinator, Error};
+use redlock_core::{Config, Coordinator, Error, Lock};
+use redlock_lab::checker::{overlaps, Holder};
 use redlock_testkit::{ClusterSet, Failover, NodeSet};
 use tokio::time::Instant;
 
@@ -17,44 +19,65 @@ use common::eventually;
 
 const KEY: &str = "job";
 
-/// One hold as its holder saw it: from the return of its acquisition until its release
-/// started or its validity ended, whichever came first.
-#[derive(Clone, Copy, Debug)]
-struct Hold {
-    holder: usize,
-    from: Instant,
-    until: Instant,
+/// The holds of one run, for the fault lab's checker (`overlaps`): who held [`KEY`] with
+/// which token, from the return of its acquisition until its release started or its
+/// validity ended, whichever came first, in time since the run started.
+struct Holds {
+    start: Instant,
+    list: Mutex<Vec<Holder>>,
 }
 
-/// Every pair of holds of two holders that overlap: two holders inside their validity at
-/// once, what Redlock promises never happens.
-fn overlaps(holds: &[Hold]) -> Vec<(Hold, Hold)> {
-    let mut found = Vec::new();
-    for (i, a) in holds.iter().enumerate() {
-        for b in &holds[i + 1..] {
-            if a.holder != b.holder && a.from < b.until && b.from < a.until {
-                found.push((*a, *b));
-            }
+impl Holds {
+    fn new() -> Holds {
+        Holds {
+            start: Instant::now(),
+            list: Mutex::new(Vec::new()),
         }
     }
-    found
+
+    /// `at`, as time since the run started.
+    fn at(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(self.start)
+    }
+
+    /// Records that `client` held `lock` from `from` until `until` or the end of its
+    /// validity, whichever came first.
+    fn record(&self, client: usize, lock: &Lock, from: Instant, until: Instant) {
+        self.list.lock().unwrap().push(Holder {
+            client: format!("client-{client}"),
+            token: lock.token().as_str().to_string(),
+            key: KEY.to_string(),
+            from: self.at(from),
+            until: self.at(until.min(lock.valid_until())),
+            owner: None,
+        });
+    }
+
+    fn into_vec(self) -> Vec<Holder> {
+        self.list.into_inner().unwrap()
+    }
 }
 
-/// The checker's own control: it reports holds of two holders that overlap, and neither
-/// holds that follow each other nor one holder's own.
+/// The checker's control here: it reports holds of two clients that overlap, and neither
+/// holds that follow each other nor two holds of one reentrant owner (which share it).
 #[test]
 fn the_checker_reports_two_holders_at_once_and_nothing_else() {
-    let t = Instant::now();
-    let ms = |n| t + Duration::from_millis(n);
-    let hold = |holder, from, until| Hold {
-        holder,
-        from: ms(from),
-        until: ms(until),
+    let hold = |client: &str, from, until, owner: Option<&str>| Holder {
+        client: client.to_string(),
+        token: format!("{client}-{from}"),
+        key: KEY.to_string(),
+        from: Duration::from_millis(from),
+        until: Duration::from_millis(until),
+        owner: owner.map(str::to_string),
     };
-    assert_eq!(overlaps(&[hold(0, 0, 10), hold(1, 5, 20)]).len(), 1);
-    assert_eq!(overlaps(&[hold(0, 0, 30), hold(1, 5, 20)]).len(), 1);
-    assert!(overlaps(&[hold(0, 0, 10), hold(1, 10, 20)]).is_empty());
-    assert!(overlaps(&[hold(0, 0, 10), hold(0, 5, 20)]).is_empty());
+    let overlap = |a, b| overlaps(&[a, b]).len();
+    assert_eq!(overlap(hold("a", 0, 10, None), hold("b", 5, 20, None)), 1);
+    assert_eq!(overlap(hold("a", 0, 30, None), hold("b", 5, 20, None)), 1);
+    assert_eq!(overlap(hold("a", 0, 10, None), hold("b", 10, 20, None)), 0);
+    assert_eq!(
+        overlap(hold("a", 0, 10, Some("o")), hold("b", 5, 20, Some("o"))),
+        0
+    );
 }
 
 fn config(nodes: Vec<String>, node_timeout: Duration, replica_acks: u32) -> Config {
@@ -70,10 +93,10 @@ fn config(nodes: Vec<String>, node_timeout: Duration, replica_acks: u32) -> Conf
 /// each hold. Returns how many it took.
 async fn contend(
     c: &Coordinator,
-    holder: usize,
+    client: usize,
     ttl: Duration,
     until: Instant,
-    holds: &Mutex<Vec<Hold>>,
+    holds: &Holds,
 ) -> usize {
     let mut taken = 0;
     while Instant::now() < until {
@@ -81,12 +104,7 @@ async fn contend(
             Ok(lock) => {
                 let from = Instant::now();
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                let end = Instant::now().min(lock.valid_until());
-                holds.lock().unwrap().push(Hold {
-                    holder,
-                    from,
-                    until: end,
-                });
+                holds.record(client, &lock, from, Instant::now());
                 taken += 1;
                 // A release that fails (a node failing over) leaves the key to its TTL,
                 // which the acquisitions that follow wait out.
@@ -107,15 +125,16 @@ fn jitter_ms(below: u64) -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(Instant::now()) % below
 }
 
-/// Three clients contend for `run_for` while `faults` runs; returns every hold.
+/// Three clients contend for `run_for` while `faults` runs, recording every hold in
+/// `holds`.
 async fn contend_under<F>(
     urls: Vec<String>,
     replica_acks: u32,
     ttl: Duration,
     run_for: Duration,
+    holds: &Holds,
     faults: F,
-) -> Vec<Hold>
-where
+) where
     F: std::future::Future<Output = ()>,
 {
     let mut clients = Vec::new();
@@ -127,13 +146,12 @@ where
         ));
         clients.push(c.await.unwrap());
     }
-    let holds = Mutex::new(Vec::new());
     let until = Instant::now() + run_for;
     let contenders = futures::future::join_all(
         clients
             .iter()
             .enumerate()
-            .map(|(i, c)| contend(c, i, ttl, until, &holds)),
+            .map(|(i, c)| contend(c, i, ttl, until, holds)),
     );
     let (taken, ()) = tokio::join!(contenders, faults);
     assert!(
@@ -143,7 +161,6 @@ where
     for c in &clients {
         c.quiesce().await;
     }
-    holds.into_inner().unwrap()
 }
 
 /// Whether, within `within`, no key is left on the cluster's masters and no single server
@@ -168,11 +185,13 @@ async fn a_shard_failing_over_under_load_with_replica_acks_admits_no_second_hold
     let shard = cluster.shard_of(KEY);
     let promoted = cluster.replica(shard).unwrap().port();
     let ttl = Duration::from_secs(1);
-    let holds = contend_under(urls, 1, ttl, Duration::from_secs(4), async {
+    let holds = Holds::new();
+    contend_under(urls, 1, ttl, Duration::from_secs(4), &holds, async {
         tokio::time::sleep(Duration::from_secs(1)).await;
         cluster.fail_over(shard, Failover::Force).await.unwrap();
     })
     .await;
+    let holds = holds.into_vec();
     assert_eq!(
         cluster.master(shard).port(),
         promoted,
@@ -197,21 +216,24 @@ async fn a_cluster_member_cut_off_under_load_admits_no_second_holder_and_leaves_
     let mut urls = vec![cluster.url()];
     urls.extend(singles.urls());
     let cut_off = Mutex::new(None);
-    let holds = contend_under(
+    let holds = Holds::new();
+    contend_under(
         urls,
         0,
         Duration::from_secs(30),
         Duration::from_secs(4),
+        &holds,
         async {
             tokio::time::sleep(Duration::from_millis(500)).await;
             cluster.pause_all().unwrap();
             let from = Instant::now();
             tokio::time::sleep(Duration::from_secs(2)).await;
             cluster.resume_all().unwrap();
-            *cut_off.lock().unwrap() = Some((from, Instant::now()));
+            *cut_off.lock().unwrap() = Some((holds.at(from), holds.at(Instant::now())));
         },
     )
     .await;
+    let holds = holds.into_vec();
     let found = overlaps(&holds);
     assert!(found.is_empty(), "two holders at once: {found:?}");
     let (from, to) = cut_off.into_inner().unwrap().unwrap();
@@ -228,7 +250,7 @@ async fn a_cluster_member_cut_off_under_load_admits_no_second_holder_and_leaves_
 /// clusters' replication is held back, a first client takes the lock, both replicas take
 /// over (`TAKEOVER`), then a second client tries until it is granted. Returns the holds
 /// and the first client's error, if it was refused.
-async fn a_majority_fails_over(replica_acks: u32) -> (Vec<Hold>, Option<Error>) {
+async fn a_majority_fails_over(replica_acks: u32) -> (Vec<Holder>, Option<Error>) {
     let (x, y, single) = tokio::join!(
         ClusterSet::start_with_replicas(1, 1),
         ClusterSet::start_with_replicas(1, 1),
@@ -243,14 +265,11 @@ async fn a_majority_fails_over(replica_acks: u32) -> (Vec<Hold>, Option<Error>) 
         .unwrap();
     x.hold_back_replication(0).await.unwrap();
     y.hold_back_replication(0).await.unwrap();
-    let mut holds = Vec::new();
+    let holds = Holds::new();
     let refused = match first.acquire(KEY, ttl).await {
         Ok(lock) => {
-            holds.push(Hold {
-                holder: 0,
-                from: Instant::now(),
-                until: lock.valid_until(),
-            });
+            // Held to the end of its validity: it is never released.
+            holds.record(0, &lock, Instant::now(), lock.valid_until());
             // The lock is on both masters, and neither replica has it.
             for cluster in [&x, &y] {
                 assert_eq!(cluster.master(0).redis().dbsize().await.unwrap(), 1);
@@ -282,12 +301,8 @@ async fn a_majority_fails_over(replica_acks: u32) -> (Vec<Hold>, Option<Error>) 
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     };
-    holds.push(Hold {
-        holder: 1,
-        from: Instant::now(),
-        until: lock.valid_until(),
-    });
-    (holds, refused)
+    holds.record(1, &lock, Instant::now(), lock.valid_until());
+    (holds.into_vec(), refused)
 }
 
 /// The demonstration, and the checker's negative control on real servers: without

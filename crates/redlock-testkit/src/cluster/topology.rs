@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fred::types::Value;
 
@@ -16,6 +16,10 @@ use crate::{poll, HarnessError, RedisAt};
 
 /// How long a new cluster may take to agree on its slots.
 const FORM_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long a failover is waited for before `CLUSTER FAILOVER` is sent again: past the
+/// server's own timeout of a manual failover (5 s), after which the replica has given up.
+const MANUAL_FAILOVER_RETRY: Duration = Duration::from_secs(6);
 
 /// One node of a cluster, as the host and the other nodes reach it.
 #[derive(Debug)]
@@ -305,11 +309,26 @@ impl Topology {
             Failover::Takeover => words.push("TAKEOVER"),
         }
         at.command(&words).await?;
-        let promoted = || async {
-            text(at.command(&["INFO", "replication"]).await)
-                .is_some_and(|info| info.contains("role:master"))
-                && text(at.command(&["CLUSTER", "INFO"]).await)
-                    .is_some_and(|info| info.contains("cluster_state:ok"))
+        // A replica whose election fails (a master that does not vote in time, under load
+        // or just after a pause) drops the manual failover after the server's timeout (5 s)
+        // and does not try again: it is asked again until promoted.
+        let mut asked = Instant::now();
+        let words = &words;
+        let promoted = || {
+            let again = asked.elapsed() >= MANUAL_FAILOVER_RETRY;
+            if again {
+                asked = Instant::now();
+            }
+            async move {
+                if again {
+                    // Refused once the replica is promoted (it is a master then): checked below.
+                    let _ = at.command(words).await;
+                }
+                text(at.command(&["INFO", "replication"]).await)
+                    .is_some_and(|info| info.contains("role:master"))
+                    && text(at.command(&["CLUSTER", "INFO"]).await)
+                        .is_some_and(|info| info.contains("cluster_state:ok"))
+            }
         };
         self.formed(promoted, "promote the replica").await?;
         self.shards()[i].swap(0, 1);

@@ -6,9 +6,8 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use fred::bytes_utils::Str;
-use fred::interfaces::ClientLike;
-use fred::types::{ClusterHash, CustomCommand, Key, Value};
+use fred::interfaces::{ClientLike, KeysInterface};
+use fred::types::{ClusterHash, CustomCommand, Expiration, Key, SetOptions, Value};
 use tokio::time::Instant;
 
 use super::script_cache::reload_scripts;
@@ -38,7 +37,8 @@ pub(crate) enum OnNoScript {
 }
 
 impl Connection {
-    /// `SET key token NX PX ttl`: the raw reply (`OK` when set, nil when the key exists).
+    /// `SET key token NX PX ttl`, a round's: the raw reply (`OK` when set, nil when the key
+    /// exists).
     pub(crate) async fn set_nx_px(
         &self,
         key: Key,
@@ -47,10 +47,19 @@ impl Connection {
     ) -> Result<Value, NodeOutcome> {
         // TTLs are checked to be at most a year before any round, so this never saturates.
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        // Static arguments: no copy per command.
-        let (nx, px) = (Str::from_static("NX"), Str::from_static("PX"));
-        let args = vec![key.into(), token, nx.into(), px.into(), ttl_ms.into()];
-        self.custom("SET", args).await
+        self.gate()?;
+        // fred's own `SET`, not a custom command: fred builds a custom command's frame by
+        // splitting its name and copying each part, two allocations more per command.
+        // Its `NX` and `PX` are static arguments: no copy per command.
+        let set = self.cmd.set::<Value, _, _>(
+            key,
+            token,
+            Some(Expiration::PX(ttl_ms)),
+            Some(SetOptions::NX),
+            false,
+        );
+        let set = boxed(Box::new_uninit(), set);
+        self.bounded(set, "SET", Sending::InRound).await
     }
 
     /// Runs a script by its SHA-1. When the node does not know it (`NOSCRIPT`: a
@@ -63,7 +72,7 @@ impl Connection {
         args: &[Value],
         on_no_script: OnNoScript,
     ) -> Result<Value, NodeOutcome> {
-        self.eval_as(script, keys, args, on_no_script, Sending::Round)
+        self.eval_as(script, keys, args, on_no_script, Sending::Alone)
             .await
     }
 
@@ -94,7 +103,9 @@ impl Connection {
         keys: &[Key],
         args: &[Value],
     ) -> Result<Value, NodeOutcome> {
-        let reply = self.eval(script, keys, args, OnNoScript::Resend).await?;
+        let reply = self
+            .eval_as(script, keys, args, OnNoScript::Resend, Sending::InRound)
+            .await?;
         if let Some(key) = keys.first().filter(|_| self.replica_acks > 0) {
             self.wait_for_replicas(key).await?;
         }
@@ -122,7 +133,11 @@ impl Connection {
             Box::new_uninit(),
             self.cmd.custom::<Value, Value>(command, args),
         );
-        let acked = self.bounded(fut, "WAIT").await?.as_u64().unwrap_or(0);
+        let acked = self
+            .bounded(fut, "WAIT", Sending::InRound)
+            .await?
+            .as_u64()
+            .unwrap_or(0);
         if acked >= u64::from(wanted) {
             return Ok(());
         }
@@ -135,7 +150,8 @@ impl Connection {
         )))
     }
 
-    async fn eval_as(
+    /// [`eval`](Self::eval) sent as `sending`.
+    pub(crate) async fn eval_as(
         &self,
         script: &Script,
         keys: &[Key],
@@ -145,7 +161,7 @@ impl Connection {
     ) -> Result<Value, NodeOutcome> {
         self.gate()?;
         let cmd = match sending {
-            Sending::Round => &*self.cmd,
+            Sending::InRound | Sending::Alone => &*self.cmd,
             Sending::Cleanup => &self.cleanup,
         };
         let whole = on_no_script == OnNoScript::Refuse || sending == Sending::Cleanup;
@@ -157,15 +173,15 @@ impl Connection {
             let args = script_args(Value::from(script.source()), keys, args);
             let eval = script_command(self, "EVAL", keys);
             let fut = boxed(Box::new_uninit(), cmd.custom::<Value, Value>(eval, args));
-            return self.bounded_as(fut, "EVAL", sending).await;
+            return self.bounded(fut, "EVAL", sending).await;
         }
         let mut sent = "EVALSHA";
         let outcome = self
-            .bounded_as(
+            .bounded(
                 async {
                     let evalsha = script_command(self, "EVALSHA", keys);
                     let start = Instant::now();
-                    // Boxed where made, as in `custom`.
+                    // Boxed where made, as in `custom_as`.
                     match boxed(
                         Box::new_uninit(),
                         cmd.custom::<Value, Value>(
@@ -193,7 +209,7 @@ impl Connection {
                                 .saturating_sub(start.elapsed())
                                 .max(Duration::from_millis(1));
                             let options = match sending {
-                                Sending::Round => command_options(left),
+                                Sending::InRound | Sending::Alone => command_options(left),
                                 Sending::Cleanup => cleanup_options(),
                             };
                             let client = self.client.with_options(&options);
@@ -235,8 +251,14 @@ impl Connection {
         };
         // Polled in this order, so the acquisition is handed to fred first.
         let (reply, counter) = futures::join!(
-            self.eval(&unfenced.script, lock_keys, args, OnNoScript::Refuse),
-            self.custom("GET", vec![Value::from(counter.clone())])
+            self.eval_as(
+                &unfenced.script,
+                lock_keys,
+                args,
+                OnNoScript::Refuse,
+                Sending::InRound
+            ),
+            self.custom_as("GET", vec![Value::from(counter.clone())], Sending::InRound)
         );
         unfenced
             .reply
@@ -252,9 +274,14 @@ impl Connection {
     /// boxed call of each node), and those copies would be a large share of the
     /// instructions of an uncontended lock and release (see `docs/benchmarks.md`,
     /// "Instructions per cycle").
-    async fn custom(&self, name: &'static str, args: Vec<Value>) -> Result<Value, NodeOutcome> {
+    pub(super) async fn custom_as(
+        &self,
+        name: &'static str,
+        args: Vec<Value>,
+        sending: Sending,
+    ) -> Result<Value, NodeOutcome> {
         self.gate()?;
-        self.send_custom(name, args).await
+        self.send_custom_as(name, args, sending).await
     }
 
     /// Whether the node's commands may be sent: `Err` with why not, for a node not yet
@@ -264,18 +291,28 @@ impl Connection {
             .gate(|| self.connect_failure().map(|failure| failure.outcome()))
     }
 
-    /// [`custom`](Self::custom) whatever the node's identity.
+    /// [`custom_as`](Self::custom_as) whatever the node's identity, sent alone.
     pub(super) async fn send_custom(
         &self,
         name: &'static str,
         args: Vec<Value>,
+    ) -> Result<Value, NodeOutcome> {
+        self.send_custom_as(name, args, Sending::Alone).await
+    }
+
+    /// [`send_custom`](Self::send_custom) sent as `sending`.
+    pub(super) async fn send_custom_as(
+        &self,
+        name: &'static str,
+        args: Vec<Value>,
+        sending: Sending,
     ) -> Result<Value, NodeOutcome> {
         let command = CustomCommand::new_static(name, None, false);
         let fut = boxed(
             Box::new_uninit(),
             self.cmd.custom::<Value, Value>(command, args),
         );
-        self.bounded(fut, name).await
+        self.bounded(fut, name, sending).await
     }
 }
 

@@ -40,6 +40,7 @@ use identity::{Identity, Reconnections};
 pub(crate) use liveness::Liveness;
 use native::{ask_again, NativeDelete};
 use script_cache::{load_scripts, reload_scripts, ScriptCache};
+pub(crate) use sending::Sending;
 use sending::{cleanup_options, command_options};
 
 /// A subscriber for release notifications from the node at `endpoint`, with the same

@@ -23,6 +23,7 @@ use fred::types::{CustomCommand, Key, Value};
 
 use super::commands::{boxed, OnNoScript};
 use super::health::{first_offered, is_refusal};
+use super::sending::Sending;
 use super::Connection;
 use crate::report::{NodeName, NodeOutcome};
 use crate::scripts::Script;
@@ -93,7 +94,7 @@ pub(super) fn ask_again(cmd: &Arc<WithOptions<Client>>, native: &Arc<NativeDelet
 }
 
 impl Connection {
-    /// Releases `key` if it holds `token`: `DELIFEQ` where the node has it, else `script`
+    /// Releases `key` if it holds `token`, as a round's command: `DELIFEQ` where the node has it, else `script`
     /// (the kind's release, on `key` with `args`). An error reply to `DELIFEQ` (nothing ran)
     /// sends the script, under a node timeout of its own; a refusal (`NOPERM`, an unknown
     /// command) also keeps the node on the script until it reconnects. Any other failure
@@ -106,17 +107,20 @@ impl Connection {
         args: &[Value],
     ) -> Result<Value, NodeOutcome> {
         let keys = std::slice::from_ref(key);
+        let round = Sending::InRound;
         if !self.native.offered() {
-            return self.eval(script, keys, args, OnNoScript::Resend).await;
+            return self
+                .eval_as(script, keys, args, OnNoScript::Resend, round)
+                .await;
         }
-        self.gate()?;
         let delifeq = vec![Value::from(key.clone()), token.clone()];
-        match self.send_custom("DELIFEQ", delifeq).await {
+        match self.custom_as("DELIFEQ", delifeq, round).await {
             Err(NodeOutcome::ServerError(e)) => {
                 if is_refusal(&e) {
                     self.native.refuse(&e);
                 }
-                self.eval(script, keys, args, OnNoScript::Resend).await
+                self.eval_as(script, keys, args, OnNoScript::Resend, round)
+                    .await
             }
             answer => answer,
         }

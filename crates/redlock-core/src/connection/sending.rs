@@ -3,8 +3,12 @@
 //! becomes what a report says about the node. Kept together because the two timeouts only
 //! work as a pair (see `Connection::bounded`).
 
+use std::future::Future;
 use std::sync::PoisonError;
+use std::task::Poll;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fred::error::{Error as FredError, ErrorKind};
 use fred::types::config::Options;
@@ -26,35 +30,38 @@ impl Connection {
     /// since every rollback of its round was over by then. This library's own timeout, the
     /// backstop, starts first, so it must end a moment after fred's: with the same
     /// timeout, it would fire first and leave such commands unmarked.
+    ///
+    /// How the backstop runs depends on `sending`: a round's command checks it when polled,
+    /// and the round wakes it (see [`Sending::InRound`]); a cleanup command is waited for
+    /// a node timeout, but fred's own (longer) timeout is left to run, so that it is still
+    /// written if it was not yet (see [`Sending::Cleanup`]).
     pub(super) async fn bounded<T>(
         &self,
-        fut: impl std::future::Future<Output = Result<T, FredError>>,
-        command: &'static str,
-    ) -> Result<T, NodeOutcome> {
-        self.bounded_as(fut, command, Sending::Round).await
-    }
-
-    /// [`bounded`](Self::bounded) for a command sent as `sending`: a cleanup command is
-    /// waited for a node timeout, but fred's own (longer) timeout is left to run, so that
-    /// it is still written if it was not yet (see [`Sending::Cleanup`]).
-    pub(super) async fn bounded_as<T>(
-        &self,
-        fut: impl std::future::Future<Output = Result<T, FredError>>,
+        fut: impl Future<Output = Result<T, FredError>>,
         command: &'static str,
         sending: Sending,
     ) -> Result<T, NodeOutcome> {
         if let Some(reason) = self.liveness.closed() {
             return Err(NodeOutcome::Closed(reason));
         }
-        let wait = match sending {
-            Sending::Round => self.timeout + BACKSTOP_MARGIN,
-            Sending::Cleanup => self.timeout,
+        let outcome = match sending {
+            Sending::InRound => unless_overdue(self.backstop(), fut).await,
+            Sending::Alone => tokio::time::timeout(self.backstop(), fut).await.ok(),
+            Sending::Cleanup => tokio::time::timeout(self.timeout, fut).await.ok(),
         };
-        match tokio::time::timeout(wait, fut).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(self.failure(&e, command)),
-            Err(_) => Err(NodeOutcome::TimedOut),
+        match outcome {
+            Some(Ok(value)) => Ok(value),
+            Some(Err(e)) => Err(self.failure(&e, command)),
+            None => Err(NodeOutcome::TimedOut),
         }
+    }
+
+    /// How long after its start a command of a round or alone is ended by this library's
+    /// backstop: a moment after fred's own timeout (see [`bounded`](Self::bounded)). A
+    /// round's set of calls wakes its commands at least this often (see
+    /// [`Sending::InRound`]).
+    pub(crate) fn backstop(&self) -> Duration {
+        self.timeout + BACKSTOP_MARGIN
     }
 
     /// Sorts a fred error into what a report can say about the node. A command that fred
@@ -98,7 +105,7 @@ impl Connection {
 /// timer wheel's millisecond rounding.
 const BACKSTOP_MARGIN: Duration = Duration::from_millis(20);
 
-/// The per-command options of every command a round sends: no replay (one attempt: an
+/// The per-command options of every command but a cleanup command: no replay (one attempt: an
 /// unanswered command is ambiguous, and cleaned up by compare-and-delete), fred's timeout,
 /// and failing at once while the connection is down.
 pub(super) fn command_options(timeout: Duration) -> Options {
@@ -110,12 +117,36 @@ pub(super) fn command_options(timeout: Duration) -> Options {
     }
 }
 
-/// How a command is sent: as part of a round, or to clean up after one.
+/// `fut`'s output, or `None` when it is still pending at a poll `limit` or more after its
+/// first: a backstop without a timer of its own, which ends `fut` only when something else
+/// wakes the task (see [`Sending::InRound`]).
+async fn unless_overdue<F: Future>(limit: Duration, fut: F) -> Option<F::Output> {
+    let deadline = Instant::now() + limit;
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        Poll::Ready(output) => Poll::Ready(Some(output)),
+        Poll::Pending if Instant::now() >= deadline => Poll::Ready(None),
+        Poll::Pending => Poll::Pending,
+    })
+    .await
+}
+
+/// How a command is sent: as part of a round, alone, or to clean up after a round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Sending {
-    /// Under fred's timeout (the node timeout), which marks the command so that fred never
-    /// writes it late (see [`Connection::bounded`]).
-    Round,
+pub(crate) enum Sending {
+    /// One of a round's commands (everything `Command::send` sends), under fred's timeout
+    /// (the node timeout), which marks the command so that fred never writes it late (see
+    /// [`Connection::bounded`]). The backstop is checked whenever the command is polled,
+    /// and the round's set of calls wakes its task at least every
+    /// [`backstop`](Connection::backstop) (`Polled::waking_every`): one timer for the
+    /// round, where a timer per command took about 4 % of the instructions of an
+    /// uncontended lock and release (ten timers, two per node; see
+    /// `docs/benchmarks.md`). A command that fred's timeout did not end is ended by the
+    /// first wake-up after its backstop, at most one backstop late.
+    InRound,
+    /// Any other command (a node's identity and health, a fencing repair's steps): fred's
+    /// timeout, and the backstop as a timer of its own.
+    Alone,
     /// A command that only removes what is ours (compare-and-delete of a round's token: a
     /// rollback, a release sent again), waited for a node timeout, under fred's much
     /// longer [`CLEANUP_WRITE_LIMIT`]. Marked timed out after a node timeout, a rollback
@@ -134,4 +165,28 @@ const CLEANUP_WRITE_LIMIT: Duration = Duration::from_secs(30);
 /// with fred's timeout at [`CLEANUP_WRITE_LIMIT`].
 pub(super) fn cleanup_options() -> Options {
     command_options(CLEANUP_WRITE_LIMIT)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::pending;
+
+    use super::*;
+
+    /// A round's backstop: a command still pending when polled at its limit ends (`None`,
+    /// read as `TimedOut`), one that answers in time gives its answer; nothing ends it
+    /// between polls (the round's set wakes it, see `Polled::waking_every`).
+    #[tokio::test(start_paused = true)]
+    async fn a_command_in_a_round_ends_when_polled_past_its_backstop() {
+        let limit = Duration::from_millis(100);
+        let mut hung = std::pin::pin!(unless_overdue(limit, pending::<()>()));
+        assert!(futures::poll!(hung.as_mut()).is_pending());
+        tokio::time::advance(limit - Duration::from_millis(1)).await;
+        assert!(futures::poll!(hung.as_mut()).is_pending());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(futures::poll!(hung.as_mut()), Poll::Ready(None));
+
+        let answered = unless_overdue(limit, async { 7 }).await;
+        assert_eq!(answered, Some(7));
+    }
 }

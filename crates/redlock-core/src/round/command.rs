@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::types::{Key, Value};
 
-use crate::connection::{Connection, OnNoScript};
+use crate::connection::{Connection, OnNoScript, Sending};
 use crate::report::{NodeOutcome, RoundKind};
 use crate::scripts::Script;
 use crate::server_error::{ServerError, ServerErrorKind};
@@ -109,7 +109,9 @@ impl Command {
                     RoundKind::Acquire => OnNoScript::Refuse,
                     _ => OnNoScript::Resend,
                 };
-                let reply = connection.eval(script, keys, args, on_no_script).await;
+                let reply = connection
+                    .eval_as(script, keys, args, on_no_script, Sending::InRound)
+                    .await;
                 if on_no_script == OnNoScript::Resend && redirected(&reply) {
                     return Box::pin(connection.eval_redirected(script, keys, args)).await;
                 }

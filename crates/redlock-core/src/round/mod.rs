@@ -131,7 +131,9 @@ async fn run_inner(
         t0,
         settling: settling.clone(),
         work: work.clone(),
-        calls: Polled::with_capacity(n),
+        // Each command checks its backstop when polled; the set wakes them (see
+        // `Sending::InRound`).
+        calls: Polled::waking_every(n, backstop(connections)),
         answered: vec![None; n],
         handed_off: false,
         // The requests handed to `won_early` (see `run_early`).
@@ -160,6 +162,16 @@ async fn run_inner(
         }
     }
     finish(&mut flight, &mut tally, &decide)
+}
+
+/// The longest backstop of the round's commands (see `Sending::InRound`): the period at
+/// which the round's set of calls wakes them.
+fn backstop(connections: &[Connection]) -> Duration {
+    connections
+        .iter()
+        .map(Connection::backstop)
+        .max()
+        .unwrap_or_default()
 }
 
 /// Starts the round's command on every node, in node order, with the round's `ttl`;

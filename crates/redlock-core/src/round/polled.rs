@@ -5,6 +5,9 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 /// Futures polled together, all on the waker of the task that polls the set: a round's
 /// commands (one per node) and its rollbacks. Every poll polls each pending future, which
@@ -14,6 +17,8 @@ pub(crate) struct Polled<F: Future + Unpin> {
     pending: Vec<F>,
     /// Finished, not yet taken, in the order they were found finished.
     ready: VecDeque<F::Output>,
+    /// With [`waking_every`](Self::waking_every): the timer that wakes the polling task.
+    tick: Option<Interval>,
 }
 
 impl<F: Future + Unpin> Polled<F> {
@@ -26,6 +31,22 @@ impl<F: Future + Unpin> Polled<F> {
         Polled {
             pending: Vec::with_capacity(n),
             ready: VecDeque::with_capacity(n),
+            tick: None,
+        }
+    }
+
+    /// A set for up to `n` futures that wakes the task polling it at least every
+    /// `period` while any is pending, so that each is polled that often: for futures that
+    /// check a deadline of their own when polled, instead of each setting a timer (a
+    /// round's commands, see `connection::Sending::InRound`). One timer for the set.
+    pub(crate) fn waking_every(n: usize, period: Duration) -> Self {
+        // `interval_at` takes no zero period.
+        let period = period.max(Duration::from_millis(1));
+        let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Polled {
+            tick: Some(tick),
+            ..Polled::with_capacity(n)
         }
     }
 
@@ -41,6 +62,10 @@ impl<F: Future + Unpin> Polled<F> {
     /// also right after the set moved to another task), then yields one finished
     /// output; `None` once none is left.
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        if let Some(tick) = self.tick.as_mut().filter(|_| !self.pending.is_empty()) {
+            // Until it is pending again, so that it wakes this task at the next tick.
+            while tick.poll_tick(cx).is_ready() {}
+        }
         let mut i = 0;
         while i < self.pending.len() {
             match Pin::new(&mut self.pending[i]).poll(cx) {
@@ -72,6 +97,33 @@ mod tests {
     /// A set first polled on one task (a round, with a no-op waker) and then driven by
     /// another (the background task) is woken by whichever future finishes, the last one
     /// pushed too: each poll registers every pending future with the current waker.
+    /// A future that only checks a deadline when polled (as a round's command checks its
+    /// backstop) and never wakes its task itself is polled again, and finishes, at the
+    /// set's first wake-up after its deadline: a round with a command that fred never ends
+    /// is still decided (see `connection::Sending::InRound`).
+    #[tokio::test(start_paused = true)]
+    async fn a_set_waking_every_period_finishes_futures_that_only_check_a_deadline() {
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(250);
+        let overdue = std::future::poll_fn(move |_: &mut Context<'_>| {
+            if Instant::now() >= deadline {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        let mut set = Polled::waking_every(1, Duration::from_millis(100));
+        set.push(Box::pin(overdue));
+        // Bounded, so that a set that never wakes fails here instead of hanging.
+        let finished = tokio::time::timeout(Duration::from_secs(10), set.next()).await;
+        assert_eq!(finished, Ok(Some(())));
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(250) && took <= Duration::from_millis(300),
+            "finished after {took:?}: expected at the first wake-up after 250 ms (300 ms)"
+        );
+    }
+
     #[tokio::test]
     async fn a_set_moved_to_another_task_is_woken_by_any_of_its_futures() {
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..3)

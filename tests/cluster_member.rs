@@ -482,6 +482,79 @@ async fn with_replica_acks_a_cluster_members_locks_survive_a_failover() {
     nothing_left([&one, &two]).await;
 }
 
+/// A cluster member's URL may set its own `replica_acks=`, over `Config::replica_acks`:
+/// here a member without replicas (which could never acknowledge) is set to 0 beside one
+/// with a replica, under `replica_acks = 1`. The member with the replica still waits for
+/// it (with the replica paused its vote does not count); the one without votes at once.
+/// The control: without its own setting, the member without replicas never counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_members_url_sets_its_own_replica_acks() {
+    let (with, without, single) = tokio::join!(
+        ClusterSet::start_with_replicas(1, 1),
+        ClusterSet::start(1),
+        NodeSet::start(1)
+    );
+    let (with, without, single) = (with.unwrap(), without.unwrap(), single.unwrap());
+    // `own`: the member without replicas' own setting, as a query parameter.
+    let connect = |own: &str| {
+        let mut without_url = without.url();
+        if !own.is_empty() {
+            without_url.push(if without_url.contains('?') { '&' } else { '?' });
+            without_url.push_str(own);
+        }
+        redlock_core::Coordinator::connect(redlock_core::Config {
+            nodes: vec![with.url(), without_url, single.urls().remove(0)],
+            node_timeout: NODE_TIMEOUT,
+            replica_acks: 1,
+            ..Default::default()
+        })
+    };
+    let outcomes = |report: &redlock_core::RoundReport| -> Vec<NodeOutcome> {
+        report.nodes.iter().map(|n| n.outcome.clone()).collect()
+    };
+    let own = connect("replica_acks=0").await.unwrap();
+    let lock = own.acquire("a", TTL).await.unwrap();
+    let settled = lock.report().settled().await;
+    assert!(
+        outcomes(&settled)
+            .iter()
+            .all(|o| *o == NodeOutcome::Acquired),
+        "every member counts: {settled}"
+    );
+    own.release(&lock).await.unwrap().settled().await;
+
+    let replica = with.replica(with.shard_of("a")).unwrap();
+    replica.pause().unwrap();
+    let lock = own.acquire("a", TTL).await.unwrap();
+    let settled = lock.report().settled().await;
+    let got = outcomes(&settled);
+    assert!(
+        matches!(&got[0], NodeOutcome::ServerError(e) if e.kind == redlock_core::ServerErrorKind::NotReplicated),
+        "the member with the replica waits for it: {settled}"
+    );
+    assert_eq!(
+        got[1..],
+        [NodeOutcome::Acquired, NodeOutcome::Acquired],
+        "{settled}"
+    );
+    own.release(&lock).await.unwrap().settled().await;
+    replica.resume().unwrap();
+
+    // The control: the member without replicas, without a setting of its own.
+    let global = connect("").await.unwrap();
+    let lock = global.acquire("b", TTL).await.unwrap();
+    let settled = lock.report().settled().await;
+    let got = outcomes(&settled);
+    assert!(
+        matches!(&got[1], NodeOutcome::ServerError(e) if e.kind == redlock_core::ServerErrorKind::NotReplicated),
+        "the member without replicas never counts: {settled}"
+    );
+    global.release(&lock).await.unwrap().settled().await;
+    own.quiesce().await;
+    global.quiesce().await;
+    nothing_left([&with, &without]).await;
+}
+
 /// Fencing with cluster members, whose fence key has a hash tag: each cluster member keeps
 /// one counter, on the master of its slot, and a fenced acquisition reads it beside the
 /// lock's keys in the same flight. Tokens increase across locks of every slot and every

@@ -140,7 +140,8 @@ pub struct LockConfig {
     /// On a member that is a whole cluster (`redis-cluster://`), how many replicas must
     /// acknowledge each acquisition and extension (`WAIT`) before that member's vote
     /// counts, so that a lock survives the failover of the master that holds it; see
-    /// [`redlock_core::Config::replica_acks`]. `0`: no `WAIT`. Defaults to `0`.
+    /// [`redlock_core::Config::replica_acks`]. `0`: no `WAIT`. A member's URL may set
+    /// its own (`?replica_acks=N`). Defaults to `0`.
     pub replica_acks: u32,
 }
 

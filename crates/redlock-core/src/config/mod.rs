@@ -114,7 +114,9 @@ pub struct Config {
     /// which forgets what it had not received: with acknowledgement, a lock the member
     /// granted survives a failover to a replica that acknowledged it. It is not
     /// durability (a replica that did not acknowledge can still be promoted). `0`: no
-    /// `WAIT`. Single servers ignore it. Defaults to `0`.
+    /// `WAIT`. Single servers ignore it. A cluster member's URL may set its own, which
+    /// this does not override: `redis-cluster://host:port?replica_acks=0` for a member
+    /// without replicas beside others with them. Defaults to `0`.
     pub replica_acks: u32,
 }
 
@@ -433,6 +435,45 @@ mod tests {
             .collect();
         assert_eq!(clusters, [true, false, true]);
         assert!(!format!("{endpoints:?}").contains("pw@"));
+    }
+
+    #[test]
+    fn a_cluster_member_may_set_its_own_replica_acks_and_a_single_server_may_not() {
+        let c = config(&[
+            "redis-cluster://127.0.0.1:7000?node=127.0.0.1:7001&replica_acks=2",
+            "redis-cluster://127.0.0.1:7003?replica_acks=0",
+            "redis-cluster://127.0.0.1:7006",
+        ]);
+        let own: Vec<Option<u32>> = c
+            .endpoints()
+            .unwrap()
+            .iter()
+            .map(|e| e.replica_acks)
+            .collect();
+        assert_eq!(own, [Some(2), Some(0), None]);
+        for (bad, why) in [
+            ("redis://:pw@127.0.0.1:7001?replica_acks=1", "single server"),
+            (
+                "redis-cluster://:pw@127.0.0.1:7000?replica_acks=one",
+                "not a number",
+            ),
+            (
+                "redis-cluster://:pw@127.0.0.1:7000?replica_acks=-1",
+                "not a number",
+            ),
+            (
+                "redis-cluster://:pw@127.0.0.1:7000?replica_acks=1&replica_acks=2",
+                "more than once",
+            ),
+        ] {
+            let err = config(&[bad]).validate().unwrap_err();
+            let ConfigError::InvalidUrl { reason, .. } = &err else {
+                panic!("{bad}: {err}");
+            };
+            assert!(reason.contains(why), "{bad}: {reason}");
+            assert!(reason.contains("replica_acks"), "{bad}: {reason}");
+            assert!(!err.to_string().contains("pw@"), "{err}");
+        }
     }
 
     #[test]

@@ -9,6 +9,9 @@ use crate::report::NodeName;
 pub(crate) struct Endpoint {
     pub(crate) name: NodeName,
     pub(crate) fred: fred::types::config::Config,
+    /// A cluster member's own `replica_acks=N`, which overrides `Config::replica_acks`
+    /// for it (see [`member_replica_acks`]).
+    pub(crate) replica_acks: Option<u32>,
 }
 
 /// Only the name: fred's `Config` prints its password as given.
@@ -76,5 +79,39 @@ pub(super) fn parse_node(url: &str) -> Result<Endpoint, ConfigError> {
             parsed.scheme()
         )));
     }
-    Ok(Endpoint { name, fred })
+    let replica_acks = member_replica_acks(&parsed, fred.server.is_clustered()).map_err(invalid)?;
+    Ok(Endpoint {
+        name,
+        fred,
+        replica_acks,
+    })
+}
+
+/// A cluster member's `replica_acks=N` query parameter: how many replicas must
+/// acknowledge its writes, for this member only, over `Config::replica_acks`. Members of
+/// one lock may differ: a cluster with replicas beside one without (which could never
+/// acknowledge), or one whose replicas are far away. Only a cluster URL takes it (fred
+/// ignores it): a single server has no replicas to wait for.
+fn member_replica_acks(url: &url::Url, cluster: bool) -> Result<Option<u32>, String> {
+    let mut given = url
+        .query_pairs()
+        .filter(|(name, _)| name == "replica_acks")
+        .map(|(_, value)| value.into_owned());
+    let Some(value) = given.next() else {
+        return Ok(None);
+    };
+    if given.next().is_some() {
+        return Err("`replica_acks=` is given more than once: give it once".into());
+    }
+    if !cluster {
+        return Err(format!(
+            "`replica_acks=` is for a member that is a whole cluster (how many replicas of \
+             its master acknowledge each write); a single server has none to wait for: drop \
+             it, or write the URL as {}-cluster://...",
+            url.scheme()
+        ));
+    }
+    value.parse().map(Some).map_err(|_| {
+        format!("`replica_acks={value}` is not a number of replicas: write, for example, `replica_acks=1`")
+    })
 }

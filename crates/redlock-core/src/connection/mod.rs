@@ -85,7 +85,8 @@ pub(crate) struct Connection {
     /// Whether the member is a whole cluster (its URL's scheme), read once here.
     cluster: bool,
     /// On a cluster member, how many replicas must acknowledge an acquisition or an
-    /// extension (`Config::replica_acks`); 0 on a single server.
+    /// extension (the member URL's `replica_acks=`, else `Config::replica_acks`); 0 on a
+    /// single server.
     replica_acks: u32,
 }
 
@@ -154,7 +155,11 @@ impl Connection {
             identity: Identity::default(),
             reconnections,
             cluster,
-            replica_acks: if cluster { config.replica_acks } else { 0 },
+            replica_acks: match endpoint.replica_acks {
+                _ if !cluster => 0,
+                Some(own) => own,
+                None => config.replica_acks,
+            },
         })
     }
 
@@ -189,7 +194,8 @@ impl Connection {
     }
 
     /// How many replicas must acknowledge an acquisition or an extension before the
-    /// member's vote counts: `Config::replica_acks` on a cluster member, 0 otherwise.
+    /// member's vote counts: the member URL's `replica_acks=`, else
+    /// `Config::replica_acks`, on a cluster member; 0 otherwise.
     pub(crate) fn replica_acks(&self) -> u32 {
         self.replica_acks
     }

@@ -167,39 +167,38 @@ impl Command {
             Ok(reply) => reply,
             Err(failure) => return failed(failure),
         };
-        let flags = match (self, reply) {
-            (Command::SetNx { .. }, Value::Null) => vec![(false, None)],
-            (Command::SetNx { .. }, Value::String(s)) if &*s == "OK" => vec![(true, None)],
+        let answer = |(done, value)| Answer {
+            outcome: outcome(kind, done),
+            value,
+        };
+        match (self, reply) {
+            (Command::SetNx { .. }, Value::Null) => vec![answer((false, None))],
+            (Command::SetNx { .. }, Value::String(s)) if &*s == "OK" => {
+                vec![answer((true, None))]
+            }
             // One request: the reply is its element (1/0, or `{1/0, value}`), or a batch of
             // one.
             (
                 Command::Script { .. } | Command::CompareAndDelete { .. },
                 Value::Array(mut items),
             ) if requests == 1 && items.len() == 1 => match items.pop().and_then(element) {
-                Some(answer) => vec![answer],
-                None => return failed(unexpected(self)),
+                Some(flags) => vec![answer(flags)],
+                None => failed(unexpected(self)),
             },
             (Command::Script { .. } | Command::CompareAndDelete { .. }, reply) if requests == 1 => {
                 match element(reply) {
-                    Some(answer) => vec![answer],
-                    None => return failed(unexpected(self)),
+                    Some(flags) => vec![answer(flags)],
+                    None => failed(unexpected(self)),
                 }
             }
             (Command::Script { .. }, Value::Array(items)) if items.len() == requests => {
-                match items.into_iter().map(element).collect::<Option<Vec<_>>>() {
-                    Some(flags) => flags,
-                    None => return failed(unexpected(self)),
-                }
+                let answers = items.into_iter().map(|item| element(item).map(answer));
+                answers
+                    .collect::<Option<Vec<_>>>()
+                    .unwrap_or_else(|| failed(unexpected(self)))
             }
-            _ => return failed(unexpected(self)),
-        };
-        flags
-            .into_iter()
-            .map(|(done, value)| Answer {
-                outcome: outcome(kind, done),
-                value,
-            })
-            .collect()
+            _ => failed(unexpected(self)),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! work as a pair (see `Connection::bounded`).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::PoisonError;
 use std::task::Poll;
 use std::time::Duration;
@@ -44,6 +45,9 @@ impl Connection {
         if let Some(reason) = self.liveness.closed() {
             return Err(NodeOutcome::Closed(reason));
         }
+        // Pinned here, and only borrowed below: one move of the command's future (an
+        // async block around fred's boxed one can be large), whatever bounds it.
+        let fut = std::pin::pin!(fut);
         let outcome = match sending {
             Sending::InRound => unless_overdue(self.backstop(), fut).await,
             Sending::Alone => tokio::time::timeout(self.backstop(), fut).await.ok(),
@@ -120,9 +124,8 @@ pub(super) fn command_options(timeout: Duration) -> Options {
 /// `fut`'s output, or `None` when it is still pending at a poll `limit` or more after its
 /// first: a backstop without a timer of its own, which ends `fut` only when something else
 /// wakes the task (see [`Sending::InRound`]).
-async fn unless_overdue<F: Future>(limit: Duration, fut: F) -> Option<F::Output> {
+async fn unless_overdue<F: Future>(limit: Duration, mut fut: Pin<&mut F>) -> Option<F::Output> {
     let deadline = Instant::now() + limit;
-    let mut fut = std::pin::pin!(fut);
     std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
         Poll::Ready(output) => Poll::Ready(Some(output)),
         Poll::Pending if Instant::now() >= deadline => Poll::Ready(None),
@@ -179,14 +182,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_command_in_a_round_ends_when_polled_past_its_backstop() {
         let limit = Duration::from_millis(100);
-        let mut hung = std::pin::pin!(unless_overdue(limit, pending::<()>()));
+        let mut never = std::pin::pin!(pending::<()>());
+        let mut hung = std::pin::pin!(unless_overdue(limit, never.as_mut()));
         assert!(futures::poll!(hung.as_mut()).is_pending());
         tokio::time::advance(limit - Duration::from_millis(1)).await;
         assert!(futures::poll!(hung.as_mut()).is_pending());
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(futures::poll!(hung.as_mut()), Poll::Ready(None));
 
-        let answered = unless_overdue(limit, async { 7 }).await;
+        let answered = unless_overdue(limit, std::pin::pin!(async { 7 })).await;
         assert_eq!(answered, Some(7));
     }
 }

@@ -176,56 +176,53 @@ impl Connection {
             return self.bounded(fut, "EVAL", sending).await;
         }
         let mut sent = "EVALSHA";
-        let outcome = self
-            .bounded(
-                async {
-                    let evalsha = script_command(self, "EVALSHA", keys);
-                    let start = Instant::now();
-                    // Boxed where made, as in `custom_as`.
-                    match boxed(
-                        Box::new_uninit(),
-                        cmd.custom::<Value, Value>(
-                            evalsha,
-                            script_args(script.sha_arg(), keys, args),
-                        ),
-                    )
-                    .await
+        let outcome = {
+            // Made where it stays (pinned here), and lent to `bounded`: the future is large
+            // (fred's is boxed, but its fallback and the arguments are not), and every move
+            // copies it.
+            let evalsha = std::pin::pin!(async {
+                let evalsha = script_command(self, "EVALSHA", keys);
+                let start = Instant::now();
+                // Boxed where made, as in `custom_as`.
+                match boxed(
+                    Box::new_uninit(),
+                    cmd.custom::<Value, Value>(evalsha, script_args(script.sha_arg(), keys, args)),
+                )
+                .await
+                {
+                    Err(e)
+                        if e.details().starts_with("NOSCRIPT")
+                            && on_no_script == OnNoScript::Refuse =>
                     {
+                        self.scripts.missing.store(true, Ordering::SeqCst);
+                        reload_scripts(&self.cmd, &self.scripts);
                         Err(e)
-                            if e.details().starts_with("NOSCRIPT")
-                                && on_no_script == OnNoScript::Refuse =>
-                        {
-                            self.scripts.missing.store(true, Ordering::SeqCst);
-                            reload_scripts(&self.cmd, &self.scripts);
-                            Err(e)
-                        }
-                        Err(e) if e.details().starts_with("NOSCRIPT") => {
-                            sent = "EVAL";
-                            let eval = script_command(self, "EVAL", keys);
-                            // fred's own timeout for the second step ends with the first's
-                            // (see `bounded`): the time left, at least a millisecond.
-                            let left = self
-                                .timeout
-                                .saturating_sub(start.elapsed())
-                                .max(Duration::from_millis(1));
-                            let options = match sending {
-                                Sending::InRound | Sending::Alone => command_options(left),
-                                Sending::Cleanup => cleanup_options(),
-                            };
-                            let client = self.client.with_options(&options);
-                            Box::pin(client.custom::<Value, Value>(
-                                eval,
-                                script_args(Value::from(script.source()), keys, args),
-                            ))
-                            .await
-                        }
-                        other => other,
                     }
-                },
-                "EVALSHA",
-                sending,
-            )
-            .await;
+                    Err(e) if e.details().starts_with("NOSCRIPT") => {
+                        sent = "EVAL";
+                        let eval = script_command(self, "EVAL", keys);
+                        // fred's own timeout for the second step ends with the first's
+                        // (see `bounded`): the time left, at least a millisecond.
+                        let left = self
+                            .timeout
+                            .saturating_sub(start.elapsed())
+                            .max(Duration::from_millis(1));
+                        let options = match sending {
+                            Sending::InRound | Sending::Alone => command_options(left),
+                            Sending::Cleanup => cleanup_options(),
+                        };
+                        let client = self.client.with_options(&options);
+                        Box::pin(client.custom::<Value, Value>(
+                            eval,
+                            script_args(Value::from(script.source()), keys, args),
+                        ))
+                        .await
+                    }
+                    other => other,
+                }
+            });
+            self.bounded(evalsha, "EVALSHA", sending).await
+        };
         // Name the command that failed: the retry with the source when it was sent.
         outcome.map_err(|failure| match failure {
             NodeOutcome::ServerError(mut e) => {

@@ -5,15 +5,15 @@
 //! cleanup).
 
 mod node;
+mod settling;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 pub use crate::node_name::NodeName;
 pub use node::{CleanupOutcome, ClosedReason, NodeOutcome, NodeReport};
+pub(crate) use settling::{Settling, SettlingView, SettlingWriter};
 
 /// Which kind of round a report describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -43,30 +43,6 @@ impl fmt::Display for RoundKind {
             RoundKind::Fence => "record fencing token",
             RoundKind::Leave => "leave fair queue",
         })
-    }
-}
-
-/// What a round's background work keeps filling in after the round is decided: each
-/// request's node reports, and how many nodes are still open.
-#[derive(Debug, Clone)]
-pub(crate) struct Settling {
-    pub(crate) requests: Vec<Vec<NodeReport>>,
-    pub(crate) open: usize,
-}
-
-/// One request's view of its round's [`Settling`].
-#[derive(Clone)]
-pub(crate) struct SettlingView {
-    pub(crate) rx: watch::Receiver<Settling>,
-    pub(crate) index: usize,
-}
-
-/// Only what a reader of a report's `{:?}` can use (how many nodes are still to answer or
-/// roll back), not the channel's internals, which would fill a screen in every error.
-impl fmt::Debug for SettlingView {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let open = self.rx.borrow().open;
-        f.debug_struct("Settling").field("open", &open).finish()
     }
 }
 
@@ -120,10 +96,8 @@ impl RoundReport {
     /// waits); useful for tests, diagnostics and graceful shutdown.
     pub async fn settled(&self) -> RoundReport {
         let mut report = self.clone();
-        if let Some(mut view) = report.settling.take() {
-            // An error means every node task has ended: the state is final either way.
-            let _ = view.rx.wait_for(|settling| settling.open == 0).await;
-            report.nodes = view.rx.borrow().requests[view.index].clone();
+        if let Some(view) = report.settling.take() {
+            report.nodes = view.settled().await;
         }
         report
     }
@@ -256,7 +230,7 @@ mod tests {
 
     #[test]
     fn a_reports_debug_shows_how_many_nodes_are_still_open_and_nothing_of_the_channel() {
-        let (_tx, rx) = watch::channel(Settling {
+        let writer = SettlingWriter::new(Settling {
             requests: vec![Vec::new()],
             open: 2,
         });
@@ -268,14 +242,14 @@ mod tests {
             nodes: Vec::new(),
             elapsed: Duration::from_micros(800),
             validity: None,
-            settling: Some(SettlingView { rx, index: 0 }),
+            settling: Some(writer.view(0)),
         };
         let debug = format!("{report:?}");
         assert!(
             debug.contains("settling: Some(Settling { open: 2 })"),
             "{debug}"
         );
-        assert!(!debug.contains("Receiver"), "{debug}");
+        assert!(!debug.contains("Mutex"), "{debug}");
     }
 
     /// Nodes that only timed out (their connections up) may be slow for this request, a

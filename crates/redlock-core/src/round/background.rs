@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use fred::bytes_utils::Str;
@@ -23,7 +22,7 @@ use super::plan::{Request, Round, Undo};
 use super::polled::Polled;
 use super::work::WorkGuard;
 use crate::connection::Connection;
-use crate::report::{CleanupOutcome, NodeOutcome, Settling};
+use crate::report::{CleanupOutcome, NodeOutcome, SettlingWriter};
 use crate::scripts::Script;
 use crate::server_error::ServerErrorKind;
 
@@ -44,19 +43,6 @@ const ROLLBACK_PAUSE: Duration = Duration::from_millis(10);
 /// round's start).
 pub(crate) type Reply = (usize, Vec<Answer>, Duration);
 pub(crate) type Call = Pin<Box<dyn Future<Output = Reply> + Send>>;
-
-/// Updates a round's settling. Only its closing (every node answered or timed out, every
-/// rollback over) notifies: the one waiter is [`RoundReport::settled`], which waits for
-/// that, and each notification of a `watch` takes eight locks (its wake lists), several
-/// times per round. Readers of the state still see every update.
-///
-/// [`RoundReport::settled`]: crate::RoundReport::settled
-pub(crate) fn update(settling: &watch::Sender<Settling>, f: impl FnOnce(&mut Settling)) {
-    settling.send_if_modified(|settling| {
-        f(settling);
-        settling.open == 0
-    });
-}
 
 /// Whether a node's answer leaves our key possibly set there: everything but a refusal,
 /// a script the node did not know (see `OnNoScript::Refuse`), a node not ready for the
@@ -102,7 +88,7 @@ pub(super) struct Background {
     pub(super) connections: Arc<[Connection]>,
     pub(super) round: Arc<Round>,
     pub(super) t0: Instant,
-    pub(super) settling: Arc<watch::Sender<Settling>>,
+    pub(super) settling: Arc<SettlingWriter>,
     pub(super) roll_back: Vec<bool>,
     /// Dropped before its decision: nobody waits for the keys any more.
     pub(super) abandoned: bool,
@@ -142,7 +128,7 @@ impl Background {
         if let [answer, ..] = answers {
             tracing::debug!(node = %connection.name, outcome = %answer.outcome, ?latency, "late answer");
         }
-        update(&self.settling, |settling| {
+        self.settling.update(|settling| {
             for (j, answer) in answers.iter().enumerate() {
                 let report = &mut settling.requests[j][i];
                 report.outcome = answer.outcome.clone();
@@ -264,7 +250,7 @@ impl Background {
 
     /// Records node `i`'s cleanups in the settling and closes the node there.
     fn close(&self, i: usize, cleanups: Vec<(usize, CleanupOutcome)>) {
-        update(&self.settling, |settling| {
+        self.settling.update(|settling| {
             for (j, cleanup) in cleanups {
                 settling.requests[j][i].cleanup = Some(cleanup);
             }

@@ -7,24 +7,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::background::{needs_redo, needs_undo, update, Background, Call};
+use super::background::{needs_redo, needs_undo, Background, Call};
 use super::command::Answer;
 use super::plan::Round;
 use super::polled::Polled;
 use super::work::BackgroundWork;
 use crate::connection::Connection;
-use crate::report::{CleanupOutcome, NodeReport, Settling};
+use crate::report::{CleanupOutcome, NodeReport, SettlingWriter};
 
 /// A round's commands and answers until the decision; dropped undecided, it rolls back.
 pub(crate) struct InFlight {
     pub(crate) connections: Arc<[Connection]>,
     pub(crate) round: Arc<Round>,
     pub(crate) t0: Instant,
-    pub(crate) settling: Arc<watch::Sender<Settling>>,
+    pub(crate) settling: Arc<SettlingWriter>,
     pub(crate) work: BackgroundWork,
     pub(crate) calls: Polled<Call>,
     pub(crate) answered: Vec<Option<(Vec<Answer>, Duration)>>,
@@ -72,7 +71,7 @@ impl InFlight {
             }
         }
         let mut to_undo = Vec::new();
-        update(&self.settling, |settling| {
+        self.settling.update(|settling| {
             for (i, answer) in answered.into_iter().enumerate() {
                 let Some((answers, latency)) = answer else {
                     continue;

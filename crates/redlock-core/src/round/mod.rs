@@ -25,7 +25,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use fred::types::Value;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -33,7 +32,7 @@ use crate::connection::Connection;
 use crate::deadline::{host_suspended, Deadline};
 use crate::metrics;
 use crate::quorum::{quorum, Decision, Votes};
-use crate::report::{NodeReport, RoundReport, Settling, SettlingView};
+use crate::report::{NodeReport, RoundReport, Settling, SettlingWriter};
 
 pub(crate) use background::try_on;
 use background::Call;
@@ -114,7 +113,7 @@ async fn run_inner(
         .iter()
         .map(|c| NodeReport::pending(c.name.clone()))
         .collect();
-    let settling = Arc::new(watch::Sender::new(Settling {
+    let settling = Arc::new(SettlingWriter::new(Settling {
         requests: vec![pending; r],
         open: n,
     }));
@@ -271,7 +270,7 @@ fn finish(flight: &mut InFlight, tally: &mut RoundVotes, decide: &Decide<'_>) ->
         .enumerate()
         .filter(|(_, ((_, early), _))| !early)
         .map(|(j, ((outcome, _), values))| {
-            let nodes = decide.settling.borrow().requests[j].clone();
+            let nodes = decide.settling.nodes(j);
             let decided = decide.decided(j, outcome, elapsed, nodes, values);
             if r == 1 {
                 round_decided(&decided);
@@ -293,7 +292,7 @@ struct Decide<'a> {
     nodes: usize,
     t0: Instant,
     suspended: Duration,
-    settling: &'a Arc<watch::Sender<Settling>>,
+    settling: &'a Arc<SettlingWriter>,
 }
 
 impl Decide<'_> {
@@ -335,10 +334,7 @@ impl Decide<'_> {
                 nodes,
                 elapsed,
                 validity: lease.map(|(validity, _)| validity),
-                settling: Some(SettlingView {
-                    rx: self.settling.subscribe(),
-                    index: j,
-                }),
+                settling: Some(self.settling.view(j)),
             },
             won,
             valid_until: lease.map(|(_, deadline)| deadline),

@@ -529,7 +529,7 @@ async fn a_cluster_members_url_sets_its_own_replica_acks() {
     let settled = lock.report().settled().await;
     let got = outcomes(&settled);
     assert!(
-        matches!(&got[0], NodeOutcome::ServerError(e) if e.kind == redlock_core::ServerErrorKind::NotReplicated),
+        not_replicated(&got[0]),
         "the member with the replica waits for it: {settled}"
     );
     assert_eq!(
@@ -544,15 +544,19 @@ async fn a_cluster_members_url_sets_its_own_replica_acks() {
     let global = connect("").await.unwrap();
     let lock = global.acquire("b", TTL).await.unwrap();
     let settled = lock.report().settled().await;
-    let got = outcomes(&settled);
     assert!(
-        matches!(&got[1], NodeOutcome::ServerError(e) if e.kind == redlock_core::ServerErrorKind::NotReplicated),
+        not_replicated(&outcomes(&settled)[1]),
         "the member without replicas never counts: {settled}"
     );
     global.release(&lock).await.unwrap().settled().await;
     own.quiesce().await;
     global.quiesce().await;
     nothing_left([&with, &without]).await;
+}
+
+/// Whether a member's vote did not count for want of replicas' acknowledgement.
+fn not_replicated(outcome: &NodeOutcome) -> bool {
+    matches!(outcome, NodeOutcome::ServerError(e) if e.kind == redlock_core::ServerErrorKind::NotReplicated)
 }
 
 /// Fencing with cluster members, whose fence key has a hash tag: each cluster member keeps

@@ -145,7 +145,9 @@ pub(crate) enum Sending {
     /// round, where a timer per command took about 4 % of the instructions of an
     /// uncontended lock and release (ten timers, two per node; see
     /// `docs/benchmarks.md`). A command that fred's timeout did not end is ended by the
-    /// first wake-up after its backstop, at most one backstop late.
+    /// first wake-up after its backstop: the first comes a moment after one backstop,
+    /// past the backstops of commands sent right after the set was made, so that is
+    /// usually the first; a command sent later is at most one backstop late.
     InRound,
     /// Any other command (a node's identity and health, a fencing repair's steps): fred's
     /// timeout, and the backstop as a timer of its own.

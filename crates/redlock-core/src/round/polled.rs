@@ -9,6 +9,11 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
+/// How long after one period a [`Polled::waking_every`] set first wakes: longer than it
+/// takes to make and first poll a round's commands (microseconds), short beside a period
+/// (a node timeout and a margin).
+const FIRST_TICK_MARGIN: Duration = Duration::from_millis(2);
+
 /// Futures polled together, all on the waker of the task that polls the set: a round's
 /// commands (one per node) and its rollbacks. Every poll polls each pending future, which
 /// for a handful costs less than `FuturesUnordered`'s task allocation for each future
@@ -39,10 +44,16 @@ impl<F: Future + Unpin> Polled<F> {
     /// `period` while any is pending, so that each is polled that often: for futures that
     /// check a deadline of their own when polled, instead of each setting a timer (a
     /// round's commands, see `connection::Sending::InRound`). One timer for the set.
+    ///
+    /// The first wake-up comes [`FIRST_TICK_MARGIN`] after one period: the set is made
+    /// just before its futures, so their deadlines (one period after each was made) fall
+    /// a little after one period from now, and a first wake-up right at it would find
+    /// them not yet due and leave them to the next, a whole period later.
     pub(crate) fn waking_every(n: usize, period: Duration) -> Self {
         // `interval_at` takes no zero period.
         let period = period.max(Duration::from_millis(1));
-        let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+        let first = Instant::now() + period + FIRST_TICK_MARGIN;
+        let mut tick = tokio::time::interval_at(first, period);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         Polled {
             tick: Some(tick),
@@ -119,8 +130,34 @@ mod tests {
         assert_eq!(finished, Ok(Some(())));
         let took = start.elapsed();
         assert!(
-            took >= Duration::from_millis(250) && took <= Duration::from_millis(300),
-            "finished after {took:?}: expected at the first wake-up after 250 ms (300 ms)"
+            took >= Duration::from_millis(250) && took <= Duration::from_millis(302),
+            "finished after {took:?}: expected at the first wake-up after 250 ms (302 ms)"
+        );
+    }
+
+    /// A future made just after its set, whose deadline is one period from then (a
+    /// round's command and its backstop), finishes at the set's first wake-up, not a
+    /// period later.
+    #[tokio::test(start_paused = true)]
+    async fn a_future_due_one_period_after_the_set_was_made_finishes_at_its_first_wake_up() {
+        let period = Duration::from_millis(100);
+        let start = Instant::now();
+        let mut set = Polled::waking_every(1, period);
+        let deadline = start + period + Duration::from_micros(50);
+        let due = std::future::poll_fn(move |_: &mut Context<'_>| {
+            if Instant::now() >= deadline {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        });
+        set.push(Box::pin(due));
+        let finished = tokio::time::timeout(Duration::from_secs(10), set.next()).await;
+        assert_eq!(finished, Ok(Some(())));
+        let took = start.elapsed();
+        assert!(
+            took < 2 * period,
+            "finished after {took:?}: at the second wake-up, not the first"
         );
     }
 

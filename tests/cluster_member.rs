@@ -628,7 +628,8 @@ async fn fenced_locks_on_cluster_members_get_increasing_tokens() {
 }
 
 /// Renewing many locks at once (`extend_many`, what the client's renewal does) on cluster
-/// members: a batch is one script per member, so each holds the locks of one slot.
+/// members: a batch of locks of forty slots is one round, one script on the single server
+/// and one per slot on a cluster member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_locks_renew_together_on_cluster_members() {
     let (one, two, single) = members().await;
@@ -640,7 +641,11 @@ async fn many_locks_renew_together_on_cluster_members() {
     }
     let asked: Vec<(&redlock_core::Lock, Duration)> =
         locks.iter().map(|l| (l, Duration::from_secs(60))).collect();
+    let server = single.iter().next().unwrap();
+    let scripts_before = server.command_calls("evalsha").await.unwrap();
     let extended = c.extend_many(&asked).await;
+    let scripts = server.command_calls("evalsha").await.unwrap() - scripts_before;
+    assert_eq!(scripts, 1, "the single server ran {scripts} batches");
     for (key, result) in keys.iter().zip(&extended) {
         let lock = result.as_ref().unwrap_or_else(|e| panic!("{key}: {e}"));
         assert_eq!(lock.key(), key);
@@ -658,20 +663,25 @@ async fn many_locks_renew_together_on_cluster_members() {
     }
 }
 
-/// Group commit with cluster members: concurrent acquisitions and releases share a round
-/// per hash slot (a round is one script per member, which a cluster runs only on keys of
-/// one slot). Thirty-two keys of one hash tag and thirty-two others, all at once: every
-/// member grants every lock, the tagged ones go as one script on their master, and the
+/// Group commit with cluster members: concurrent acquisitions and releases share rounds
+/// whatever their keys' hash slots, and a cluster member runs each round as one command per
+/// slot. Eighty keys at once, of five hash tags and of sixteen slots of one key each: every
+/// member grants every lock, the single server runs them in a script or two (the lead goes
+/// alone, as `SET NX`), the keys of one tag go as one script on their master, and the
 /// grouped releases leave nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_locks_on_cluster_members_are_grouped_per_slot() {
+async fn concurrent_locks_on_cluster_members_share_rounds_across_slots() {
     let (one, two, single) = members().await;
     let c = coordinator_at(urls(&one, &two, &single), NODE_TIMEOUT).await;
     let tagged = one.master_of("{tenant}");
     let scripts_before = tagged.command_calls("evalsha").await.unwrap();
+    let server = single.iter().next().unwrap();
+    let rounds_before = server.command_calls("evalsha").await.unwrap();
+    // Five hash tags, each a slot of several keys, and keys of a slot each.
     let keys: Vec<String> = (0..32)
         .map(|i| format!("{{tenant}}:job-{i}"))
-        .chain((0..32).map(|i| format!("spread-{i}")))
+        .chain((0..32).map(|i| format!("{{team-{}}}:job-{i}", i % 4)))
+        .chain((0..16).map(|i| format!("spread-{i}")))
         .collect();
     let locks = futures::future::join_all(keys.iter().map(|key| c.acquire(key, TTL))).await;
     let mut held = Vec::new();
@@ -691,6 +701,10 @@ async fn concurrent_locks_on_cluster_members_are_grouped_per_slot() {
     // went as one grouped script (two if the leader was one of them and others came late).
     let scripts = tagged.command_calls("evalsha").await.unwrap() - scripts_before;
     assert!((1..=2).contains(&scripts), "{scripts} script calls");
+    // The others went in one grouped round (two if some came late): one script each on
+    // the single server, where a round per slot would have made one per hash tag.
+    let rounds = server.command_calls("evalsha").await.unwrap() - rounds_before;
+    assert!((1..=2).contains(&rounds), "{rounds} grouped rounds");
     let released = futures::future::join_all(held.iter().map(|lock| c.release(lock))).await;
     for (key, report) in keys.iter().zip(released) {
         report

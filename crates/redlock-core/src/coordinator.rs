@@ -89,7 +89,8 @@ pub(crate) struct Inner {
     /// script on the master of its keys' slot, so a script may only name keys of one slot:
     /// a lock over keys of several slots is refused, fencing needs a fence key with a hash
     /// tag (its fenced acquisitions read the counter apart, see `scripts::Unfenced`), and
-    /// grouped acquisitions and releases, and renewal batches, are split per slot.
+    /// the rounds of grouped acquisitions and releases, and renewal batches, go to it as
+    /// one command per slot (`Command::PerSlot`).
     pub(crate) cluster: Option<NodeName>,
     /// Whether plain acquisitions and releases are grouped: `Config::group_commit`.
     pub(crate) groups: bool,

@@ -104,7 +104,7 @@ impl Coordinator {
                 .map(|&i| (LockSpec::of(locks[i].0), locks[i].1))
                 .collect()
         };
-        let batches = self.extend_batches(locks);
+        let batches = Self::extend_batches(locks);
         let mut chunks = batches.iter();
         while let Some(first) = chunks.next() {
             let second = chunks.next();
@@ -130,32 +130,14 @@ impl Coordinator {
     }
 
     /// The batches that [`extend_checked`](Self::extend_checked) sends, as indices into
-    /// `locks`: in order, [`EXTEND_BATCH_LOCKS`] at most each. With a cluster member, each
-    /// batch holds locks of one hash slot only (see `Inner::cluster`): a batch is one
-    /// script per member, which a cluster runs only on keys of one slot.
-    fn extend_batches(&self, locks: &[(&Lock, Duration)]) -> Vec<Vec<usize>> {
-        if self.inner.cluster.is_none() {
-            return (0..locks.len())
-                .collect::<Vec<_>>()
-                .chunks(EXTEND_BATCH_LOCKS)
-                .map(<[usize]>::to_vec)
-                .collect();
-        }
-        let mut by_slot: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-        for (i, (lock, _)) in locks.iter().enumerate() {
-            by_slot
-                .entry(fred::util::redis_keyslot(lock.key().as_bytes()))
-                .or_default()
-                .push(i);
-        }
-        by_slot
-            .into_values()
-            .flat_map(|indices| {
-                indices
-                    .chunks(EXTEND_BATCH_LOCKS)
-                    .map(<[usize]>::to_vec)
-                    .collect::<Vec<_>>()
-            })
+    /// `locks`: in order, [`EXTEND_BATCH_LOCKS`] at most each. A batch may hold locks of
+    /// several hash slots: a cluster member runs it as one script per slot (see
+    /// [`Command::per_slot`]).
+    fn extend_batches(locks: &[(&Lock, Duration)]) -> Vec<Vec<usize>> {
+        (0..locks.len())
+            .collect::<Vec<_>>()
+            .chunks(EXTEND_BATCH_LOCKS)
+            .map(<[usize]>::to_vec)
             .collect()
     }
 
@@ -173,28 +155,36 @@ impl Coordinator {
     /// One extension round for up to [`EXTEND_BATCH_LOCKS`] locks: one script call per
     /// node, each lock decided on its own quorum.
     async fn extend_batch(&self, locks: &[(LockSpec, Duration)]) -> Vec<Decided> {
-        let mut keys: Vec<Key> = Vec::new();
-        // The script's first argument is reserved.
-        let mut args: Vec<Value> = vec![Value::from("batch")];
-        let mut requests = Vec::with_capacity(locks.len());
-        for (spec, ttl) in locks {
-            keys.extend(spec.fred_keys());
-            spec.extend_args(*ttl, &mut args);
-            requests.push(Request {
+        let requests: Vec<Request> = locks
+            .iter()
+            .map(|(spec, ttl)| Request {
                 name: spec.name.clone(),
                 ttl: Some(*ttl),
                 undo: None,
                 redo: false,
-            });
-        }
-        let round = Round {
-            kind: RoundKind::Extend,
-            alternatives: false,
-            command: Command::Script {
+            })
+            .collect();
+        let build = |carried: &[usize]| {
+            let mut keys: Vec<Key> = Vec::new();
+            // The script's first argument is reserved.
+            let mut args: Vec<Value> = vec![Value::from("batch")];
+            for &j in carried {
+                let (spec, ttl) = &locks[j];
+                keys.extend(spec.fred_keys());
+                spec.extend_args(*ttl, &mut args);
+            }
+            Command::Script {
                 script: &EXTEND_BATCH,
                 keys,
                 args,
-            },
+            }
+        };
+        let first_keys = locks.iter().map(|(spec, _)| &*spec.keys[0]);
+        let by_slot = self.inner.cluster.is_some();
+        let round = Round {
+            kind: RoundKind::Extend,
+            alternatives: false,
+            command: Command::per_slot(by_slot, first_keys, &requests, build),
             requests,
             drift_factor: self.inner.config.drift_factor,
         };

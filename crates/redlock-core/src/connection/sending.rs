@@ -147,7 +147,8 @@ pub(crate) enum Sending {
     /// `docs/benchmarks.md`). A command that fred's timeout did not end is ended by the
     /// first wake-up after its backstop: the first comes a moment after one backstop,
     /// past the backstops of commands sent right after the set was made, so that is
-    /// usually the first; a command sent later is at most one backstop late.
+    /// usually the first; a command sent later is at most one backstop late. The parts
+    /// of a `Command::PerSlot` are polled at each wake-up too (`Swept`).
     InRound,
     /// Any other command (a node's identity and health, a fencing repair's steps): fred's
     /// timeout, and the backstop as a timer of its own.

@@ -227,8 +227,7 @@ impl Coordinator {
                 if A::LEAVES_OUT_GONE {
                     wave.retain(|w| !w.answer.is_closed());
                 }
-                let by_slot = this.inner.cluster.is_some();
-                join_all(chunks(wave, by_slot).map(|batch| A::send(&this, batch))).await;
+                join_all(chunks(wave).into_iter().map(|batch| A::send(&this, batch))).await;
                 match A::group(&this).next() {
                     Some(next) => wave = next,
                     None => {
@@ -243,29 +242,16 @@ impl Coordinator {
     /// One round for `batch`: `SET NX PX` for one, the kind's grouped acquisition for several; each
     /// caller gets its own lock or error.
     async fn acquire_batch(&self, batch: Vec<Waiting<Answer>>) {
-        let round = match batch.as_slice() {
-            [one] => self.plain_round(&one.spec, one.ttl),
-            many => {
-                let mut keys = Vec::with_capacity(many.len());
-                let mut args = Vec::with_capacity(2 * many.len());
-                let mut requests = Vec::with_capacity(many.len());
-                for waiting in many {
-                    keys.push(Key::from(&*waiting.spec.keys[0]));
-                    waiting.spec.batch_args(waiting.ttl, &mut args);
-                    requests.push(waiting.spec.acquire_request(waiting.ttl));
-                }
-                Round {
-                    kind: RoundKind::Acquire,
-                    alternatives: false,
-                    command: Command::Script {
-                        script: &grouped(&many[0].spec).0,
-                        keys,
-                        args,
-                    },
-                    requests,
-                    drift_factor: self.inner.config.drift_factor,
-                }
-            }
+        let requests: Vec<Request> = batch
+            .iter()
+            .map(|waiting| waiting.spec.acquire_request(waiting.ttl))
+            .collect();
+        let round = Round {
+            kind: RoundKind::Acquire,
+            alternatives: false,
+            command: self.per_slot(&batch, &requests, acquire_command),
+            requests,
+            drift_factor: self.inner.config.drift_factor,
         };
         // Each lock goes to its caller as soon as it is decided won (its quorum in), the
         // others when the round is decided: one contended key that needs a slow node's
@@ -325,41 +311,21 @@ impl Coordinator {
     /// One release round for `batch`: the release script for one, the kind's grouped release for
     /// several; each caller gets its own report.
     async fn release_batch(&self, batch: Vec<Waiting<Released>>) {
-        let round = match batch.as_slice() {
-            [one] => self.release_round(&one.spec),
-            many => {
-                // The lock keys, then each one's queue, expiry and hand-overs.
-                let mut keys = Vec::with_capacity(many.len() * 4);
-                let mut queues = Vec::with_capacity(many.len() * 3);
-                let mut args = Vec::with_capacity(many.len() + 1);
-                args.push(channel_arg(self.inner.release_channel.as_ref()));
-                let mut requests = Vec::with_capacity(many.len());
-                let prefix = &self.inner.config.fair_prefix;
-                for waiting in many {
-                    let key = &*waiting.spec.keys[0];
-                    keys.push(Key::from(key));
-                    queues.extend(queue_keys(prefix, key));
-                    args.push(Value::String(waiting.spec.token.as_fred().clone()));
-                    requests.push(Request {
-                        name: waiting.spec.name.clone(),
-                        ttl: None,
-                        undo: None,
-                        redo: true,
-                    });
-                }
-                keys.append(&mut queues);
-                Round {
-                    kind: RoundKind::Release,
-                    alternatives: false,
-                    command: Command::Script {
-                        script: &grouped(&many[0].spec).1,
-                        keys,
-                        args,
-                    },
-                    requests,
-                    drift_factor: self.inner.config.drift_factor,
-                }
-            }
+        let requests: Vec<Request> = batch
+            .iter()
+            .map(|waiting| Request {
+                name: waiting.spec.name.clone(),
+                ttl: None,
+                undo: None,
+                redo: true,
+            })
+            .collect();
+        let round = Round {
+            kind: RoundKind::Release,
+            alternatives: false,
+            command: self.per_slot(&batch, &requests, |calls| self.release_command(calls)),
+            requests,
+            drift_factor: self.inner.config.drift_factor,
         };
         let decided = round::run(&self.inner.connections, round, &self.inner.work).await;
         for (waiting, decided) in batch.into_iter().zip(decided) {
@@ -372,6 +338,53 @@ impl Coordinator {
             };
             let _ = waiting.answer.send(released);
         }
+    }
+
+    /// The release of `calls`: the lock's release for one, the kind's grouped release for
+    /// several.
+    fn release_command(&self, calls: &[&Waiting<Released>]) -> Command {
+        let channel = self.inner.release_channel.as_ref();
+        let prefix = &self.inner.config.fair_prefix;
+        let many = match calls {
+            [one] => return one.spec.release(channel, prefix),
+            many => many,
+        };
+        // The lock keys, then each one's queue, expiry and hand-overs.
+        let mut keys = Vec::with_capacity(many.len() * 4);
+        let mut queues = Vec::with_capacity(many.len() * 3);
+        let mut args = Vec::with_capacity(many.len() + 1);
+        args.push(channel_arg(channel));
+        for waiting in many {
+            let key = &*waiting.spec.keys[0];
+            keys.push(Key::from(key));
+            queues.extend(queue_keys(prefix, key));
+            args.push(Value::String(waiting.spec.token.as_fred().clone()));
+        }
+        keys.append(&mut queues);
+        Command::Script {
+            script: &grouped(&many[0].spec).1,
+            keys,
+            args,
+        }
+    }
+
+    /// The command of a grouped round for `batch` (whose `requests` are the round's), as
+    /// `build` makes it for some of its calls: one command per hash slot on a cluster
+    /// member (see [`Command::per_slot`]), so concurrent locks of distinct keys share
+    /// rounds over cluster members too.
+    fn per_slot<A>(
+        &self,
+        batch: &[Waiting<A>],
+        requests: &[Request],
+        build: impl Fn(&[&Waiting<A>]) -> Command,
+    ) -> Command {
+        let first_keys = batch.iter().map(|waiting| &*waiting.spec.keys[0]);
+        Command::per_slot(
+            self.inner.cluster.is_some(),
+            first_keys,
+            requests,
+            |carried| build(&carried.iter().map(|&j| &batch[j]).collect::<Vec<_>>()),
+        )
     }
 
     /// The round of one lock's release: its compare-and-delete script.
@@ -392,6 +405,26 @@ impl Coordinator {
             requests: vec![spec.acquire_request(ttl)],
             drift_factor: self.inner.config.drift_factor,
         }
+    }
+}
+
+/// The acquisition of `calls`: `SET NX PX` for one, the kind's grouped acquisition for
+/// several.
+fn acquire_command(calls: &[&Waiting<Answer>]) -> Command {
+    let many = match calls {
+        [one] => return one.spec.acquire(one.ttl, None),
+        many => many,
+    };
+    let mut keys = Vec::with_capacity(many.len());
+    let mut args = Vec::with_capacity(2 * many.len());
+    for waiting in many {
+        keys.push(Key::from(&*waiting.spec.keys[0]));
+        waiting.spec.batch_args(waiting.ttl, &mut args);
+    }
+    Command::Script {
+        script: &grouped(&many[0].spec).0,
+        keys,
+        args,
     }
 }
 

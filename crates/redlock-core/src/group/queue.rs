@@ -2,7 +2,6 @@
 //! who waits with what, the answer a waiting acquisition gets, and the waves of rounds.
 //! No coordinator here: the rounds and the coordinator's groups build on this.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -157,32 +156,10 @@ pub(crate) type Released = Result<RoundReport, Error>;
 
 /// A wave of waiting calls as rounds of at most [`GROUP_MAX`] each, oldest first: the
 /// rounds of one wave are in flight together, so a burst of a thousand calls costs two
-/// round trips (the lead round, then the wave), not one per [`GROUP_MAX`].
-///
-/// With `by_slot` (a cluster member in the node set) each round holds calls of one hash
-/// slot only: a round is one script per member, which a cluster runs only on keys of one
-/// slot (every key of one call shares its slot: its companions are hash-tagged to it). With
-/// many distinct keys that is often one call a round; keys that share a hash tag still
-/// share rounds.
-pub(super) fn chunks<A>(
-    wave: Vec<Waiting<A>>,
-    by_slot: bool,
-) -> impl Iterator<Item = Vec<Waiting<A>>> {
-    let waves = if by_slot {
-        let mut slots: BTreeMap<u16, Vec<Waiting<A>>> = BTreeMap::new();
-        for waiting in wave {
-            let slot = fred::util::redis_keyslot(waiting.spec.keys[0].as_bytes());
-            slots.entry(slot).or_default().push(waiting);
-        }
-        slots.into_values().collect()
-    } else {
-        vec![wave]
-    };
-    waves.into_iter().flat_map(at_most_group_max)
-}
-
-/// `wave` in rounds of at most [`GROUP_MAX`], in order.
-fn at_most_group_max<A>(mut wave: Vec<Waiting<A>>) -> Vec<Vec<Waiting<A>>> {
+/// round trips (the lead round, then the wave), not one per [`GROUP_MAX`]. Calls of any
+/// hash slots share a round: a cluster member runs it as one command per slot (see
+/// `Command::PerSlot`).
+pub(super) fn chunks<A>(mut wave: Vec<Waiting<A>>) -> Vec<Vec<Waiting<A>>> {
     let mut batches = Vec::with_capacity(wave.len().div_ceil(GROUP_MAX));
     while wave.len() > GROUP_MAX {
         let rest = wave.split_off(GROUP_MAX);
@@ -220,23 +197,9 @@ mod tests {
         let wave: Vec<_> = (0..GROUP_MAX as u64 + 2)
             .map(|i| waiting(i, &format!("k{i}")))
             .collect();
-        let batches = ids(chunks(wave, false).collect());
+        let batches = ids(chunks(wave));
         assert_eq!(batches.len(), 2);
         assert_eq!(batches[0].len(), GROUP_MAX);
         assert_eq!(batches[1], vec![GROUP_MAX as u64, GROUP_MAX as u64 + 1]);
-    }
-
-    #[test]
-    fn by_slot_each_round_holds_one_slots_calls_in_their_order() {
-        // `{t}:a` and `{t}:b` share a slot; `a` and `b` are in two others.
-        let wave = vec![
-            waiting(0, "{t}:a"),
-            waiting(1, "a"),
-            waiting(2, "{t}:b"),
-            waiting(3, "b"),
-        ];
-        let mut batches = ids(chunks(wave, true).collect());
-        batches.sort();
-        assert_eq!(batches, vec![vec![0, 2], vec![1], vec![3]]);
     }
 }

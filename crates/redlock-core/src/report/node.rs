@@ -141,6 +141,21 @@ impl fmt::Display for CleanupOutcome {
 }
 
 impl CleanupOutcome {
+    /// What several cleanups on one node did together (a batch sent again as one script
+    /// per hash slot): the first failure if one failed, else removed if one removed
+    /// something; nothing to do for none.
+    pub(crate) fn together(cleanups: Vec<CleanupOutcome>) -> CleanupOutcome {
+        let mut together = CleanupOutcome::NotPresent;
+        for cleanup in cleanups {
+            match cleanup {
+                CleanupOutcome::Failed(_) => return cleanup,
+                CleanupOutcome::Removed => together = CleanupOutcome::Removed,
+                CleanupOutcome::NotPresent => {}
+            }
+        }
+        together
+    }
+
     /// Worded for a round of `kind`: a release or a leave is not rolled back but sent
     /// again where the node did not answer it.
     fn fmt_in(&self, f: &mut fmt::Formatter<'_>, kind: RoundKind) -> fmt::Result {
@@ -216,5 +231,23 @@ impl NodeReport {
             cleanup.fmt_in(f, kind)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Cleanups on one node together: a failure is kept, else a removal.
+    #[test]
+    fn cleanups_together_keep_a_failure_then_a_removal() {
+        use CleanupOutcome::{Failed, NotPresent, Removed};
+        assert_eq!(CleanupOutcome::together(vec![]), NotPresent);
+        assert_eq!(CleanupOutcome::together(vec![NotPresent, Removed]), Removed);
+        let failed = Failed("timed out".into());
+        assert_eq!(
+            CleanupOutcome::together(vec![Removed, failed.clone(), NotPresent]),
+            failed
+        );
     }
 }

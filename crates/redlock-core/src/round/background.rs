@@ -263,12 +263,15 @@ impl Background {
     /// Sends the round's command (a release or a leave) again on node `connection`, which
     /// answered `outcome` (no answer): up to [`ROLLBACK_ATTEMPTS`] times, like a rollback.
     /// The release's own TTL is not known here; the tries are bounded by their number. A
-    /// compare-and-delete is sent again as its script (see [`Command::as_script`](super::command::Command::as_script)).
+    /// compare-and-delete is sent again as its script, a batch over several hash slots as
+    /// one script per slot on a cluster member (see
+    /// [`Command::cleanups_on`](super::command::Command::cleanups_on)).
     async fn redo(&self, connection: &Connection, outcome: &NodeOutcome) -> CleanupOutcome {
-        let Some((script, keys, args)) = self.round.command.as_script() else {
-            return CleanupOutcome::NotPresent;
-        };
-        let cleanup = try_on(connection, script, keys, args, None).await;
+        let scripts = self.round.command.cleanups_on(connection);
+        let tries = scripts
+            .into_iter()
+            .map(|(script, keys, args)| try_on(connection, script, keys, args, None));
+        let cleanup = CleanupOutcome::together(futures::future::join_all(tries).await);
         // Debug, not warn: with a node down, every release would warn; the node's health
         // and metrics say that already.
         tracing::debug!(node = %connection.name, %outcome, %cleanup, kind = %self.round.kind, "sent again");

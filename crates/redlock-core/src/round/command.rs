@@ -2,12 +2,15 @@
 //! requests. Every kind of round (acquire, extend, release, inspect; one lock or a batch)
 //! is one [`Command`] per node; the engine in the parent module never looks inside.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
 
 use crate::connection::{Connection, OnNoScript, Sending};
 use crate::report::{NodeOutcome, RoundKind};
+use crate::round::polled::Swept;
+use crate::round::Request;
 use crate::scripts::Script;
 use crate::server_error::{ServerError, ServerErrorKind};
 
@@ -34,6 +37,23 @@ pub(crate) enum Command {
         script: &'static Script,
         args: Vec<Value>,
     },
+    /// A batch of requests over keys of several hash slots (group commit, see `group`):
+    /// `whole` for a single server; a cluster member, which runs a script only on keys of
+    /// one slot, runs `parts` instead, one command per slot, sent together.
+    PerSlot {
+        whole: Box<Command>,
+        parts: Vec<SlotPart>,
+    },
+}
+
+/// One hash slot's share of a [`Command::PerSlot`].
+#[derive(Debug)]
+pub(crate) struct SlotPart {
+    /// The round's requests it carries (their places in the round), in its reply's order.
+    pub(crate) requests: Vec<usize>,
+    /// The TTL of its first request, as [`Command::send`] takes it.
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) command: Command,
 }
 
 /// What one node answered for one request.
@@ -45,6 +65,66 @@ pub(crate) struct Answer {
 }
 
 impl Command {
+    /// The command of a round of several requests, as `build` makes it for some of them
+    /// (their places in `requests`); request `j` names keys of the hash slot of
+    /// `first_keys[j]`. With `by_slot` (a cluster member in the node set) and requests of
+    /// several slots, a [`Command::PerSlot`]: `build`'s command for every request, which
+    /// single servers run, and for each slot's requests, which a cluster member runs
+    /// instead: it runs a script only on keys of one slot, and every key of one request
+    /// shares its slot (its companions are hash-tagged to it, see `layout`).
+    pub(crate) fn per_slot<'k>(
+        by_slot: bool,
+        first_keys: impl Iterator<Item = &'k str>,
+        requests: &[Request],
+        build: impl Fn(&[usize]) -> Command,
+    ) -> Command {
+        let whole = build(&(0..requests.len()).collect::<Vec<_>>());
+        if !by_slot {
+            return whole;
+        }
+        let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (j, key) in first_keys.enumerate() {
+            let slot = fred::util::redis_keyslot(key.as_bytes());
+            slots.entry(slot).or_default().push(j);
+        }
+        if slots.len() < 2 {
+            return whole;
+        }
+        let parts = slots
+            .into_values()
+            .map(|carried| SlotPart {
+                command: build(&carried),
+                ttl: requests[carried[0]].ttl,
+                requests: carried,
+            })
+            .collect();
+        Command::PerSlot {
+            whole: Box::new(whole),
+            parts,
+        }
+    }
+
+    /// Sends the command of a round of `kind` with `requests` requests to one node and
+    /// reads its answer to each ([`send`](Self::send), [`read`](Self::read)); a cluster
+    /// member runs a [`Command::PerSlot`]'s parts (see [`per_slot`]).
+    pub(crate) async fn answers(
+        &self,
+        connection: &Connection,
+        kind: RoundKind,
+        ttl: Option<Duration>,
+        requests: usize,
+    ) -> Vec<Answer> {
+        let command = match self {
+            Command::PerSlot { parts, .. } if connection.is_cluster() => {
+                return Box::pin(per_slot(parts, connection, kind, requests)).await;
+            }
+            Command::PerSlot { whole, .. } => whole,
+            command => command,
+        };
+        let reply = command.send(connection, kind, ttl).await;
+        command.read(kind, reply, requests)
+    }
+
     /// Sends the command of a round of `kind` to one node; `ttl` is the TTL of the round's
     /// first request. An acquisition is one command, never sent again with its script's
     /// source: the caller's later commands (a release) must not overtake it.
@@ -62,13 +142,18 @@ impl Command {
     ) -> Result<Value, NodeOutcome> {
         let acked =
             connection.replica_acks() > 0 && matches!(kind, RoundKind::Acquire | RoundKind::Extend);
-        let key = match self {
-            Command::SetNx { key, .. } | Command::CompareAndDelete { key, .. } => Some(key),
-            Command::Script { keys, .. } => keys.first(),
-        };
-        match key.filter(|_| acked) {
+        match self.first_key().filter(|_| acked) {
             None => self.send_once(connection, kind, ttl).await,
             Some(key) => Box::pin(self.send_acked(connection, kind, ttl, key)).await,
+        }
+    }
+
+    /// The key whose slot's master runs the command on a cluster member.
+    fn first_key(&self) -> Option<&Key> {
+        match self {
+            Command::SetNx { key, .. } | Command::CompareAndDelete { key, .. } => Some(key),
+            Command::Script { keys, .. } => keys.first(),
+            Command::PerSlot { whole, .. } => whole.first_key(),
         }
     }
 
@@ -132,6 +217,10 @@ impl Command {
                 }
                 reply
             }
+            // Sent as one command: on a single server (see `answers`).
+            Command::PerSlot { whole, .. } => {
+                Box::pin(whole.send_once(connection, kind, ttl)).await
+            }
         }
     }
 
@@ -144,6 +233,22 @@ impl Command {
             Command::CompareAndDelete {
                 key, script, args, ..
             } => Some((script, std::slice::from_ref(key), args)),
+            Command::PerSlot { whole, .. } => whole.as_script(),
+        }
+    }
+
+    /// The command as the scripts to send again as a cleanup on `connection` (see
+    /// [`as_script`](Self::as_script)): a [`Command::PerSlot`]'s parts on a cluster member.
+    pub(crate) fn cleanups_on(
+        &self,
+        connection: &Connection,
+    ) -> Vec<(&'static Script, &[Key], &[Value])> {
+        match self {
+            Command::PerSlot { parts, .. } if connection.is_cluster() => parts
+                .iter()
+                .filter_map(|part| part.command.as_script())
+                .collect(),
+            command => command.as_script().into_iter().collect(),
         }
     }
 
@@ -163,6 +268,9 @@ impl Command {
                 requests
             ]
         };
+        if let Command::PerSlot { whole, .. } = self {
+            return whole.read(kind, reply, requests);
+        }
         let reply = match reply {
             Ok(reply) => reply,
             Err(failure) => return failed(failure),
@@ -202,6 +310,59 @@ impl Command {
     }
 }
 
+/// A [`Command::PerSlot`]'s answers on a cluster member: every part sent at once (each to
+/// its slot's master), each part's answers put at its requests' places. The parts are a
+/// [`Swept`] set: each polled when it woke, every one at the round's tick, so that each
+/// checks its backstop (see `Sending::InRound`).
+async fn per_slot(
+    parts: &[SlotPart],
+    connection: &Connection,
+    kind: RoundKind,
+    requests: usize,
+) -> Vec<Answer> {
+    let calls: Vec<_> = parts
+        .iter()
+        .map(|part| {
+            Box::pin(async move {
+                let reply = part.command.send(connection, kind, part.ttl).await;
+                part.command.read(kind, reply, part.requests.len())
+            })
+        })
+        .collect();
+    let mut calls = Swept::new(calls);
+    let answered = std::future::poll_fn(|cx| calls.poll_all(cx)).await;
+    scatter(parts, answered.into_iter(), requests)
+}
+
+/// The round's `requests` answers from each part's (in `parts`' order).
+fn scatter(
+    parts: &[SlotPart],
+    answered: impl Iterator<Item = Vec<Answer>>,
+    requests: usize,
+) -> Vec<Answer> {
+    let mut answers: Vec<Option<Answer>> = vec![None; requests];
+    for (part, part_answers) in parts.iter().zip(answered) {
+        for (&j, answer) in part.requests.iter().zip(part_answers) {
+            if let Some(place) = answers.get_mut(j) {
+                *place = Some(answer);
+            }
+        }
+    }
+    // A request no part carried: never built so (see `group`), and not taken as sent.
+    let none = || Answer {
+        outcome: NodeOutcome::ServerError(ServerError::of_kind(
+            ServerErrorKind::Unknown,
+            "EVALSHA",
+            "no command of the round carried this request",
+        )),
+        value: None,
+    };
+    answers
+        .into_iter()
+        .map(|answer| answer.unwrap_or_else(none))
+        .collect()
+}
+
 /// Whether a cluster member's master sent the command on to another
 /// ([`ServerErrorKind::Redirected`]): nothing ran, and one that may run twice is sent again
 /// (see `Connection::eval_redirected`).
@@ -229,6 +390,7 @@ fn unexpected(command: &Command) -> NodeOutcome {
         Command::SetNx { .. } => "SET",
         Command::Script { .. } => "EVALSHA",
         Command::CompareAndDelete { .. } => "DELIFEQ or EVALSHA",
+        Command::PerSlot { whole, .. } => return unexpected(whole),
     };
     NodeOutcome::ServerError(ServerError::of_kind(
         ServerErrorKind::Unknown,
@@ -340,6 +502,95 @@ mod tests {
         assert_eq!(outcomes(&not_held), [NodeOutcome::NotHeld]);
         let odd = release.read(RoundKind::Release, Ok(Value::from("OK")), 1);
         assert!(matches!(odd[0].outcome, NodeOutcome::ServerError(_)));
+    }
+
+    fn request() -> Request {
+        Request {
+            name: "k".into(),
+            ttl: Some(Duration::from_secs(1)),
+            undo: None,
+            redo: false,
+        }
+    }
+
+    /// The command `per_slot`'s tests build for some requests: a script whose keys are the
+    /// requests' places.
+    fn of(carried: &[usize]) -> Command {
+        Command::Script {
+            script: &crate::kind::EXTEND_BATCH,
+            keys: carried.iter().map(|j| Key::from(j.to_string())).collect(),
+            args: Vec::new(),
+        }
+    }
+
+    fn places(command: &Command) -> Vec<String> {
+        match command {
+            Command::Script { keys, .. } => keys
+                .iter()
+                .map(|k| k.as_str().unwrap_or_default().to_string())
+                .collect(),
+            other => panic!("not a script: {other:?}"),
+        }
+    }
+
+    /// Requests of three slots (`{t}:a` and `{t}:b` share one) go to a cluster member as
+    /// one command per slot, each with its requests in order, and to single servers as one.
+    #[test]
+    fn a_batch_over_several_slots_is_one_command_per_slot_on_a_cluster_member() {
+        let keys = ["{t}:a", "a", "{t}:b", "b"];
+        let requests: Vec<Request> = keys.iter().map(|_| request()).collect();
+        let command = Command::per_slot(true, keys.into_iter(), &requests, of);
+        let Command::PerSlot { whole, parts } = &command else {
+            panic!("one command: {command:?}");
+        };
+        assert_eq!(places(whole), ["0", "1", "2", "3"]);
+        let mut carried: Vec<Vec<usize>> = parts.iter().map(|p| p.requests.clone()).collect();
+        carried.sort();
+        assert_eq!(carried, [vec![0, 2], vec![1], vec![3]]);
+        for part in parts {
+            let expected: Vec<String> = part.requests.iter().map(|j| j.to_string()).collect();
+            assert_eq!(places(&part.command), expected);
+            assert_eq!(part.ttl, Some(Duration::from_secs(1)));
+        }
+        // No cluster member, or one slot: one command.
+        let plain = Command::per_slot(false, keys.into_iter(), &requests, of);
+        assert_eq!(places(&plain), ["0", "1", "2", "3"]);
+        let tagged = ["{t}:a", "{t}:b"];
+        let one_slot = Command::per_slot(true, tagged.into_iter(), &requests[..2], of);
+        assert_eq!(places(&one_slot), ["0", "1"]);
+    }
+
+    /// Each part's answers go to its requests' places; a place no part carried reads as a
+    /// server error (never taken as done).
+    #[test]
+    fn answers_per_slot_go_to_their_requests() {
+        let part = |requests: Vec<usize>| SlotPart {
+            command: of(&requests),
+            ttl: None,
+            requests,
+        };
+        let parts = [part(vec![0, 2]), part(vec![1])];
+        let answer = |outcome| Answer {
+            outcome,
+            value: None,
+        };
+        let answered = vec![
+            vec![
+                answer(NodeOutcome::Acquired),
+                answer(NodeOutcome::HeldByOther),
+            ],
+            vec![answer(NodeOutcome::TimedOut)],
+        ];
+        let answers = scatter(&parts, answered.into_iter(), 4);
+        assert_eq!(
+            outcomes(&answers[..3]),
+            [
+                NodeOutcome::Acquired,
+                NodeOutcome::TimedOut,
+                NodeOutcome::HeldByOther
+            ]
+        );
+        assert!(matches!(answers[3].outcome, NodeOutcome::ServerError(_)));
     }
 
     #[test]

@@ -183,8 +183,9 @@ fn send_all(flight: &mut InFlight, tally: &mut RoundVotes, ttl: Option<Duration>
             {
                 let (connections, round) = (flight.connections.clone(), flight.round.clone());
                 async move {
-                    let reply = round.command.send(&connections[i], round.kind, ttl).await;
-                    let answers = round.command.read(round.kind, reply, r);
+                    let answers = (round.command)
+                        .answers(&connections[i], round.kind, ttl, r)
+                        .await;
                     (i, answers, t0.elapsed())
                 }
             }

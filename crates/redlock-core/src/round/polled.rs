@@ -1,11 +1,17 @@
-//! A small set of futures polled together on one task's waker: a round's commands (one per
-//! node) and its rollbacks. In a file of its own: it knows nothing of rounds.
+//! Sets of futures polled together on one task's waker: a small one polled whole at each
+//! wake-up (a round's commands, one per node, and its rollbacks), and a larger one whose
+//! futures are polled when they woke it (a cluster member's commands per hash slot). In a
+//! file of its own: it knows nothing of rounds.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+
+use futures::task::{ArcWake, AtomicWaker};
 
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
@@ -99,6 +105,92 @@ impl<F: Future + Unpin> Polled<F> {
     }
 }
 
+/// Many futures polled together on the task that polls the set, each only once it woke
+/// the set, or every one at a wake-up that none of them made (the first poll, a
+/// [`waking_every`](Polled::waking_every) tick of the round): a [`Polled`] polls every
+/// pending future at each wake-up, which for a `PerSlot` command's parts (up to a round's
+/// requests) would cost the square of their number; and futures that check a deadline of
+/// their own when polled (see `connection::Sending::InRound`) are still polled at each
+/// tick.
+pub(crate) struct Swept<F: Future + Unpin> {
+    futures: Vec<F>,
+    outputs: Vec<Option<F::Output>>,
+    /// Each future's waker: it marks the future woken, then wakes the set's task.
+    wakers: Vec<Waker>,
+    woken: Arc<Woken>,
+}
+
+/// Which of a [`Swept`] set's futures woke it since its last poll, and the task to wake.
+struct Woken {
+    task: AtomicWaker,
+    any: AtomicBool,
+    each: Vec<AtomicBool>,
+}
+
+/// The waker of a [`Swept`] set's future number `index`.
+struct Part {
+    woken: Arc<Woken>,
+    index: usize,
+}
+
+impl ArcWake for Part {
+    fn wake_by_ref(part: &Arc<Self>) {
+        part.woken.each[part.index].store(true, Ordering::Release);
+        part.woken.any.store(true, Ordering::Release);
+        part.woken.task.wake();
+    }
+}
+
+impl<F: Future + Unpin> Swept<F> {
+    pub(crate) fn new(futures: Vec<F>) -> Self {
+        let woken = Arc::new(Woken {
+            task: AtomicWaker::new(),
+            any: AtomicBool::new(false),
+            each: futures.iter().map(|_| AtomicBool::new(false)).collect(),
+        });
+        let wakers = (0..futures.len())
+            .map(|index| {
+                futures::task::waker(Arc::new(Part {
+                    woken: woken.clone(),
+                    index,
+                }))
+            })
+            .collect();
+        Swept {
+            outputs: futures.iter().map(|_| None).collect(),
+            futures,
+            wakers,
+            woken,
+        }
+    }
+
+    /// Polls the futures that woke the set (every pending one when none did); every
+    /// output, in the futures' order, once all are finished.
+    pub(crate) fn poll_all(&mut self, cx: &mut Context<'_>) -> Poll<Vec<F::Output>> {
+        self.woken.task.register(cx.waker());
+        let sweep = !self.woken.any.swap(false, Ordering::AcqRel);
+        let mut pending = false;
+        for (i, (future, output)) in self.futures.iter_mut().zip(&mut self.outputs).enumerate() {
+            if output.is_some() {
+                continue;
+            }
+            let woken = self.woken.each[i].swap(false, Ordering::AcqRel);
+            if !(sweep || woken) {
+                pending = true;
+                continue;
+            }
+            match Pin::new(future).poll(&mut Context::from_waker(&self.wakers[i])) {
+                Poll::Ready(out) => *output = Some(out),
+                Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            return Poll::Pending;
+        }
+        Poll::Ready(self.outputs.iter_mut().filter_map(Option::take).collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -159,6 +251,46 @@ mod tests {
             took < 2 * period,
             "finished after {took:?}: at the second wake-up, not the first"
         );
+    }
+
+    /// A swept set polls only the futures that woke it, and every pending one at a
+    /// wake-up that none of them made (as the round's tick is).
+    #[test]
+    fn a_swept_set_polls_the_futures_that_woke_it_or_all_at_a_wake_up_of_its_own() {
+        use std::sync::atomic::AtomicUsize;
+        let polls: Arc<Vec<AtomicUsize>> = Arc::new((0..3).map(|_| AtomicUsize::new(0)).collect());
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..3)
+            .map(|_| tokio::sync::oneshot::channel::<usize>())
+            .unzip();
+        let futures: Vec<_> = receivers
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut receiver)| {
+                let polls = polls.clone();
+                std::future::poll_fn(move |cx: &mut Context<'_>| {
+                    polls[i].fetch_add(1, Ordering::SeqCst);
+                    Pin::new(&mut receiver).poll(cx).map(Result::unwrap)
+                })
+            })
+            .map(Box::pin)
+            .collect();
+        let counts = || -> Vec<usize> { polls.iter().map(|p| p.load(Ordering::SeqCst)).collect() };
+        let mut set = Swept::new(futures);
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        assert!(set.poll_all(&mut cx).is_pending());
+        assert_eq!(counts(), [1, 1, 1], "the first poll polls every one");
+        let mut senders: Vec<_> = senders.into_iter().map(Some).collect();
+        senders[1].take().unwrap().send(1).unwrap();
+        assert!(set.poll_all(&mut cx).is_pending());
+        assert_eq!(counts(), [1, 2, 1], "only the one that woke");
+        assert!(set.poll_all(&mut cx).is_pending());
+        assert_eq!(counts(), [2, 2, 2], "none woke: every pending one");
+        for (i, sender) in senders.into_iter().enumerate() {
+            if let Some(sender) = sender {
+                sender.send(i).unwrap();
+            }
+        }
+        assert_eq!(set.poll_all(&mut cx), Poll::Ready(vec![0, 1, 2]));
     }
 
     #[tokio::test]

@@ -22,7 +22,7 @@ use crate::error::BenchError;
 use crate::floor::{Floor, Wait};
 use crate::progress;
 use crate::stats::{Recorder, Summary};
-use crate::subjects::{Kind, Subject, TTL};
+use crate::subjects::{Kind, ReleaseRound, Subject, TTL};
 
 /// The worker counts: each contender runs once with each.
 pub const WORKERS: [usize; 2] = [8, 50];
@@ -71,15 +71,83 @@ pub struct HandoffCase {
     pub gave_up: u64,
     /// Two holders inside the critical section at once: must be 0.
     pub overlaps: u64,
+    /// Ours only: its hand-offs to another worker, step by step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
 }
+
+/// Ours' hand-offs to another worker step by step: the median of each step over those
+/// hand-offs, in µs, each from the holder's release (its round's times from the release's
+/// report). Where a release's time goes, against the round trip.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trace {
+    pub samples: u64,
+    /// The release call, from its start to its return.
+    pub release_call_us: f64,
+    /// Of which the release's round: from its first command sent to its decision.
+    pub release_round_us: f64,
+    /// The release's first reply, and the one that made its quorum, from the round's first
+    /// command sent.
+    pub first_reply_us: f64,
+    pub quorum_reply_us: f64,
+    /// The release call less its round: the client's own work before the first command
+    /// leaves and after the decision.
+    pub release_client_us: f64,
+    /// From the release's return to the return of the next holder's `lock`.
+    pub next_after_release_us: f64,
+}
+
+/// The steps of [`Trace`], recorded hand-off by hand-off.
+#[derive(Default)]
+struct Steps {
+    call: Recorder,
+    round: Recorder,
+    first_reply: Recorder,
+    quorum_reply: Recorder,
+    client: Recorder,
+    next: Recorder,
+}
+
+impl Steps {
+    fn record(&mut self, (start, end, round): Released, next_at: Instant) {
+        let Some(round) = round else { return };
+        let call = end.saturating_duration_since(start);
+        self.call.record(call);
+        self.round.record(round.round);
+        if let Some(first_reply) = round.first_reply {
+            self.first_reply.record(first_reply);
+        }
+        if let Some(quorum_reply) = round.quorum_reply {
+            self.quorum_reply.record(quorum_reply);
+        }
+        self.client.record(call.saturating_sub(round.round));
+        self.next.record(next_at.saturating_duration_since(end));
+    }
+
+    fn trace(&self) -> Option<Trace> {
+        let call = self.call.summary();
+        (call.samples > 0).then(|| Trace {
+            samples: call.samples,
+            release_call_us: call.median_us,
+            release_round_us: self.round.summary().median_us,
+            first_reply_us: self.first_reply.summary().median_us,
+            quorum_reply_us: self.quorum_reply.summary().median_us,
+            release_client_us: self.client.summary().median_us,
+            next_after_release_us: self.next.summary().median_us,
+        })
+    }
+}
+
+/// A release: its start and end, and ours' round times.
+type Released = (Instant, Instant, Option<ReleaseRound>);
 
 /// What the workers log.
 #[derive(Default)]
 struct Log {
     /// When, and by which worker.
     acquired: Vec<(Instant, usize)>,
-    /// `(start, end)` of the release of acquisition `k`, at index `k`.
-    released: Vec<Option<(Instant, Instant)>>,
+    /// The release of acquisition `k`, at index `k`.
+    released: Vec<Option<Released>>,
     gave_up: u64,
     failures: Recorder,
 }
@@ -137,6 +205,20 @@ pub async fn run(
             case.gave_up,
             case.overlaps
         );
+        if let Some(t) = &case.trace {
+            progress!(
+                "P4 {:<13} x{:<2} trace of {} hand-offs to another worker (medians): release call {:.0} µs = its round {:.0} µs (first reply at {:.0} µs, the quorum's at {:.0} µs) + the client's own {:.0} µs; next lock returned {:.0} µs after the release returned",
+                case.subject,
+                case.workers,
+                t.samples,
+                t.release_call_us,
+                t.release_round_us,
+                t.first_reply_us,
+                t.quorum_reply_us,
+                t.release_client_us,
+                t.next_after_release_us
+            );
+        }
     }
     Ok(Handoff {
         round_trip_us,
@@ -257,13 +339,14 @@ async fn worker(
                 }
                 shared.busy.store(false, Ordering::SeqCst);
                 let start = Instant::now();
-                let released = subject.release(held).await;
+                let released = subject.release_timed(held).await;
                 let end = Instant::now();
                 let mut log = shared.log();
                 if log.released.len() <= k {
                     log.released.resize(k + 1, None);
                 }
-                log.released[k] = Some((start, end));
+                let round = released.as_ref().ok().copied().flatten();
+                log.released[k] = Some((start, end, round));
                 if let Err(why) = released {
                     log.failures.fail(why);
                 }
@@ -294,6 +377,7 @@ fn summarize(
     let mut handoff = Recorder::default();
     let mut after_return = Recorder::default();
     let mut to_other = Recorder::default();
+    let mut steps = Steps::default();
     handoff.merge(&log.failures);
     let mut sections = 0;
     let (mut held, mut held_count) = (Duration::ZERO, 0u32);
@@ -303,16 +387,17 @@ fn summarize(
         }
         sections += 1;
         per_worker[worker] += 1;
-        if let Some((start, _)) = log.released.get(k).copied().flatten() {
+        if let Some((start, ..)) = log.released.get(k).copied().flatten() {
             held += start.saturating_duration_since(at);
             held_count += 1;
         }
         let Some(p) = k.checked_sub(1) else { continue };
-        if let Some((start, end)) = log.released.get(p).copied().flatten() {
+        if let Some(released @ (start, end, _)) = log.released.get(p).copied().flatten() {
             handoff.record(at.saturating_duration_since(start));
             after_return.record(at.saturating_duration_since(end));
             if log.acquired[p].1 != worker {
                 to_other.record(at.saturating_duration_since(start));
+                steps.record(released, at);
             }
         }
     }
@@ -338,5 +423,6 @@ fn summarize(
         sections_per_worker_max: per_worker.iter().copied().max().unwrap_or(0),
         gave_up: log.gave_up,
         overlaps: shared.overlaps.load(Ordering::SeqCst),
+        trace: steps.trace(),
     }
 }

@@ -151,6 +151,44 @@ impl Results {
             );
         }
         md.push('\n');
+        self.handoff_trace(md, h);
+    }
+
+    /// Ours' hand-offs to another worker, step by step (`handoff::Trace`).
+    fn handoff_trace(&self, md: &mut String, h: &crate::handoff::Handoff) {
+        let traced: Vec<_> = h
+            .cases
+            .iter()
+            .filter_map(|c| c.trace.as_ref().map(|t| (c, t)))
+            .collect();
+        if traced.is_empty() {
+            return;
+        }
+        md.push_str(
+            "Ours' hand-offs to another worker, step by step (medians over those hand-offs): \
+             the release call, its round from the first command sent to the decision (the \
+             release's report), its first reply and the one that made its quorum, the call less its round (the \
+             client's own work around the round), and the time from the release's return to \
+             the next holder's `lock` return.\n\n\
+             | Contender | Workers | Hand-offs | Release call | Its round | First reply | Quorum's reply | Client's own | Next `lock` after the release returned |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for (c, t) in traced {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                c.label,
+                c.workers,
+                t.samples,
+                fmt_us(t.release_call_us),
+                fmt_us(t.release_round_us),
+                fmt_us(t.first_reply_us),
+                fmt_us(t.quorum_reply_us),
+                fmt_us(t.release_client_us),
+                fmt_us(t.next_after_release_us)
+            );
+        }
+        md.push('\n');
     }
 
     fn throughput_table(&self, md: &mut String) {

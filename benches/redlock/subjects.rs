@@ -422,13 +422,27 @@ impl Subject {
     }
 
     pub async fn release(&self, held: Held) -> Result<(), String> {
+        self.release_timed(held).await.map(|_| ())
+    }
+
+    /// [`release`](Self::release), with the round's own times for ours (P4's trace).
+    pub async fn release_timed(&self, held: Held) -> Result<Option<ReleaseRound>, String> {
+        if let Held::Ours(guard) = held {
+            return match self {
+                Subject::Ours(_) | Subject::Permit(_) | Subject::Rw(..) => guard
+                    .release()
+                    .await
+                    .map(|report| Some(ReleaseRound::of(&report)))
+                    .map_err(|e| format!("ours: release: {e}")),
+                _ => Err("a lock was released through another contender (bench bug)".into()),
+            };
+        }
+        self.release_other(held).await.map(|()| None)
+    }
+
+    async fn release_other(&self, held: Held) -> Result<(), String> {
         match (self, held) {
             (Subject::Floor(floor), Held::Floor(key, token)) => floor.release(&key, &token).await,
-            (Subject::Ours(_) | Subject::Permit(_) | Subject::Rw(..), Held::Ours(guard)) => guard
-                .release()
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("ours: release: {e}")),
             (Subject::PerNode(per_node), Held::PerNode(key, token)) => {
                 per_node.release(&key, &token).await
             }
@@ -467,4 +481,27 @@ fn semaphore(client: &Redlock, key: &str) -> Result<redlock_client::Semaphore, S
     client
         .semaphore(key, PERMITS)
         .map_err(|e| format!("ours-permit: {e}"))
+}
+
+/// What ours' release round took, from its report: for P4's trace of a hand-off.
+#[derive(Debug, Clone, Copy)]
+pub struct ReleaseRound {
+    /// From the round's first command sent to its decision.
+    pub round: Duration,
+    /// From the first command sent to the first reply, and to the reply that made the
+    /// quorum.
+    pub first_reply: Option<Duration>,
+    pub quorum_reply: Option<Duration>,
+}
+
+impl ReleaseRound {
+    fn of(report: &redlock_client::RoundReport) -> Self {
+        let mut replies: Vec<Duration> = report.nodes.iter().filter_map(|n| n.latency).collect();
+        replies.sort();
+        ReleaseRound {
+            round: report.elapsed,
+            first_reply: replies.first().copied(),
+            quorum_reply: report.quorum.checked_sub(1).and_then(|q| replies.get(q)).copied(),
+        }
+    }
 }

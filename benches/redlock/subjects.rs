@@ -501,7 +501,11 @@ impl ReleaseRound {
         ReleaseRound {
             round: report.elapsed,
             first_reply: replies.first().copied(),
-            quorum_reply: report.quorum.checked_sub(1).and_then(|q| replies.get(q)).copied(),
+            quorum_reply: report
+                .quorum
+                .checked_sub(1)
+                .and_then(|q| replies.get(q))
+                .copied(),
         }
     }
 }

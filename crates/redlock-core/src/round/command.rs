@@ -348,7 +348,8 @@ fn scatter(
             }
         }
     }
-    // A request no part carried: never built so (see `group`), and not taken as sent.
+    // A request no part carried (never built so, see `Command::per_slot`): read as a
+    // server error, never as done, and rolled back as if sent.
     let none = || Answer {
         outcome: NodeOutcome::ServerError(ServerError::of_kind(
             ServerErrorKind::Unknown,

@@ -7,7 +7,8 @@
 //! one `SET NX PX` per lock (a larger burst in several such rounds, in flight together),
 //! each lock still decided on its own quorum, with its own validity and rollback, by the
 //! round engine, and answered as soon as it is won (one lock that needs a slow node's
-//! answer holds up no other). A lone acquisition
+//! answer holds up no other). A cluster member gets the round as one command per hash
+//! slot (see `Command::per_slot`). A lone acquisition
 //! (nothing in flight) is sent at once as `SET NX PX`, exactly as without grouping, so an
 //! uncontended caller pays nothing; under load the commands, and the system calls that the
 //! client's CPU goes to, fall to a fraction per lock.

@@ -728,3 +728,55 @@ async fn concurrent_locks_on_cluster_members_share_rounds_across_slots() {
         0
     );
 }
+
+/// A grouped round over keys of many slots, with the master of some of them paused: the
+/// cluster member counts as failed for the locks of that master's slots only (each slot's
+/// command is its own), every lock is still won by the quorum, and once the master is back
+/// the releases leave nothing, the commands it ran late included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_master_fails_only_its_own_slots_locks_in_a_grouped_round() {
+    let (one, two, single) = members().await;
+    let c = coordinator_at(urls(&one, &two, &single), NODE_TIMEOUT).await;
+    let keys: Vec<String> = (0..30).map(|i| format!("paused-{i}")).collect();
+    let paused = one.master_of(&keys[0]);
+    let on_paused: Vec<bool> = keys
+        .iter()
+        .map(|k| one.master_of(k).port() == paused.port())
+        .collect();
+    assert!(
+        on_paused.iter().any(|&p| p) && on_paused.iter().any(|&p| !p),
+        "the keys must fall on the paused master and on others"
+    );
+    paused.pause().unwrap();
+    let locks = futures::future::join_all(keys.iter().map(|key| c.acquire(key, TTL))).await;
+    let mut held = Vec::new();
+    for ((key, lock), on_paused) in keys.iter().zip(locks).zip(on_paused) {
+        let lock = lock.unwrap_or_else(|e| panic!("{key}: {e}"));
+        let settled = lock.report().settled().await;
+        let expected = if on_paused {
+            NodeOutcome::TimedOut
+        } else {
+            NodeOutcome::Acquired
+        };
+        assert_eq!(settled.nodes[0].outcome, expected, "{key}: {settled}");
+        assert!(
+            settled.nodes[1..]
+                .iter()
+                .all(|n| n.outcome == NodeOutcome::Acquired),
+            "{key}: {settled}"
+        );
+        held.push(lock);
+    }
+    paused.resume().unwrap();
+    let released = futures::future::join_all(held.iter().map(|lock| c.release(lock))).await;
+    for (key, report) in keys.iter().zip(released) {
+        report
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+            .settled()
+            .await;
+    }
+    c.quiesce().await;
+    for cluster in [&one, &two] {
+        assert_eq!(cluster.dbsize().await.unwrap(), 0, "a key was left behind");
+    }
+}

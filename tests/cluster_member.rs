@@ -30,6 +30,33 @@ fn urls(one: &ClusterSet, two: &ClusterSet, single: &NodeSet) -> Vec<String> {
     vec![one.url(), two.url(), single.urls().remove(0)]
 }
 
+/// Releases `held` (the locks of `keys`, in order) all at once, waits until every node has
+/// settled, and checks that no key is left on any member.
+async fn release_all_leaving_nothing(
+    c: &redlock_core::Coordinator,
+    keys: &[String],
+    held: &[redlock_core::Lock],
+    (one, two, single): (&ClusterSet, &ClusterSet, &NodeSet),
+) {
+    let released = futures::future::join_all(held.iter().map(|lock| c.release(lock))).await;
+    for (key, report) in keys.iter().zip(released) {
+        report
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+            .settled()
+            .await;
+    }
+    c.quiesce().await;
+    for cluster in [one, two] {
+        assert_eq!(cluster.dbsize().await.unwrap(), 0, "a key was left behind");
+    }
+    let server = single.iter().next().unwrap();
+    assert_eq!(
+        server.redis().dbsize().await.unwrap(),
+        0,
+        "a key was left behind"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_member_takes_extends_and_releases_every_key_on_the_master_of_its_slot() {
     let (one, two, single) = members().await;
@@ -705,28 +732,7 @@ async fn concurrent_locks_on_cluster_members_share_rounds_across_slots() {
     // the single server, where a round per slot would have made one per hash tag.
     let rounds = server.command_calls("evalsha").await.unwrap() - rounds_before;
     assert!((1..=2).contains(&rounds), "{rounds} grouped rounds");
-    let released = futures::future::join_all(held.iter().map(|lock| c.release(lock))).await;
-    for (key, report) in keys.iter().zip(released) {
-        report
-            .unwrap_or_else(|e| panic!("{key}: {e}"))
-            .settled()
-            .await;
-    }
-    c.quiesce().await;
-    for cluster in [&one, &two] {
-        assert_eq!(cluster.dbsize().await.unwrap(), 0, "a key was left behind");
-    }
-    assert_eq!(
-        single
-            .iter()
-            .next()
-            .unwrap()
-            .redis()
-            .dbsize()
-            .await
-            .unwrap(),
-        0
-    );
+    release_all_leaving_nothing(&c, &keys, &held, (&one, &two, &single)).await;
 }
 
 /// A grouped round over keys of many slots, with the master of some of them paused: the
@@ -768,15 +774,5 @@ async fn a_paused_master_fails_only_its_own_slots_locks_in_a_grouped_round() {
         held.push(lock);
     }
     paused.resume().unwrap();
-    let released = futures::future::join_all(held.iter().map(|lock| c.release(lock))).await;
-    for (key, report) in keys.iter().zip(released) {
-        report
-            .unwrap_or_else(|e| panic!("{key}: {e}"))
-            .settled()
-            .await;
-    }
-    c.quiesce().await;
-    for cluster in [&one, &two] {
-        assert_eq!(cluster.dbsize().await.unwrap(), 0, "a key was left behind");
-    }
+    release_all_leaving_nothing(&c, &keys, &held, (&one, &two, &single)).await;
 }

@@ -354,7 +354,7 @@ fn scatter(
         outcome: NodeOutcome::ServerError(ServerError::of_kind(
             ServerErrorKind::Unknown,
             "EVALSHA",
-            "no command of the round carried this request",
+            "no command of the round carried this request: a bug of redlock-core, please report it",
         )),
         value: None,
     };
@@ -592,6 +592,8 @@ mod tests {
             ]
         );
         assert!(matches!(answers[3].outcome, NodeOutcome::ServerError(_)));
+        let said = answers[3].outcome.to_string();
+        assert!(said.contains("please report it"), "{said}");
     }
 
     #[test]

@@ -299,12 +299,7 @@ impl Coordinator {
             kind,
             alternatives: false,
             command,
-            requests: vec![Request {
-                name,
-                ttl: None,
-                undo: None,
-                redo: matches!(kind, RoundKind::Release | RoundKind::Leave),
-            }],
+            requests: vec![Request::untimed(name, kind)],
             drift_factor: self.inner.config.drift_factor,
         }
     }
@@ -327,22 +322,12 @@ impl Coordinator {
     /// for whom ([`Inspection::held_by`]). A snapshot: it may change right after.
     pub async fn inspect(&self, key: &str) -> Result<Inspection, Error> {
         check_key(key)?;
-        let round = Round {
-            kind: RoundKind::Inspect,
-            alternatives: false,
-            command: Command::Script {
-                script: &INSPECT,
-                keys: vec![Key::from(key)],
-                args: Vec::new(),
-            },
-            requests: vec![Request {
-                name: key.into(),
-                ttl: None,
-                undo: None,
-                redo: false,
-            }],
-            drift_factor: self.inner.config.drift_factor,
+        let command = Command::Script {
+            script: &INSPECT,
+            keys: vec![Key::from(key)],
+            args: Vec::new(),
         };
+        let round = self.untimed_round(RoundKind::Inspect, command, key.into());
         let decided = self.run_one(round).await;
         Ok(Inspection::new(key, &decided.report, &decided.values))
     }

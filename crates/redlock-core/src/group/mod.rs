@@ -314,12 +314,7 @@ impl Coordinator {
     async fn release_batch(&self, batch: Vec<Waiting<Released>>) {
         let requests: Vec<Request> = batch
             .iter()
-            .map(|waiting| Request {
-                name: waiting.spec.name.clone(),
-                ttl: None,
-                undo: None,
-                redo: true,
-            })
+            .map(|waiting| Request::untimed(waiting.spec.name.clone(), RoundKind::Release))
             .collect();
         let round = Round {
             kind: RoundKind::Release,

@@ -27,6 +27,20 @@ pub(crate) struct Request {
     pub(crate) redo: bool,
 }
 
+impl Request {
+    /// The request of a round of `kind` that asks for no TTL and needs no undo (a release,
+    /// a leave, an inspection, a fencing write-back): sent again where unanswered when
+    /// `kind` is a release or a leave (see [`redo`](Self::redo)).
+    pub(crate) fn untimed(name: Arc<str>, kind: RoundKind) -> Request {
+        Request {
+            name,
+            ttl: None,
+            undo: None,
+            redo: matches!(kind, RoundKind::Release | RoundKind::Leave),
+        }
+    }
+}
+
 /// A compare-and-delete that undoes what a request may have set on a node.
 #[derive(Debug)]
 pub(crate) struct Undo {

@@ -292,11 +292,24 @@ async fn the_clients_locks_work_on_cluster_members() {
     c.coordinator().quiesce().await;
     nothing_left(clusters).await;
 
-    // Keys of several slots, and fencing: refused before anything is sent.
-    let err = c
-        .lock_many(&["a", "b"], &LockOptions::default())
+    // A plain lock over keys of several slots goes to each cluster member one slot at a
+    // time (see `a_lock_over_keys_of_several_slots_is_taken_one_slot_at_a_time`).
+    let across = c
+        .lock_many(&["a", "b", "c"], &LockOptions::default())
         .await
-        .unwrap_err();
+        .unwrap();
+    assert!(one.exists("t:c").await.unwrap() && two.exists("t:a").await.unwrap());
+    across.release().await.unwrap().settled().await;
+    c.coordinator().quiesce().await;
+    nothing_left(clusters).await;
+
+    // A fair lock over keys of several slots, and fencing: refused before anything is
+    // sent.
+    let fair = LockOptions {
+        fair: Some(true),
+        ..Default::default()
+    };
+    let err = c.lock_many(&["a", "b"], &fair).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -336,6 +349,127 @@ async fn the_clients_locks_work_on_cluster_members() {
     second.release().await.unwrap().settled().await;
     c.coordinator().quiesce().await;
     c.shutdown().await;
+}
+
+/// A plain lock over keys of several hash slots goes to a cluster member as one script per
+/// slot, and the member votes yes only if every slot took its keys. Taken, extended (alone
+/// and in a batch beside another lock) and released on every master of each slot; a second
+/// lock over one of its keys is refused, and what that refused lock took on the other slots
+/// is rolled back. Where one member has one key held by someone else, the lock is won on
+/// the other two, the refusing member's other keys are the lock's, and its release frees
+/// them and leaves the foreign key alone. At the parent every one of these locks was
+/// refused (`KeysAcrossSlots`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_over_keys_of_several_slots_is_taken_one_slot_at_a_time() {
+    let (one, two, single) = members().await;
+    let keys = ["a", "b", "c"];
+    let masters: std::collections::BTreeSet<u16> =
+        keys.iter().map(|k| one.master_of(k).port()).collect();
+    assert_eq!(masters.len(), 3, "the test keys must fall on every master");
+    let c = coordinator_at(urls(&one, &two, &single), NODE_TIMEOUT).await;
+    let token = || redlock_core::Token::random();
+
+    let lock = c.acquire_many(&keys, token(), TTL).await.unwrap();
+    let settled = lock.report().settled().await;
+    assert!(
+        settled
+            .nodes
+            .iter()
+            .all(|n| n.outcome == NodeOutcome::Acquired),
+        "{settled}"
+    );
+    for key in keys {
+        for cluster in [&one, &two] {
+            assert_eq!(
+                cluster.master_of(key).get(key).await.unwrap().as_deref(),
+                Some(lock.token().as_str()),
+                "{key}"
+            );
+        }
+    }
+
+    // Another lock over "c" and a key of another slot: refused by every member, and the
+    // other key, which each cluster member took in its own slot, is rolled back.
+    let other = "job:1";
+    assert_ne!(one.master_of(other).port(), one.master_of("c").port());
+    let err = c
+        .acquire_many(&["c", other], token(), TTL)
+        .await
+        .unwrap_err();
+    let redlock_core::Error::NoQuorum { report } = &err else {
+        panic!("{err}");
+    };
+    let refused = report.settled().await;
+    let outcomes: Vec<_> = refused.nodes.iter().map(|n| n.outcome.clone()).collect();
+    assert_eq!(
+        outcomes,
+        [
+            NodeOutcome::PartlyHeldByOther,
+            NodeOutcome::PartlyHeldByOther,
+            NodeOutcome::HeldByOther
+        ],
+        "{refused}"
+    );
+    c.quiesce().await;
+    for cluster in [&one, &two] {
+        assert!(
+            !cluster.exists(other).await.unwrap(),
+            "{other} was left behind"
+        );
+    }
+
+    // Extended alone, then in a batch beside a lock of one key.
+    let lock = c.extend(&lock, Duration::from_secs(60)).await.unwrap();
+    let single_key = c.acquire(other, TTL).await.unwrap();
+    let batch = [
+        (&lock, Duration::from_secs(90)),
+        (&single_key, Duration::from_secs(90)),
+    ];
+    let extended: Vec<_> = c.extend_many(&batch).await.into_iter().collect();
+    let extended: Vec<_> = extended.into_iter().map(Result::unwrap).collect();
+    for key in keys {
+        for cluster in [&one, &two] {
+            let left = cluster.master_of(key).pttl(key).await.unwrap();
+            assert!(left > 60_000, "{key}: {left} ms");
+        }
+    }
+    release_all_leaving_nothing(
+        &c,
+        &[keys.join(","), other.to_string()],
+        &extended,
+        (&one, &two, &single),
+    )
+    .await;
+
+    // One member holds "c" for someone else: won on the other two. The refusing member's
+    // "a" and "b" are the lock's, and its release frees them, not the foreign "c".
+    one.master_of("c")
+        .set("c", "someone-else", None)
+        .await
+        .unwrap();
+    let lock = c.acquire_many(&keys, token(), TTL).await.unwrap();
+    let won = lock.report().settled().await;
+    assert_eq!(
+        won.nodes[0].outcome,
+        NodeOutcome::PartlyHeldByOther,
+        "{won}"
+    );
+    assert_eq!(
+        one.master_of("a").get("a").await.unwrap().as_deref(),
+        Some(lock.token().as_str())
+    );
+    c.release(&lock).await.unwrap().settled().await;
+    c.quiesce().await;
+    assert_eq!(
+        one.master_of("c").get("c").await.unwrap().as_deref(),
+        Some("someone-else")
+    );
+    assert_eq!(
+        one.dbsize().await.unwrap(),
+        1,
+        "only the foreign key is left"
+    );
+    assert_eq!(two.dbsize().await.unwrap(), 0, "a key was left behind");
 }
 
 /// A fair waiter on cluster members is woken by the release, which a master publishes to

@@ -104,7 +104,7 @@ impl Coordinator {
                 .map(|&i| (LockSpec::of(locks[i].0), locks[i].1))
                 .collect()
         };
-        let batches = Self::extend_batches(locks);
+        let batches = self.extend_batches(locks);
         let mut chunks = batches.iter();
         while let Some(first) = chunks.next() {
             let second = chunks.next();
@@ -132,12 +132,18 @@ impl Coordinator {
     /// The batches that [`extend_checked`](Self::extend_checked) sends, as indices into
     /// `locks`: in order, [`EXTEND_BATCH_LOCKS`] at most each. A batch may hold locks of
     /// several hash slots: a cluster member runs it as one script per slot (see
-    /// [`Command::per_slot`]).
-    fn extend_batches(locks: &[(&Lock, Duration)]) -> Vec<Vec<usize>> {
-        (0..locks.len())
-            .collect::<Vec<_>>()
+    /// [`Command::per_slot`]). With a cluster member, a lock whose own keys fall in several
+    /// slots goes in a batch of its own, which a cluster member runs as one script per
+    /// share of the lock (see `LockSpec::by_slot`).
+    fn extend_batches(&self, locks: &[(&Lock, Duration)]) -> Vec<Vec<usize>> {
+        let alone = |i: &usize| {
+            self.inner.cluster.is_some() && LockSpec::of(locks[*i].0).slot_shares().is_some()
+        };
+        let (apart, together): (Vec<usize>, Vec<usize>) = (0..locks.len()).partition(alone);
+        together
             .chunks(EXTEND_BATCH_LOCKS)
             .map(<[usize]>::to_vec)
+            .chain(apart.into_iter().map(|i| vec![i]))
             .collect()
     }
 
@@ -164,27 +170,23 @@ impl Coordinator {
                 redo: false,
             })
             .collect();
-        let build = |carried: &[usize]| {
-            let mut keys: Vec<Key> = Vec::new();
-            // The script's first argument is reserved.
-            let mut args: Vec<Value> = vec![Value::from("batch")];
-            for &j in carried {
-                let (spec, ttl) = &locks[j];
-                keys.extend(spec.fred_keys());
-                spec.extend_args(*ttl, &mut args);
-            }
-            Command::Script {
-                script: &EXTEND_BATCH,
-                keys,
-                args,
+        let by_slot = self.inner.cluster.is_some();
+        let command = match locks {
+            // Alone in its batch (see `extend_batches`): in shares on a cluster member.
+            [(spec, ttl)] => spec.by_slot(by_slot, Some(*ttl), |share| {
+                extend_command([(share, *ttl)].into_iter())
+            }),
+            _ => {
+                let first_keys = locks.iter().map(|(spec, _)| &*spec.keys[0]);
+                Command::per_slot(by_slot, first_keys, &requests, |carried| {
+                    extend_command(carried.iter().map(|&j| (&locks[j].0, locks[j].1)))
+                })
             }
         };
-        let first_keys = locks.iter().map(|(spec, _)| &*spec.keys[0]);
-        let by_slot = self.inner.cluster.is_some();
         let round = Round {
             kind: RoundKind::Extend,
             alternatives: false,
-            command: Command::per_slot(by_slot, first_keys, &requests, build),
+            command,
             requests,
             drift_factor: self.inner.config.drift_factor,
         };
@@ -265,11 +267,30 @@ impl Coordinator {
             // Concurrent releases of plain locks share their rounds (group commit).
             return self.release_grouped(spec).await;
         }
-        let command = spec.release(
-            self.inner.release_channel.as_ref(),
-            &self.inner.config.fair_prefix,
-        );
+        let by_slot = self.inner.cluster.is_some();
+        let command = spec.by_slot(by_slot, None, |share| {
+            share.release(
+                self.inner.release_channel.as_ref(),
+                &self.inner.config.fair_prefix,
+            )
+        });
         let round = self.untimed_round(RoundKind::Release, command, spec.name.clone());
         self.run_to_quorum(round).await
+    }
+}
+
+/// The batch extension script for `locks` (each with its TTL), one script call.
+fn extend_command<'a>(locks: impl Iterator<Item = (&'a LockSpec, Duration)>) -> Command {
+    let mut keys: Vec<Key> = Vec::new();
+    // The script's first argument is reserved.
+    let mut args: Vec<Value> = vec![Value::from("batch")];
+    for (spec, ttl) in locks {
+        keys.extend(spec.fred_keys());
+        spec.extend_args(ttl, &mut args);
+    }
+    Command::Script {
+        script: &EXTEND_BATCH,
+        keys,
+        args,
     }
 }

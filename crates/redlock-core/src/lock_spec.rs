@@ -13,7 +13,7 @@ use crate::fair::place::FairPlace;
 use crate::kind::{self, Kind};
 use crate::layout::queue_keys;
 use crate::lock::Lock;
-use crate::round::command::Command;
+use crate::round::command::{Command, SlotPart};
 use crate::round::plan::{Request, Undo};
 use crate::scripts::{channel_arg, Script};
 use crate::token::Token;
@@ -98,6 +98,67 @@ impl LockSpec {
             kind: lock.kind,
             arg: lock.owner.clone(),
             fair: lock.fair,
+        }
+    }
+
+    /// For a lock over keys of several hash slots, the lock's share in each slot, in the
+    /// order of each slot's first key: the same token and kind over that slot's keys, as a
+    /// cluster member runs it (a script there names keys of one slot only). `None` when
+    /// every key shares one slot. Only a plain lock of several keys outside the fair queue
+    /// is split so (see `Coordinator::check_one_slot`); its scripts treat each key alone,
+    /// so its shares taken, extended and released one by one are the lock.
+    pub(crate) fn slot_shares(&self) -> Option<Vec<LockSpec>> {
+        let slot = |key: &str| fred::util::redis_keyslot(key.as_bytes());
+        let first = slot(&self.keys[0]);
+        if self.keys.iter().all(|key| slot(key) == first) {
+            return None;
+        }
+        let mut shares: Vec<(u16, Vec<&str>)> = Vec::new();
+        for key in self.keys.iter() {
+            let at = slot(key);
+            match shares.iter_mut().find(|(s, _)| *s == at) {
+                Some((_, keys)) => keys.push(key),
+                None => shares.push((at, vec![key])),
+            }
+        }
+        let share = |keys: Vec<&str>| LockSpec {
+            keys: keys.iter().map(|k| Arc::from(*k)).collect(),
+            name: self.name.clone(),
+            token: self.token.clone(),
+            kind: self.kind,
+            arg: self.arg.clone(),
+            fair: self.fair,
+        };
+        Some(shares.into_iter().map(|(_, keys)| share(keys)).collect())
+    }
+
+    /// The command of a round of this lock alone, as `build` makes it for a lock: with
+    /// `by_slot` (a cluster member in the node set) and keys of several hash slots, a
+    /// [`Command::PerSlot`] whose parts are the lock's [shares](Self::slot_shares), each
+    /// carrying the round's one request with `ttl`. Single servers run `build`'s command
+    /// for the whole lock; a cluster member runs the shares, and its answer is theirs
+    /// together (see `round::command::together`).
+    pub(crate) fn by_slot(
+        &self,
+        by_slot: bool,
+        ttl: Option<Duration>,
+        build: impl Fn(&LockSpec) -> Command,
+    ) -> Command {
+        let whole = build(self);
+        let Some(shares) = by_slot.then(|| self.slot_shares()).flatten() else {
+            return whole;
+        };
+        let parts = shares
+            .iter()
+            .map(|share| SlotPart {
+                requests: vec![0],
+                ttl,
+                command: build(share),
+            })
+            .collect();
+        Command::PerSlot {
+            whole: Box::new(whole),
+            parts,
         }
     }
 
@@ -360,6 +421,35 @@ pub const NAMED_KEYS: usize = 5;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lock over keys of several hash slots splits into one share per slot, keys in the
+    /// lock's order, each with the lock's token and kind; keys of one slot do not split, and
+    /// without a cluster member (`by_slot` false) nothing does.
+    #[test]
+    fn a_lock_over_several_slots_splits_into_one_share_per_slot() {
+        let token = Token::from_string("t");
+        let keys = ["{a}:1", "b", "{a}:2", "c"];
+        let spec = LockSpec::new(&keys, token.clone(), None).expect("valid");
+        let shares = spec.slot_shares().expect("several slots");
+        let names: Vec<Vec<&str>> = shares
+            .iter()
+            .map(|share| share.keys.iter().map(|k| &**k).collect())
+            .collect();
+        assert_eq!(names, [vec!["{a}:1", "{a}:2"], vec!["b"], vec!["c"]]);
+        assert!(shares
+            .iter()
+            .all(|share| share.token == token && share.kind.name() == spec.kind.name()));
+        let tagged = LockSpec::new(&["{a}:1", "{a}:2"], token, None).expect("valid");
+        assert!(tagged.slot_shares().is_none());
+        let build = |s: &LockSpec| s.acquire(Duration::from_secs(1), None);
+        let parts = |command: Command| match command {
+            Command::PerSlot { parts, .. } => parts.len(),
+            _ => 1,
+        };
+        assert_eq!(parts(spec.by_slot(true, None, build)), 3);
+        assert_eq!(parts(spec.by_slot(false, None, build)), 1);
+        assert_eq!(parts(tagged.by_slot(true, None, build)), 1);
+    }
 
     /// Only a plain lock of one key, released without a channel and outside the fair queue,
     /// is a bare compare-and-delete; its script form is the kind's release on its key.

@@ -195,7 +195,8 @@ const NODE_OUTCOMES: [&str; 13] = [
 fn node_outcome_index(outcome: &NodeOutcome) -> usize {
     match outcome {
         NodeOutcome::Acquired => 0,
-        NodeOutcome::HeldByOther => 1,
+        // A refusal, as far as counting goes: the member voted no.
+        NodeOutcome::HeldByOther | NodeOutcome::PartlyHeldByOther => 1,
         NodeOutcome::Extended => 2,
         NodeOutcome::Released => 3,
         NodeOutcome::Held => 4,

@@ -133,10 +133,12 @@ pub(super) fn refused_until_changed(report: &RoundReport) -> bool {
 /// Whether no node refused a lost round: none held the keys for someone else, or said
 /// that another waiter's turn had come (which a gated round's report counts as held).
 fn not_refused(report: &RoundReport) -> bool {
-    !report
-        .nodes
-        .iter()
-        .any(|n| n.outcome == NodeOutcome::HeldByOther)
+    !report.nodes.iter().any(|n| {
+        matches!(
+            n.outcome,
+            NodeOutcome::HeldByOther | NodeOutcome::PartlyHeldByOther
+        )
+    })
 }
 
 /// Whether a lock won with `remaining` validity (`None`: none left) may be handed to the

@@ -127,6 +127,9 @@ impl Coordinator {
 
     /// One acquisition round over several keys, all or nothing: each node sets every key or
     /// none (one script per node), and the lock is won when a quorum of nodes set them all.
+    /// A cluster member takes keys of several hash slots one slot at a time (one script
+    /// per slot) and counts only if every slot set its keys; see
+    /// [`NodeOutcome::PartlyHeldByOther`](crate::NodeOutcome::PartlyHeldByOther).
     /// Rolled back like [`acquire_with_token`](Self::acquire_with_token).
     pub async fn acquire_many<K: AsRef<str>>(
         &self,
@@ -189,7 +192,11 @@ impl Coordinator {
             }
             .into());
         }
-        self.check_one_slot(what.keys)?;
+        // A plain lock over keys of several hash slots goes to a cluster member as one
+        // share per slot (see `LockSpec::by_slot`); one that queues or is fenced does not.
+        if place.is_some() || what.fenced {
+            self.check_one_slot(what.keys)?;
+        }
         let ttl = config.check_ttl(what.ttl)?;
         self.acquire_spec(spec, ttl, place, what.fenced, what.deadline)
             .await
@@ -222,7 +229,10 @@ impl Coordinator {
     }
 
     /// With a cluster member, `Err` unless every key of `keys` is in the first one's hash
-    /// slot: the lock is one script per member (see `Inner::cluster`).
+    /// slot: for a lock that queues (fair, or to be woken) or is fenced, which is one
+    /// script per member. Its queues would be ordered per slot, and two waiters could
+    /// stand first in opposite orders on two slots of one member and block each other
+    /// there; its fencing counter is read beside its keys, in one slot.
     fn check_one_slot(&self, keys: &[&str]) -> Result<(), ArgumentError> {
         let (Some(node), Some((first, rest))) = (&self.inner.cluster, keys.split_first()) else {
             return Ok(());
@@ -280,7 +290,9 @@ impl Coordinator {
                 Some(place) => {
                     spec.acquire_queued(ttl, place, fair, &config.fair_prefix, fence_key)
                 }
-                None => spec.acquire(ttl, fence_key),
+                None => spec.by_slot(self.inner.cluster.is_some(), Some(ttl), |share| {
+                    share.acquire(ttl, fence_key)
+                }),
             },
             requests: vec![match place {
                 Some(place) => spec.acquire_queued_request(

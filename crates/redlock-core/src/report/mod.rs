@@ -33,6 +33,23 @@ pub enum RoundKind {
     Leave,
 }
 
+impl RoundKind {
+    /// Whether a node's answer in a round of this kind counts towards a request's quorum.
+    /// A release is done on a node once our key is gone from it, whether we deleted it or
+    /// it had already expired.
+    pub(crate) fn counts(self, outcome: &NodeOutcome) -> bool {
+        match self {
+            RoundKind::Acquire => *outcome == NodeOutcome::Acquired,
+            RoundKind::Extend => *outcome == NodeOutcome::Extended,
+            RoundKind::Release | RoundKind::Leave => {
+                matches!(outcome, NodeOutcome::Released | NodeOutcome::NotHeld)
+            }
+            RoundKind::Inspect => *outcome == NodeOutcome::Held,
+            RoundKind::Fence => *outcome == NodeOutcome::Recorded,
+        }
+    }
+}
+
 impl fmt::Display for RoundKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -108,7 +125,14 @@ impl RoundReport {
         let refused = self
             .nodes
             .iter()
-            .filter(|r| matches!(r.outcome, NodeOutcome::HeldByOther | NodeOutcome::NotHeld))
+            .filter(|r| {
+                matches!(
+                    r.outcome,
+                    NodeOutcome::HeldByOther
+                        | NodeOutcome::PartlyHeldByOther
+                        | NodeOutcome::NotHeld
+                )
+            })
             .count();
         let unreachable = self
             .nodes

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::RoundKind;
 use crate::node_name::NodeName;
-use crate::server_error::ServerError;
+use crate::server_error::{ServerError, ServerErrorKind};
 
 /// What one node answered in one round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +17,11 @@ pub enum NodeOutcome {
     Acquired,
     /// The key is held by another owner (acquire).
     HeldByOther,
+    /// A cluster member, for a lock over keys of several hash slots (one script per slot
+    /// there): another owner holds keys of some slots, and the member took the keys of the
+    /// others. It counts as a refusal. What it took is rolled back with the round when the
+    /// round fails, and is the lock's when the round wins (its release frees it).
+    PartlyHeldByOther,
     /// The node extended our key.
     Extended,
     /// The node deleted our key.
@@ -81,6 +86,7 @@ impl NodeOutcome {
             self,
             NodeOutcome::Acquired
                 | NodeOutcome::HeldByOther
+                | NodeOutcome::PartlyHeldByOther
                 | NodeOutcome::Extended
                 | NodeOutcome::Released
                 | NodeOutcome::Held
@@ -88,6 +94,35 @@ impl NodeOutcome {
                 | NodeOutcome::CounterAhead
                 | NodeOutcome::NotHeld
         )
+    }
+
+    /// Whether this answer leaves our key possibly set on the node: everything but a whole
+    /// refusal (a member that refused in part took the rest), a script the node did not
+    /// know (see `OnNoScript::Refuse`), a node not ready for the command (`LOADING`,
+    /// `BUSY`) and a client that sent nothing (closed): nothing ran. Where it may, a round
+    /// that fails rolls the node back.
+    pub(crate) fn may_have_set(&self) -> bool {
+        match self {
+            NodeOutcome::HeldByOther | NodeOutcome::Closed(_) => false,
+            // Nothing was sent to a node that casts no vote.
+            NodeOutcome::ServerError(e)
+                if matches!(
+                    e.kind,
+                    ServerErrorKind::ScriptNotLoaded | ServerErrorKind::SameServer
+                ) =>
+            {
+                false
+            }
+            other => !other.not_ready(),
+        }
+    }
+
+    /// Whether the node refused the command as not ready for it (`LOADING`, `BUSY`): it did
+    /// not run, and may run if sent again a little later.
+    pub(crate) fn not_ready(&self) -> bool {
+        // A node being identified was sent nothing (see `connection::identity`).
+        matches!(self, NodeOutcome::ServerError(e)
+            if matches!(e.kind, ServerErrorKind::NotReady | ServerErrorKind::NotIdentified))
     }
 
     pub(super) fn is_unreachable(&self) -> bool {
@@ -103,6 +138,9 @@ impl fmt::Display for NodeOutcome {
         match self {
             NodeOutcome::Acquired => f.write_str("acquired"),
             NodeOutcome::HeldByOther => f.write_str("held by another owner"),
+            NodeOutcome::PartlyHeldByOther => {
+                f.write_str("held by another owner in some of its hash slots")
+            }
             NodeOutcome::Extended => f.write_str("extended"),
             NodeOutcome::Released => f.write_str("released"),
             NodeOutcome::Held => f.write_str("holds the key"),
@@ -237,6 +275,19 @@ impl NodeReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node a closed client sent nothing to needs no rollback: it must not get three
+    /// tries, each waiting for a connection that has quit. A cluster member that refused in
+    /// part took its other slots' keys: it needs one.
+    #[test]
+    fn nothing_sent_needs_no_undo() {
+        assert!(!NodeOutcome::Closed(ClosedReason::Shutdown).may_have_set());
+        assert!(!NodeOutcome::Closed(ClosedReason::RuntimeStopped).may_have_set());
+        assert!(!NodeOutcome::HeldByOther.may_have_set());
+        assert!(NodeOutcome::PartlyHeldByOther.may_have_set());
+        assert!(NodeOutcome::TimedOut.may_have_set());
+        assert!(NodeOutcome::Acquired.may_have_set());
+    }
 
     /// Cleanups on one node together: a failure is kept, else a removal.
     #[test]

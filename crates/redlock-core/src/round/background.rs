@@ -44,33 +44,6 @@ const ROLLBACK_PAUSE: Duration = Duration::from_millis(10);
 pub(crate) type Reply = (usize, Vec<Answer>, Duration);
 pub(crate) type Call = Pin<Box<dyn Future<Output = Reply> + Send>>;
 
-/// Whether a node's answer leaves our key possibly set there: everything but a refusal,
-/// a script the node did not know (see `OnNoScript::Refuse`), a node not ready for the
-/// command (`LOADING`, `BUSY`) and a client that sent nothing (closed): nothing ran.
-pub(super) fn needs_undo(outcome: &NodeOutcome) -> bool {
-    match outcome {
-        NodeOutcome::HeldByOther | NodeOutcome::Closed(_) => false,
-        // Nothing was sent to a node that casts no vote.
-        NodeOutcome::ServerError(e)
-            if matches!(
-                e.kind,
-                ServerErrorKind::ScriptNotLoaded | ServerErrorKind::SameServer
-            ) =>
-        {
-            false
-        }
-        other => !not_ready(other),
-    }
-}
-
-/// Whether the node refused the command as not ready for it (`LOADING`, `BUSY`): it did
-/// not run, and may run if sent again a little later.
-fn not_ready(outcome: &NodeOutcome) -> bool {
-    // A node being identified was sent nothing (see `connection::identity`).
-    matches!(outcome, NodeOutcome::ServerError(e)
-        if matches!(e.kind, ServerErrorKind::NotReady | ServerErrorKind::NotIdentified))
-}
-
 /// Whether a command that removes what is ours ([`Request::redo`](super::Request)) must be
 /// sent again on a node: it did not answer, so it may not have run there, the node was
 /// not ready for it (`LOADING`, `BUSY`: it did not run), or a cluster member's master sent
@@ -79,7 +52,7 @@ pub(super) fn needs_redo(outcome: &NodeOutcome) -> bool {
     matches!(
         outcome,
         NodeOutcome::TimedOut | NodeOutcome::ConnectionError(_)
-    ) || not_ready(outcome)
+    ) || outcome.not_ready()
         || matches!(outcome, NodeOutcome::ServerError(e) if e.kind == ServerErrorKind::Redirected)
 }
 
@@ -169,7 +142,7 @@ impl Background {
             .all(|(j, (request, answer))| {
                 let redo = request.redo && needs_redo(&answer.outcome);
                 let undo =
-                    request.undo.is_some() && self.roll_back[j] && needs_undo(&answer.outcome);
+                    request.undo.is_some() && self.roll_back[j] && answer.outcome.may_have_set();
                 !redo && !undo
             })
     }
@@ -222,7 +195,7 @@ impl Background {
         undo: &Undo,
         answer: &Answer,
     ) -> CleanupOutcome {
-        if !needs_undo(&answer.outcome) {
+        if !answer.outcome.may_have_set() {
             return CleanupOutcome::NotPresent;
         }
         // Past the TTL our key is gone by itself, wherever it was set.
@@ -237,7 +210,19 @@ impl Background {
             }
             _ => Cow::Borrowed(&undo.args),
         };
-        let cleanup = try_on(connection, undo.script, &undo.keys, &args, Some(deadline)).await;
+        // A lock over keys of several hash slots is undone on a cluster member one slot at
+        // a time, as it was taken there (see `LockSpec::by_slot`): a plain lock's release
+        // treats each key alone. A queued undo's keys (with their queues) share one slot.
+        let cleanup = match undo.waiter_arg {
+            None if connection.is_cluster() => {
+                let shares = by_slot(&undo.keys);
+                let tries = shares
+                    .iter()
+                    .map(|keys| try_on(connection, undo.script, keys, &args, Some(deadline)));
+                CleanupOutcome::together(futures::future::join_all(tries).await)
+            }
+            _ => try_on(connection, undo.script, &undo.keys, &args, Some(deadline)).await,
+        };
         connection.metrics.rolled_back(&cleanup);
         let key = &request.name;
         if answer.outcome.is_answer() || matches!(cleanup, CleanupOutcome::Removed) {
@@ -279,6 +264,19 @@ impl Background {
     }
 }
 
+/// `keys` grouped by hash slot, each group in `keys`' order.
+fn by_slot(keys: &[Key]) -> Vec<Vec<Key>> {
+    let mut groups: Vec<(u16, Vec<Key>)> = Vec::new();
+    for key in keys {
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(key.clone()),
+            None => groups.push((slot, vec![key.clone()])),
+        }
+    }
+    groups.into_iter().map(|(_, group)| group).collect()
+}
+
 /// A compare-and-delete (`script` on `keys` and `args`, answering 1 when it deleted, 0
 /// when there was nothing of ours) on one node, tried up to [`ROLLBACK_ATTEMPTS`] times,
 /// no try started at or past `deadline` if there is one (for a rollback, the key's TTL: after
@@ -312,7 +310,7 @@ pub(crate) async fn try_on(
                 };
             }
             Ok(other) => (format!("unexpected reply to the script: {other:?}"), false),
-            Err(failure) => (failure.to_string(), not_ready(&failure)),
+            Err(failure) => (failure.to_string(), failure.not_ready()),
         };
         // A node that is loading its data or busy with a script is given a node timeout
         // before the next try: a few milliseconds would not outlast either.
@@ -341,17 +339,17 @@ pub(crate) async fn try_on(
 mod tests {
     use super::*;
 
-    /// A node a closed client sent nothing to needs no rollback: it must not get three
-    /// tries, each waiting for a connection that has quit.
+    /// An undo's keys on a cluster member go one slot at a time, each slot's keys in their
+    /// order: a lock over keys of several slots is rolled back as it was taken.
     #[test]
-    fn nothing_sent_needs_no_undo() {
-        use crate::report::ClosedReason;
-        assert!(!needs_undo(&NodeOutcome::Closed(ClosedReason::Shutdown)));
-        assert!(!needs_undo(&NodeOutcome::Closed(
-            ClosedReason::RuntimeStopped
-        )));
-        assert!(!needs_undo(&NodeOutcome::HeldByOther));
-        assert!(needs_undo(&NodeOutcome::TimedOut));
-        assert!(needs_undo(&NodeOutcome::Acquired));
+    fn keys_are_grouped_by_slot_in_their_order() {
+        let keys: Vec<Key> = ["{a}:1", "b", "{a}:2"].map(Key::from).to_vec();
+        let groups = by_slot(&keys);
+        let groups: Vec<Vec<&str>> = groups
+            .iter()
+            .map(|group| group.iter().map(|k| k.as_str().unwrap()).collect())
+            .collect();
+        assert_eq!(groups, [vec!["{a}:1", "{a}:2"], vec!["b"]]);
+        assert_eq!(by_slot(&keys[..1]).len(), 1);
     }
 }

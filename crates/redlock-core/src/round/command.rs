@@ -331,23 +331,27 @@ async fn per_slot(
         .collect();
     let mut calls = Swept::new(calls);
     let answered = std::future::poll_fn(|cx| calls.poll_all(cx)).await;
-    scatter(parts, answered.into_iter(), requests)
+    scatter(kind, parts, answered.into_iter(), requests)
 }
 
-/// The round's `requests` answers from each part's (in `parts`' order).
+/// The round's `requests` answers from each part's (in `parts`' order). A request carried
+/// by several parts (a lock over keys of several slots, in shares: see
+/// `LockSpec::by_slot`) gets their answers [together](together).
 fn scatter(
+    kind: RoundKind,
     parts: &[SlotPart],
     answered: impl Iterator<Item = Vec<Answer>>,
     requests: usize,
 ) -> Vec<Answer> {
-    let mut answers: Vec<Option<Answer>> = vec![None; requests];
+    let mut carried: Vec<Vec<Answer>> = vec![Vec::new(); requests];
     for (part, part_answers) in parts.iter().zip(answered) {
         for (&j, answer) in part.requests.iter().zip(part_answers) {
-            if let Some(place) = answers.get_mut(j) {
-                *place = Some(answer);
+            if let Some(place) = carried.get_mut(j) {
+                place.push(answer);
             }
         }
     }
+    let answers = carried.into_iter().map(|answers| together(kind, answers));
     // A request no part carried (never built so, see `Command::per_slot`): read as a
     // server error, never as done, and rolled back as if sent.
     let none = || Answer {
@@ -358,10 +362,66 @@ fn scatter(
         )),
         value: None,
     };
-    answers
-        .into_iter()
-        .map(|answer| answer.unwrap_or_else(none))
-        .collect()
+    answers.map(|answer| answer.unwrap_or_else(none)).collect()
+}
+
+/// A cluster member's answer for one lock from its shares' answers, one per hash slot
+/// (`None` for none). The member votes yes only if every share did: a lock is all its
+/// keys. Otherwise its answer is a share's that did not answer, for the member's state is
+/// not known then (the round rolls such a member back when it fails); else, where some
+/// shares took their keys and others found them held, [`NodeOutcome::PartlyHeldByOther`],
+/// a refusal that a failed round still rolls back; else a share's no.
+///
+/// A share that ran nothing (a master not ready, a script it did not have) beside shares
+/// that took their keys reads as an unknown server error, which is rolled back, not as the
+/// share's own error, which would leave the other shares' keys behind.
+fn together(kind: RoundKind, mut answers: Vec<Answer>) -> Option<Answer> {
+    if answers.len() < 2 {
+        return answers.pop();
+    }
+    if answers.iter().all(|a| kind.counts(&a.outcome)) {
+        // A release that deleted anywhere reads as released.
+        let at = answers
+            .iter()
+            .position(|a| a.outcome == NodeOutcome::Released)
+            .unwrap_or(0);
+        return Some(answers.swap_remove(at));
+    }
+    let took = answers.iter().any(|a| a.outcome == NodeOutcome::Acquired);
+    let unanswered = |a: &&Answer| !a.outcome.is_answer();
+    if let Some(unknown) = answers
+        .iter()
+        .filter(unanswered)
+        .find(|a| a.outcome.may_have_set())
+    {
+        return Some(unknown.clone());
+    }
+    if let Some(ran_nothing) = answers.iter().find(unanswered) {
+        if !took {
+            return Some(ran_nothing.clone());
+        }
+        return Some(Answer {
+            outcome: NodeOutcome::ServerError(ServerError::of_kind(
+                ServerErrorKind::Unknown,
+                "EVALSHA",
+                format!(
+                    "one hash slot's master ran nothing ({}) while the others took the lock's \
+                     keys there, which the round rolls back if it fails",
+                    ran_nothing.outcome
+                ),
+            )),
+            value: None,
+        });
+    }
+    let no = answers
+        .iter()
+        .position(|a| !kind.counts(&a.outcome))
+        .unwrap_or(0);
+    let mut no = answers.swap_remove(no);
+    if took {
+        no.outcome = NodeOutcome::PartlyHeldByOther;
+    }
+    Some(no)
 }
 
 /// Whether a cluster member's master sent the command on to another
@@ -582,7 +642,7 @@ mod tests {
             ],
             vec![answer(NodeOutcome::TimedOut)],
         ];
-        let answers = scatter(&parts, answered.into_iter(), 4);
+        let answers = scatter(RoundKind::Acquire, &parts, answered.into_iter(), 4);
         assert_eq!(
             outcomes(&answers[..3]),
             [
@@ -594,6 +654,53 @@ mod tests {
         assert!(matches!(answers[3].outcome, NodeOutcome::ServerError(_)));
         let said = answers[3].outcome.to_string();
         assert!(said.contains("please report it"), "{said}");
+    }
+
+    /// A cluster member's answer for a lock in shares: yes only if every share said yes; a
+    /// share that did not answer decides it (the member's state is unknown); shares that
+    /// took their keys beside one that found them held make a refusal that is rolled back;
+    /// a share that ran nothing beside ones that took keys reads as an error that is rolled
+    /// back too.
+    #[test]
+    fn a_lock_in_shares_is_answered_by_all_of_them() {
+        let answer = |outcome| Answer {
+            outcome,
+            value: None,
+        };
+        let of = |outcomes: Vec<NodeOutcome>| outcomes.into_iter().map(answer).collect();
+        let acquire = |outcomes| together(RoundKind::Acquire, of(outcomes)).map(|a| a.outcome);
+        use NodeOutcome::*;
+        assert_eq!(acquire(vec![Acquired, Acquired]), Some(Acquired));
+        assert_eq!(acquire(vec![HeldByOther, HeldByOther]), Some(HeldByOther));
+        assert_eq!(
+            acquire(vec![Acquired, HeldByOther]),
+            Some(PartlyHeldByOther)
+        );
+        assert_eq!(
+            acquire(vec![Acquired, TimedOut, HeldByOther]),
+            Some(TimedOut)
+        );
+        assert_eq!(acquire(vec![]), None);
+        let not_ready = ServerError(crate::server_error::ServerError::of_kind(
+            ServerErrorKind::NotReady,
+            "EVALSHA",
+            "LOADING",
+        ));
+        assert_eq!(
+            acquire(vec![HeldByOther, not_ready.clone()]),
+            Some(not_ready.clone())
+        );
+        let beside_taken = acquire(vec![Acquired, not_ready]).expect("an answer");
+        assert!(
+            beside_taken.may_have_set() && !beside_taken.is_answer(),
+            "{beside_taken}"
+        );
+        let release = |outcomes| together(RoundKind::Release, of(outcomes)).map(|a| a.outcome);
+        assert_eq!(release(vec![NotHeld, Released]), Some(Released));
+        assert_eq!(release(vec![NotHeld, NotHeld]), Some(NotHeld));
+        assert_eq!(release(vec![Released, TimedOut]), Some(TimedOut));
+        let extend = |outcomes| together(RoundKind::Extend, of(outcomes)).map(|a| a.outcome);
+        assert_eq!(extend(vec![Extended, NotHeld]), Some(NotHeld));
     }
 
     #[test]

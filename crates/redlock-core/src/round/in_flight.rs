@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::background::{needs_redo, needs_undo, Background, Call};
+use super::background::{needs_redo, Background, Call};
 use super::command::Answer;
 use super::plan::Round;
 use super::polled::Polled;
@@ -84,7 +84,7 @@ impl InFlight {
                     if round.requests[j].redo && needs_redo(&answer.outcome) {
                         undo_here = true;
                     } else if roll_back[j] {
-                        if needs_undo(&answer.outcome) {
+                        if answer.outcome.may_have_set() {
                             undo_here = true;
                         } else {
                             // A refusal set nothing: our key is not there (the token is new).

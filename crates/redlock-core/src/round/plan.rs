@@ -68,18 +68,9 @@ pub(crate) struct Round {
 }
 
 impl Round {
-    /// Whether an answer counts towards a request's quorum. A release is done on a node
-    /// once our key is gone from it, whether we deleted it or it had already expired.
+    /// Whether an answer counts towards a request's quorum (see [`RoundKind::counts`]).
     pub(crate) fn counts(&self, outcome: &NodeOutcome) -> bool {
-        match self.kind {
-            RoundKind::Acquire => *outcome == NodeOutcome::Acquired,
-            RoundKind::Extend => *outcome == NodeOutcome::Extended,
-            RoundKind::Release | RoundKind::Leave => {
-                matches!(outcome, NodeOutcome::Released | NodeOutcome::NotHeld)
-            }
-            RoundKind::Inspect => *outcome == NodeOutcome::Held,
-            RoundKind::Fence => *outcome == NodeOutcome::Recorded,
-        }
+        self.kind.counts(outcome)
     }
 
     /// An inspection reads every node (up to its timeout) instead of stopping at a quorum:

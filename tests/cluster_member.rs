@@ -30,6 +30,28 @@ fn urls(one: &ClusterSet, two: &ClusterSet, single: &NodeSet) -> Vec<String> {
     vec![one.url(), two.url(), single.urls().remove(0)]
 }
 
+/// Checks that every node acquired `lock` once its round settled, and that each of `keys`
+/// holds its token on the master of its slot in each cluster.
+async fn held_everywhere(lock: &redlock_core::Lock, keys: &[&str], clusters: [&ClusterSet; 2]) {
+    let settled = lock.report().settled().await;
+    assert!(
+        settled
+            .nodes
+            .iter()
+            .all(|n| n.outcome == NodeOutcome::Acquired),
+        "{settled}"
+    );
+    for key in keys {
+        for cluster in clusters {
+            assert_eq!(
+                cluster.master_of(key).get(key).await.unwrap().as_deref(),
+                Some(lock.token().as_str()),
+                "{key}"
+            );
+        }
+    }
+}
+
 /// Releases `held` (the locks of `keys`, in order) all at once, waits until every node has
 /// settled, and checks that no key is left on any member.
 async fn release_all_leaving_nothing(
@@ -68,21 +90,7 @@ async fn a_cluster_member_takes_extends_and_releases_every_key_on_the_master_of_
     assert_eq!(c.quorum(), 2);
     for key in KEYS {
         let lock = c.acquire(key, TTL).await.unwrap();
-        let settled = lock.report().settled().await;
-        assert!(
-            settled
-                .nodes
-                .iter()
-                .all(|n| n.outcome == NodeOutcome::Acquired),
-            "{key}: {settled}"
-        );
-        for cluster in [&one, &two] {
-            assert_eq!(
-                cluster.master_of(key).get(key).await.unwrap().as_deref(),
-                Some(lock.token().as_str()),
-                "{key}"
-            );
-        }
+        held_everywhere(&lock, &[key], [&one, &two]).await;
         // Held: a second owner is refused by every member.
         let err = c.acquire(key, TTL).await.unwrap_err();
         assert!(
@@ -370,23 +378,7 @@ async fn a_lock_over_keys_of_several_slots_is_taken_one_slot_at_a_time() {
     let token = || redlock_core::Token::random();
 
     let lock = c.acquire_many(&keys, token(), TTL).await.unwrap();
-    let settled = lock.report().settled().await;
-    assert!(
-        settled
-            .nodes
-            .iter()
-            .all(|n| n.outcome == NodeOutcome::Acquired),
-        "{settled}"
-    );
-    for key in keys {
-        for cluster in [&one, &two] {
-            assert_eq!(
-                cluster.master_of(key).get(key).await.unwrap().as_deref(),
-                Some(lock.token().as_str()),
-                "{key}"
-            );
-        }
-    }
+    held_everywhere(&lock, &keys, [&one, &two]).await;
 
     // Another lock over "c" and a key of another slot: refused by every member, and the
     // other key, which each cluster member took in its own slot, is rolled back.

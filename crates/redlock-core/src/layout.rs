@@ -42,6 +42,21 @@ pub fn hash_tag(key: &str) -> Option<&str> {
     (close > 0).then(|| &rest[..close])
 }
 
+/// `items` grouped by the hash slot of each one's key (`key`), each group in `items`'
+/// order, the groups in the order of their first item: how a lock over keys of several
+/// slots is split on a cluster member, which runs a script on keys of one slot only.
+pub(crate) fn by_slot<T: Clone>(items: &[T], key: impl Fn(&T) -> &[u8]) -> Vec<Vec<T>> {
+    let mut groups: Vec<(u16, Vec<T>)> = Vec::new();
+    for item in items {
+        let slot = fred::util::redis_keyslot(key(item));
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(item.clone()),
+            None => groups.push((slot, vec![item.clone()])),
+        }
+    }
+    groups.into_iter().map(|(_, group)| group).collect()
+}
+
 /// The name of lock key `key`'s companion of `kind` under `prefix`, in `key`'s hash slot:
 /// built by hand rather than with `format!`, since a release names three of them per key.
 /// (`tagged`: the key has a hash tag of its own.)
@@ -119,6 +134,20 @@ pub(crate) fn prefix_has_no_tag(prefix: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys go by hash slot, each slot's keys in their order, the slots in the order of
+    /// their first key: an undo on a cluster member is split as the lock was taken.
+    #[test]
+    fn keys_are_grouped_by_slot_in_their_order() {
+        let keys: Vec<Key> = ["{a}:1", "b", "{a}:2"].map(Key::from).to_vec();
+        let groups = by_slot(&keys, |key| key.as_bytes());
+        let groups: Vec<Vec<&str>> = groups
+            .iter()
+            .map(|group| group.iter().map(|k| k.as_str().unwrap()).collect())
+            .collect();
+        assert_eq!(groups, [vec!["{a}:1", "{a}:2"], vec!["b"]]);
+        assert_eq!(by_slot(&keys[..1], |key| key.as_bytes()).len(), 1);
+    }
 
     #[test]
     fn a_permits_base_is_its_semaphores() {

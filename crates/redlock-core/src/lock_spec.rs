@@ -11,7 +11,7 @@ use crate::config::check_key;
 use crate::error::ArgumentError;
 use crate::fair::place::FairPlace;
 use crate::kind::{self, Kind};
-use crate::layout::queue_keys;
+use crate::layout::{by_slot, queue_keys};
 use crate::lock::Lock;
 use crate::round::command::{Command, SlotPart};
 use crate::round::plan::{Request, Undo};
@@ -108,28 +108,22 @@ impl LockSpec {
     /// is split so (see `Coordinator::check_one_slot`); its scripts treat each key alone,
     /// so its shares taken, extended and released one by one are the lock.
     pub(crate) fn slot_shares(&self) -> Option<Vec<LockSpec>> {
-        let slot = |key: &str| fred::util::redis_keyslot(key.as_bytes());
-        let first = slot(&self.keys[0]);
-        if self.keys.iter().all(|key| slot(key) == first) {
+        if self.keys.len() < 2 {
             return None;
         }
-        let mut shares: Vec<(u16, Vec<&str>)> = Vec::new();
-        for key in self.keys.iter() {
-            let at = slot(key);
-            match shares.iter_mut().find(|(s, _)| *s == at) {
-                Some((_, keys)) => keys.push(key),
-                None => shares.push((at, vec![key])),
-            }
+        let shares = by_slot(&self.keys, |key| key.as_bytes());
+        if shares.len() < 2 {
+            return None;
         }
-        let share = |keys: Vec<&str>| LockSpec {
-            keys: keys.iter().map(|k| Arc::from(*k)).collect(),
+        let share = |keys: Vec<Arc<str>>| LockSpec {
+            keys: keys.into(),
             name: self.name.clone(),
             token: self.token.clone(),
             kind: self.kind,
             arg: self.arg.clone(),
             fair: self.fair,
         };
-        Some(shares.into_iter().map(|(_, keys)| share(keys)).collect())
+        Some(shares.into_iter().map(share).collect())
     }
 
     /// The command of a round of this lock alone, as `build` makes it for a lock: with

@@ -22,6 +22,7 @@ use super::plan::{Request, Round, Undo};
 use super::polled::Polled;
 use super::work::WorkGuard;
 use crate::connection::Connection;
+use crate::layout::by_slot;
 use crate::report::{CleanupOutcome, NodeOutcome, SettlingWriter};
 use crate::scripts::Script;
 use crate::server_error::ServerErrorKind;
@@ -210,12 +211,13 @@ impl Background {
             }
             _ => Cow::Borrowed(&undo.args),
         };
-        // A lock over keys of several hash slots is undone on a cluster member one slot at
-        // a time, as it was taken there (see `LockSpec::by_slot`): a plain lock's release
-        // treats each key alone. A queued undo's keys (with their queues) share one slot.
+        // A lock over keys of several hash slots is undone on a cluster member in one
+        // script per slot, sent together, as it was taken there (see `LockSpec::by_slot`):
+        // a plain lock's release treats each key alone. A queued undo's keys (with their
+        // queues) share one slot.
         let cleanup = match undo.waiter_arg {
             None if connection.is_cluster() => {
-                let shares = by_slot(&undo.keys);
+                let shares = by_slot(&undo.keys, |key| key.as_bytes());
                 let tries = shares
                     .iter()
                     .map(|keys| try_on(connection, undo.script, keys, &args, Some(deadline)));
@@ -262,19 +264,6 @@ impl Background {
         tracing::debug!(node = %connection.name, %outcome, %cleanup, kind = %self.round.kind, "sent again");
         cleanup
     }
-}
-
-/// `keys` grouped by hash slot, each group in `keys`' order.
-fn by_slot(keys: &[Key]) -> Vec<Vec<Key>> {
-    let mut groups: Vec<(u16, Vec<Key>)> = Vec::new();
-    for key in keys {
-        let slot = fred::util::redis_keyslot(key.as_bytes());
-        match groups.iter_mut().find(|(s, _)| *s == slot) {
-            Some((_, group)) => group.push(key.clone()),
-            None => groups.push((slot, vec![key.clone()])),
-        }
-    }
-    groups.into_iter().map(|(_, group)| group).collect()
 }
 
 /// A compare-and-delete (`script` on `keys` and `args`, answering 1 when it deleted, 0
@@ -332,24 +321,5 @@ pub(crate) async fn try_on(
         }
         pause *= 2;
         attempt += 1;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// An undo's keys on a cluster member go one slot at a time, each slot's keys in their
-    /// order: a lock over keys of several slots is rolled back as it was taken.
-    #[test]
-    fn keys_are_grouped_by_slot_in_their_order() {
-        let keys: Vec<Key> = ["{a}:1", "b", "{a}:2"].map(Key::from).to_vec();
-        let groups = by_slot(&keys);
-        let groups: Vec<Vec<&str>> = groups
-            .iter()
-            .map(|group| group.iter().map(|k| k.as_str().unwrap()).collect())
-            .collect();
-        assert_eq!(groups, [vec!["{a}:1", "{a}:2"], vec!["b"]]);
-        assert_eq!(by_slot(&keys[..1]).len(), 1);
     }
 }

@@ -127,8 +127,8 @@ impl Coordinator {
 
     /// One acquisition round over several keys, all or nothing: each node sets every key or
     /// none (one script per node), and the lock is won when a quorum of nodes set them all.
-    /// A cluster member takes keys of several hash slots one slot at a time (one script
-    /// per slot) and counts only if every slot set its keys; see
+    /// A cluster member takes keys of several hash slots in one script per slot, sent
+    /// together, and counts only if every slot set its keys; see
     /// [`NodeOutcome::PartlyHeldByOther`](crate::NodeOutcome::PartlyHeldByOther).
     /// Rolled back like [`acquire_with_token`](Self::acquire_with_token).
     pub async fn acquire_many<K: AsRef<str>>(

@@ -715,8 +715,12 @@ fn not_replicated(outcome: &NodeOutcome) -> bool {
 /// Fencing with cluster members, whose fence key has a hash tag: each cluster member keeps
 /// one counter, on the master of its slot, and a fenced acquisition reads it beside the
 /// lock's keys in the same flight. Tokens increase across locks of every slot and every
-/// kind (plain, over several keys, a permit, a writer), and each member's counter is at
-/// the last token. With the default key (no tag) fencing is refused, naming the fix.
+/// kind (plain, over several keys of one slot and of several, a permit, a writer), and
+/// each member's counter is at the last token. A fenced lock over keys of several slots
+/// is held on each key's master; refused where one of its keys is held, it leaves nothing
+/// of its own. With the default key (no tag) fencing is refused, naming the fix. (At the
+/// parent of this test's change, a fenced lock over several slots was refused:
+/// `KeysAcrossSlots`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_locks_on_cluster_members_get_increasing_tokens() {
     let (one, two, single) = members().await;
@@ -739,6 +743,33 @@ async fn fenced_locks_on_cluster_members_get_increasing_tokens() {
         tokens.push(lock.fencing_token().unwrap().get());
         c.release(&lock).await.unwrap().settled().await;
     }
+    // Over keys of every master's slots: one share per slot, each reading the counter.
+    let across = ["a", "b", "c"];
+    let masters: std::collections::BTreeSet<u16> =
+        across.iter().map(|k| one.master_of(k).port()).collect();
+    assert_eq!(masters.len(), 3, "the test keys must fall on every master");
+    let lock = c.acquire_with(fenced(&across)).await.unwrap();
+    held_everywhere(&lock, &across, [&one, &two]).await;
+    tokens.push(lock.fencing_token().unwrap().get());
+    // Held: the same keys fenced are refused by every member, and roll nothing of ours.
+    let err = c.acquire_with(fenced(&across)).await.unwrap_err();
+    assert!(err.to_string().contains("held by another owner"), "{err}");
+    c.release(&lock).await.unwrap().settled().await;
+    // One key held by someone else: refused, and its other keys are rolled back.
+    let other = c.acquire("b", TTL).await.unwrap();
+    let err = c.acquire_with(fenced(&across)).await.unwrap_err();
+    assert!(err.to_string().contains("held by another owner"), "{err}");
+    c.quiesce().await;
+    for key in ["a", "c"] {
+        for cluster in [&one, &two] {
+            assert!(!cluster.exists(key).await.unwrap(), "{key} was left behind");
+        }
+        assert!(
+            single.nodes_holding(key).await.is_empty(),
+            "{key} was left behind"
+        );
+    }
+    c.release(&other).await.unwrap().settled().await;
     let permit = c
         .acquire_permit_with(redlock_core::PermitAcquisition {
             fenced: true,

@@ -87,10 +87,11 @@ pub(crate) struct Inner {
     pub(crate) fencing: crate::fence::State,
     /// The first member that is a whole cluster, if one is. Such a member runs each
     /// script on the master of its keys' slot, so a script may only name keys of one slot:
-    /// a lock over keys of several slots is refused, fencing needs a fence key with a hash
-    /// tag (its fenced acquisitions read the counter apart, see `scripts::Unfenced`), and
-    /// the rounds of grouped acquisitions and releases, and renewal batches, go to it as
-    /// one command per slot (`Command::PerSlot`).
+    /// a lock over keys of several slots goes to it as one script per slot
+    /// (`LockSpec::by_slot`) and is refused in the fair queue, fencing needs a fence key
+    /// with a hash tag (its fenced acquisitions read the counter apart, see
+    /// `scripts::Unfenced`), and the rounds of grouped acquisitions and releases, and
+    /// renewal batches, go to it as one command per slot (`Command::PerSlot`).
     pub(crate) cluster: Option<NodeName>,
     /// Whether plain acquisitions and releases are grouped: `Config::group_commit`.
     pub(crate) groups: bool,

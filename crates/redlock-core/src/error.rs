@@ -203,11 +203,12 @@ pub enum ArgumentError {
         /// The fence key configured.
         fence_key: String,
     },
-    /// A fair or fenced lock over several keys whose hash slots differ, on a node set with a
-    /// member that is a whole cluster: such a lock is one script per member, and a script
-    /// may only name keys of one slot there. (A plain lock over such keys goes to a
-    /// cluster member as one script per slot.)
-    #[error("keys `{first}` and `{other}` fall in different hash slots of cluster member `{node}`: a fair or fenced lock over several keys is one script per member, which a cluster runs on one slot's master; give the keys one hash tag, such as `{{order-7}}:{first}` and `{{order-7}}:{other}`, or take a plain lock, which a cluster member takes in one script per slot")]
+    /// A fair lock over several keys whose hash slots differ (or one that queues to be
+    /// woken), on a node set with a member that is a whole cluster: such a lock is one
+    /// script per member, and a script may only name keys of one slot there. (A lock over
+    /// such keys outside the fair queue, fenced or not, goes to a cluster member as one
+    /// script per slot.)
+    #[error("keys `{first}` and `{other}` fall in different hash slots of cluster member `{node}`: a fair lock over several keys is one script per member, which a cluster runs on one slot's master; give the keys one hash tag, such as `{{order-7}}:{first}` and `{{order-7}}:{other}`, or take a lock outside the fair queue, which a cluster member takes in one script per slot")]
     KeysAcrossSlots {
         /// The cluster member.
         node: String,

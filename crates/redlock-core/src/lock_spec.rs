@@ -104,9 +104,11 @@ impl LockSpec {
     /// For a lock over keys of several hash slots, the lock's share in each slot, in the
     /// order of each slot's first key: the same token and kind over that slot's keys, as a
     /// cluster member runs it (a script there names keys of one slot only). `None` when
-    /// every key shares one slot. Only a plain lock of several keys outside the fair queue
-    /// is split so (see `Coordinator::check_one_slot`); its scripts treat each key alone,
-    /// so its shares taken, extended and released one by one are the lock.
+    /// every key shares one slot. Only a lock of several keys outside the fair queue is
+    /// split so (see `Coordinator::check_one_slot`); its scripts treat each key alone, so
+    /// its shares taken, extended and released one by one are the lock. A fenced lock's
+    /// shares each read the fencing counter beside their keys (see `scripts::Unfenced`):
+    /// every share's answer carries the member's counter, whichever decides the member's.
     pub(crate) fn slot_shares(&self) -> Option<Vec<LockSpec>> {
         if self.keys.len() < 2 {
             return None;

@@ -192,9 +192,9 @@ impl Coordinator {
             }
             .into());
         }
-        // A plain lock over keys of several hash slots goes to a cluster member as one
-        // share per slot (see `LockSpec::by_slot`); one that queues or is fenced does not.
-        if place.is_some() || what.fenced {
+        // A lock over keys of several hash slots goes to a cluster member as one share per
+        // slot (see `LockSpec::by_slot`), fenced or not; one that queues does not.
+        if place.is_some() {
             self.check_one_slot(what.keys)?;
         }
         let ttl = config.check_ttl(what.ttl)?;
@@ -229,10 +229,10 @@ impl Coordinator {
     }
 
     /// With a cluster member, `Err` unless every key of `keys` is in the first one's hash
-    /// slot: for a lock that queues (fair, or to be woken) or is fenced, which is one
-    /// script per member. Its queues would be ordered per slot, and two waiters could
-    /// stand first in opposite orders on two slots of one member and block each other
-    /// there; its fencing counter is read beside its keys, in one slot.
+    /// slot: for a lock that queues (fair, or to be woken), which is one script per
+    /// member. Its queues would be ordered per slot, and its gate (the head of every one of
+    /// its keys' queues) would be decided slot by slot, each share taking its keys where
+    /// it heads, not all or nothing as one script decides it.
     fn check_one_slot(&self, keys: &[&str]) -> Result<(), ArgumentError> {
         let (Some(node), Some((first, rest))) = (&self.inner.cluster, keys.split_first()) else {
             return Ok(());

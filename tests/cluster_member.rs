@@ -236,8 +236,8 @@ async fn nothing_left(clusters: [&ClusterSet; 2]) {
 
 /// The client's shapes on cluster members: concurrent plain locks of keys on every master
 /// (which group commit would put in one script), reentrant holds, several keys of one hash
-/// tag, a semaphore, a read-write lock and an inspection; and the typed refusals of what a
-/// cluster member cannot do yet.
+/// tag, of several slots, plain and fair, a semaphore, a read-write lock and an inspection;
+/// and the typed refusal of fencing with a fence key that has no hash tag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_clients_locks_work_on_cluster_members() {
     let (one, two) = tokio::join!(ClusterSet::start(3), ClusterSet::start(2));
@@ -300,8 +300,8 @@ async fn the_clients_locks_work_on_cluster_members() {
     c.coordinator().quiesce().await;
     nothing_left(clusters).await;
 
-    // A plain lock over keys of several slots goes to each cluster member one slot at a
-    // time (see `a_lock_over_keys_of_several_slots_is_taken_in_one_script_per_slot`).
+    // A plain lock over keys of several slots goes to each cluster member in one script
+    // per slot (see `a_lock_over_keys_of_several_slots_is_taken_in_one_script_per_slot`).
     let across = c
         .lock_many(&["a", "b", "c"], &LockOptions::default())
         .await
@@ -311,21 +311,19 @@ async fn the_clients_locks_work_on_cluster_members() {
     c.coordinator().quiesce().await;
     nothing_left(clusters).await;
 
-    // A fair lock over keys of several slots, and fencing: refused before anything is
-    // sent.
+    // A fair lock over keys of several slots queues in each slot (see
+    // `a_fair_lock_over_keys_of_several_slots_queues_in_each_slot`).
     let fair = LockOptions {
         fair: Some(true),
         ..Default::default()
     };
-    let err = c.lock_many(&["a", "b"], &fair).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::InvalidArgument(ArgumentError::KeysAcrossSlots { .. })
-        ),
-        "{err}"
-    );
-    assert!(err.to_string().contains("hash tag"), "{err}");
+    let across = c.lock_many(&["a", "b"], &fair).await.unwrap();
+    assert!(one.exists("t:a").await.unwrap() && two.exists("t:b").await.unwrap());
+    across.release().await.unwrap().settled().await;
+    c.coordinator().quiesce().await;
+    nothing_left(clusters).await;
+
+    // Fencing with a fence key without a hash tag: refused before anything is sent.
     let fenced = LockOptions {
         fenced: Some(true),
         ..Default::default()
@@ -710,6 +708,93 @@ async fn a_cluster_members_url_sets_its_own_replica_acks() {
 /// Whether a member's vote did not count for want of replicas' acknowledgement.
 fn not_replicated(outcome: &NodeOutcome) -> bool {
     matches!(outcome, NodeOutcome::ServerError(e) if e.kind == redlock_core::ServerErrorKind::NotReplicated)
+}
+
+/// Waiter `waiter`'s ticket in the fair queue of `key` on the master of its slot in
+/// `cluster` (`None`: not queued there).
+async fn queued_ticket(cluster: &ClusterSet, key: &str, waiter: &str) -> Option<i64> {
+    let queue = format!("redlock:fair-queue:{{{key}}}");
+    let score = cluster
+        .master_of(key)
+        .redis()
+        .command(&["ZSCORE", &queue, waiter])
+        .await
+        .unwrap();
+    score
+        .as_str()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map(|f| f as i64)
+}
+
+/// A fair lock over keys of several hash slots queues in every key's queue on the master
+/// of its slot, one script per slot. Refused because one key is held, what its shares took
+/// is rolled back and its waiter is put back in those keys' queues, each in its slot: so a
+/// younger waiter of one of them is still behind it (not its turn), and once the held key
+/// is free the older waiter takes every key and leaves the queues. Its release frees every
+/// key, and the younger waiter's turn comes. At the parent the fair lock was refused
+/// (`KeysAcrossSlots`); with the queued rollback sent whole (a script over several slots)
+/// its keys were left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_over_keys_of_several_slots_queues_in_each_slot() {
+    let (one, two, single) = members().await;
+    let keys = ["a", "b", "c"];
+    let masters: std::collections::BTreeSet<u16> =
+        keys.iter().map(|k| one.master_of(k).port()).collect();
+    assert_eq!(masters.len(), 3, "the test keys must fall on every master");
+    let c = coordinator_at(urls(&one, &two, &single), NODE_TIMEOUT).await;
+    let place = |waiter, ticket| redlock_core::support::FairPlace {
+        waiter,
+        ticket,
+        patience: Duration::from_secs(10),
+        handover: None,
+    };
+    let fair = |keys, waiter, ticket| redlock_core::Acquisition {
+        fair: Some(place(waiter, ticket)),
+        ..redlock_core::Acquisition::new(keys, TTL)
+    };
+
+    // "b" is held: the older waiter is refused, and queued in every key's queue.
+    let held = c.acquire("b", TTL).await.unwrap();
+    let err = c.acquire_with(fair(&keys, "old", 1)).await.unwrap_err();
+    assert!(err.to_string().contains("held by another owner"), "{err}");
+    c.quiesce().await;
+    for cluster in [&one, &two] {
+        for key in ["a", "c"] {
+            assert!(!cluster.exists(key).await.unwrap(), "{key} was left behind");
+        }
+        for key in keys {
+            assert_eq!(queued_ticket(cluster, key, "old").await, Some(1), "{key}");
+        }
+    }
+    assert!(single.nodes_holding("a").await.is_empty());
+    // A younger waiter of one of its keys is not let through.
+    let err = c.acquire_with(fair(&["a"], "young", 2)).await.unwrap_err();
+    assert!(err.to_string().contains("held by another owner"), "{err}");
+    assert!(!one.exists("a").await.unwrap() && !two.exists("a").await.unwrap());
+
+    // Once "b" is free the older waiter takes every key, and leaves every queue.
+    c.release(&held).await.unwrap().settled().await;
+    let lock = c.acquire_with(fair(&keys, "old", 1)).await.unwrap();
+    held_everywhere(&lock, &keys, [&one, &two]).await;
+    for cluster in [&one, &two] {
+        for key in keys {
+            assert_eq!(queued_ticket(cluster, key, "old").await, None, "{key}");
+        }
+    }
+    // Released: every key is free, and the younger waiter's turn has come.
+    c.release(&lock).await.unwrap().settled().await;
+    let young = c.acquire_with(fair(&["a"], "young", 2)).await.unwrap();
+    c.release(&young).await.unwrap().settled().await;
+    c.quiesce().await;
+    for cluster in [&one, &two] {
+        assert_eq!(cluster.dbsize().await.unwrap(), 0, "a key was left behind");
+    }
+    let server = single.iter().next().unwrap();
+    assert_eq!(
+        server.redis().dbsize().await.unwrap(),
+        0,
+        "a key was left behind"
+    );
 }
 
 /// Fencing with cluster members, whose fence key has a hash tag: each cluster member keeps

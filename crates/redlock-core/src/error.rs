@@ -203,20 +203,6 @@ pub enum ArgumentError {
         /// The fence key configured.
         fence_key: String,
     },
-    /// A fair lock over several keys whose hash slots differ (or one that queues to be
-    /// woken), on a node set with a member that is a whole cluster: such a lock is one
-    /// script per member, and a script may only name keys of one slot there. (A lock over
-    /// such keys outside the fair queue, fenced or not, goes to a cluster member as one
-    /// script per slot.)
-    #[error("keys `{first}` and `{other}` fall in different hash slots of cluster member `{node}`: a fair lock over several keys is one script per member, which a cluster runs on one slot's master; give the keys one hash tag, such as `{{order-7}}:{first}` and `{{order-7}}:{other}`, or take a lock outside the fair queue, which a cluster member takes in one script per slot")]
-    KeysAcrossSlots {
-        /// The cluster member.
-        node: String,
-        /// The lock's first key.
-        first: String,
-        /// A key in another slot than the first.
-        other: String,
-    },
     /// The key is empty.
     #[error("the lock key is empty: name the resource the lock protects")]
     EmptyKey,

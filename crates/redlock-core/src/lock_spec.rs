@@ -104,11 +104,18 @@ impl LockSpec {
     /// For a lock over keys of several hash slots, the lock's share in each slot, in the
     /// order of each slot's first key: the same token and kind over that slot's keys, as a
     /// cluster member runs it (a script there names keys of one slot only). `None` when
-    /// every key shares one slot. Only a lock of several keys outside the fair queue is
-    /// split so (see `Coordinator::check_one_slot`); its scripts treat each key alone, so
-    /// its shares taken, extended and released one by one are the lock. A fenced lock's
-    /// shares each read the fencing counter beside their keys (see `scripts::Unfenced`):
-    /// every share's answer carries the member's counter, whichever decides the member's.
+    /// every key shares one slot. Every script of a lock of several keys treats each key
+    /// (with its queues) alone, so its shares taken, extended and released one by one are
+    /// the lock:
+    /// - a fenced lock's shares each read the fencing counter beside their keys (see
+    ///   `scripts::Unfenced`), so whichever share's answer decides the member's carries
+    ///   the member's counter;
+    /// - a fair lock's shares each queue the waiter in their keys' queues and take their
+    ///   keys only where it heads all of them. One ticket orders every queue, so the oldest
+    ///   waiter heads its queues in every slot; one that heads some slots' queues only takes
+    ///   their keys, where nobody was ahead of it, and the member's answer is a refusal
+    ///   (`NodeOutcome::PartlyHeldByOther`) that a failed round rolls back, putting the
+    ///   waiter back in those queues (`queued_by_slot`).
     pub(crate) fn slot_shares(&self) -> Option<Vec<LockSpec>> {
         if self.keys.len() < 2 {
             return None;
@@ -384,6 +391,33 @@ impl LockSpec {
     }
 }
 
+/// `keys` laid out as `LockSpec::queued_keys` lays them out (a lock's `n` keys, then
+/// each one's three queue keys, in its slot), split as `LockSpec::slot_shares` splits the
+/// lock: for each share, its keys then their queue keys, in the same layout. Keys of one
+/// slot (a lock of one key, a semaphore's or read-write lock's, whose layouts differ but
+/// whose keys share a tag) stay one list, as they are.
+pub(crate) fn queued_by_slot(keys: &[Key]) -> Vec<Vec<Key>> {
+    let n = keys.len() / 4;
+    let shares = if n > 1 && keys.len() == 4 * n {
+        let indexed: Vec<(usize, &Key)> = keys[..n].iter().enumerate().collect();
+        by_slot(&indexed, |(_, key)| key.as_bytes())
+    } else {
+        Vec::new()
+    };
+    if shares.len() < 2 {
+        return vec![keys.to_vec()];
+    }
+    let share_keys = |share: Vec<(usize, &Key)>| {
+        let mut out = Vec::with_capacity(4 * share.len());
+        out.extend(share.iter().map(|(_, key)| (*key).clone()));
+        for (i, _) in share {
+            out.extend_from_slice(&keys[n + 3 * i..n + 3 * i + 3]);
+        }
+        out
+    };
+    shares.into_iter().map(share_keys).collect()
+}
+
 /// A TTL in whole milliseconds, as `PX` and the scripts take it. TTLs are checked to be at
 /// most a year before any round, so this never saturates.
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
@@ -417,6 +451,37 @@ pub const NAMED_KEYS: usize = 5;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The undo of a queued acquisition over keys of several slots splits as its shares
+    /// were built: each share's keys, then their queue keys, as the share's own undo lays
+    /// them out. Keys of one slot, and a layout that is not a lock's keys and their queues,
+    /// stay whole.
+    #[test]
+    fn a_queued_undo_splits_into_each_shares_keys_and_queues() {
+        let spec =
+            LockSpec::new(&["{a}:1", "b", "{a}:2"], Token::from_string("t"), None).expect("valid");
+        let names = |lists: Vec<Vec<Key>>| -> Vec<Vec<String>> {
+            lists
+                .iter()
+                .map(|keys| {
+                    keys.iter()
+                        .map(|k| k.as_str().unwrap().to_owned())
+                        .collect()
+                })
+                .collect()
+        };
+        let split = names(queued_by_slot(&spec.queued_keys("q-")));
+        let shares = spec.slot_shares().expect("several slots");
+        let expected = names(shares.iter().map(|s| s.queued_keys("q-")).collect());
+        assert_eq!(split, expected);
+        assert_eq!(split.len(), 2);
+        let one_slot = LockSpec::new(&["{a}:1", "{a}:2"], Token::from_string("t"), None)
+            .expect("valid")
+            .queued_keys("q-");
+        assert_eq!(queued_by_slot(&one_slot), vec![one_slot.clone()]);
+        let other_layout: Vec<Key> = ["a", "b", "c"].map(Key::from).to_vec();
+        assert_eq!(queued_by_slot(&other_layout), vec![other_layout.clone()]);
+    }
 
     /// A lock over keys of several hash slots splits into one share per slot, keys in the
     /// lock's order, each with the lock's token and kind; keys of one slot do not split, and

@@ -192,11 +192,6 @@ impl Coordinator {
             }
             .into());
         }
-        // A lock over keys of several hash slots goes to a cluster member as one share per
-        // slot (see `LockSpec::by_slot`), fenced or not; one that queues does not.
-        if place.is_some() {
-            self.check_one_slot(what.keys)?;
-        }
         let ttl = config.check_ttl(what.ttl)?;
         self.acquire_spec(spec, ttl, place, what.fenced, what.deadline)
             .await
@@ -226,29 +221,6 @@ impl Coordinator {
             return decided.into_lock(spec, ttl, None);
         };
         self.fenced_lock(decided, spec, ttl, bounds, deadline).await
-    }
-
-    /// With a cluster member, `Err` unless every key of `keys` is in the first one's hash
-    /// slot: for a lock that queues (fair, or to be woken), which is one script per
-    /// member. Its queues would be ordered per slot, and its gate (the head of every one of
-    /// its keys' queues) would be decided slot by slot, each share taking its keys where
-    /// it heads, not all or nothing as one script decides it.
-    fn check_one_slot(&self, keys: &[&str]) -> Result<(), ArgumentError> {
-        let (Some(node), Some((first, rest))) = (&self.inner.cluster, keys.split_first()) else {
-            return Ok(());
-        };
-        let slot = fred::util::redis_keyslot(first.as_bytes());
-        match rest
-            .iter()
-            .find(|k| fred::util::redis_keyslot(k.as_bytes()) != slot)
-        {
-            None => Ok(()),
-            Some(other) => Err(ArgumentError::KeysAcrossSlots {
-                node: node.to_string(),
-                first: first.to_string(),
-                other: other.to_string(),
-            }),
-        }
     }
 
     /// What a fenced acquisition's token must meet, taken before its round starts; `Err`
@@ -286,14 +258,18 @@ impl Coordinator {
         Round {
             kind: RoundKind::Acquire,
             alternatives: false,
-            command: match place {
-                Some(place) => {
-                    spec.acquire_queued(ttl, place, fair, &config.fair_prefix, fence_key)
-                }
-                None => spec.by_slot(self.inner.cluster.is_some(), Some(ttl), |share| {
-                    share.acquire(ttl, fence_key)
-                }),
-            },
+            // A lock over keys of several hash slots goes to a cluster member as one share
+            // per slot (see `LockSpec::by_slot`).
+            command: spec.by_slot(
+                self.inner.cluster.is_some(),
+                Some(ttl),
+                |share| match place {
+                    Some(place) => {
+                        share.acquire_queued(ttl, place, fair, &config.fair_prefix, fence_key)
+                    }
+                    None => share.acquire(ttl, fence_key),
+                },
+            ),
             requests: vec![match place {
                 Some(place) => spec.acquire_queued_request(
                     ttl,

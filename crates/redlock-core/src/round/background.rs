@@ -22,7 +22,6 @@ use super::plan::{Request, Round, Undo};
 use super::polled::Polled;
 use super::work::WorkGuard;
 use crate::connection::Connection;
-use crate::layout::by_slot;
 use crate::report::{CleanupOutcome, NodeOutcome, SettlingWriter};
 use crate::scripts::Script;
 use crate::server_error::ServerErrorKind;
@@ -213,17 +212,15 @@ impl Background {
         };
         // A lock over keys of several hash slots is undone on a cluster member in one
         // script per slot, sent together, as it was taken there (see `LockSpec::by_slot`):
-        // a plain lock's release treats each key alone. A queued undo's keys (with their
-        // queues) share one slot.
-        let cleanup = match undo.waiter_arg {
-            None if connection.is_cluster() => {
-                let shares = by_slot(&undo.keys, |key| key.as_bytes());
-                let tries = shares
-                    .iter()
-                    .map(|keys| try_on(connection, undo.script, keys, &args, Some(deadline)));
-                CleanupOutcome::together(futures::future::join_all(tries).await)
-            }
-            _ => try_on(connection, undo.script, &undo.keys, &args, Some(deadline)).await,
+        // its undo treats each key (with its queues) alone.
+        let cleanup = if connection.is_cluster() {
+            let shares = undo.keys_by_slot();
+            let tries = shares
+                .iter()
+                .map(|keys| try_on(connection, undo.script, keys, &args, Some(deadline)));
+            CleanupOutcome::together(futures::future::join_all(tries).await)
+        } else {
+            try_on(connection, undo.script, &undo.keys, &args, Some(deadline)).await
         };
         connection.metrics.rolled_back(&cleanup);
         let key = &request.name;

@@ -7,6 +7,8 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use super::command::Command;
+use crate::layout::by_slot;
+use crate::lock_spec::queued_by_slot;
 use crate::report::{NodeOutcome, RoundKind};
 use crate::scripts::Script;
 
@@ -52,6 +54,19 @@ pub(crate) struct Undo {
     /// before its decision (its caller dropped the call) sends "" there instead: the waiter
     /// has stopped waiting, and its leave may reach a node before the rollback.
     pub(crate) waiter_arg: Option<usize>,
+}
+
+impl Undo {
+    /// The undo's keys as a cluster member runs them: one list per hash slot of the lock's
+    /// keys, as the lock was taken there (see `LockSpec::by_slot`), each in the layout of
+    /// the undo's script: a lock's keys alone, or for a queued acquisition's
+    /// (`waiter_arg`) its keys then each one's queue keys (`queued_by_slot`).
+    pub(crate) fn keys_by_slot(&self) -> Vec<Vec<Key>> {
+        match self.waiter_arg {
+            None => by_slot(&self.keys, |key| key.as_bytes()),
+            Some(_) => queued_by_slot(&self.keys),
+        }
+    }
 }
 
 /// Everything one round sends and decides.

@@ -363,8 +363,7 @@ async fn the_clients_locks_work_on_cluster_members() {
 /// lock over one of its keys is refused, and what that refused lock took on the other slots
 /// is rolled back. Where one member has one key held by someone else, the lock is won on
 /// the other two, the refusing member's other keys are the lock's, and its release frees
-/// them and leaves the foreign key alone. At the parent every one of these locks was
-/// refused (`KeysAcrossSlots`).
+/// them and leaves the foreign key alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_over_keys_of_several_slots_is_taken_in_one_script_per_slot() {
     let (one, two, single) = members().await;
@@ -731,9 +730,8 @@ async fn queued_ticket(cluster: &ClusterSet, key: &str, waiter: &str) -> Option<
 /// is rolled back and its waiter is put back in those keys' queues, each in its slot: so a
 /// younger waiter of one of them is still behind it (not its turn), and once the held key
 /// is free the older waiter takes every key and leaves the queues. Its release frees every
-/// key, and the younger waiter's turn comes. At the parent the fair lock was refused
-/// (`KeysAcrossSlots`); with the queued rollback sent whole (a script over several slots)
-/// its keys were left behind.
+/// key, and the younger waiter's turn comes. A queued rollback sent whole (one script over
+/// several slots) would fail there and leave the keys behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_lock_over_keys_of_several_slots_queues_in_each_slot() {
     let (one, two, single) = members().await;
@@ -803,9 +801,7 @@ async fn a_fair_lock_over_keys_of_several_slots_queues_in_each_slot() {
 /// kind (plain, over several keys of one slot and of several, a permit, a writer), and
 /// each member's counter is at the last token. A fenced lock over keys of several slots
 /// is held on each key's master; refused where one of its keys is held, it leaves nothing
-/// of its own. With the default key (no tag) fencing is refused, naming the fix. (At the
-/// parent of this test's change, a fenced lock over several slots was refused:
-/// `KeysAcrossSlots`.)
+/// of its own. With the default key (no tag) fencing is refused, naming the fix.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_locks_on_cluster_members_get_increasing_tokens() {
     let (one, two, single) = members().await;

@@ -22,6 +22,7 @@ fn scenario(name: &'static str, run: redlock_lab::Driver) -> Scenario {
             nodes: 3,
             persistent: false,
             fake_clock: false,
+            clusters: &[],
         },
         clients: 1,
         fencing: Fencing::Off,

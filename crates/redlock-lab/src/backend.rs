@@ -4,10 +4,18 @@
 //! Both implement testkit's [`Nodes`] interface, so scenarios are written once against it.
 //! What is left here is lab-specific: which set to start for a scenario's [`Setup`], and
 //! keeping the docker set (slow to start) from one scenario to the next.
+//!
+//! A scenario whose members include whole clusters ([`Setup::clusters`]) runs on local
+//! processes only, as a testkit [`MemberSet`]: clusters first, then single servers.
 
 use std::fmt;
 
-use redlock_testkit::{DockerOptions, DockerSet, NodeOptions, NodeSet, Nodes};
+use std::net::SocketAddr;
+
+use redlock_testkit::{
+    ClusterSet, ClusterShape, DockerOptions, DockerSet, MemberSet, NodeOptions, NodeSet, Nodes,
+    RedisAt,
+};
 
 use crate::error::LabError;
 
@@ -38,6 +46,11 @@ pub struct Setup {
     pub persistent: bool,
     /// Start the nodes with the clock shim, so their clocks can be skewed.
     pub fake_clock: bool,
+    /// The first members are whole clusters of these shapes (the others, up to
+    /// [`nodes`](Self::nodes), single servers): local processes only, each cluster reached
+    /// straight by its clients (no fault proxy can stand in front of a cluster, whose
+    /// replies name its processes' addresses), faulted whole or shard by shard.
+    pub clusters: &'static [ClusterShape],
 }
 
 /// The docker set always has this many nodes.
@@ -51,6 +64,8 @@ pub enum Backend {
     Local(NodeSet),
     /// The five containers; a scenario uses the first [`Setup::nodes`] of them.
     Docker(DockerSet),
+    /// Cluster members, then single servers ([`Setup::clusters`]).
+    Members(MemberSet),
 }
 
 impl Backend {
@@ -62,6 +77,18 @@ impl Backend {
         reuse: Option<Backend>,
     ) -> Result<Backend, LabError> {
         match kind {
+            BackendKind::Local if !setup.clusters.is_empty() => {
+                drop(reuse);
+                let singles = setup.nodes.saturating_sub(setup.clusters.len());
+                Ok(Backend::Members(
+                    MemberSet::start(setup.clusters, singles).await?,
+                ))
+            }
+            BackendKind::Docker if !setup.clusters.is_empty() => Err(LabError::Setup(
+                "cluster members run on local processes only: the docker node set has no \
+                 cluster (run this scenario on the local backend)"
+                    .into(),
+            )),
             BackendKind::Local => {
                 drop(reuse);
                 let options = NodeOptions {
@@ -99,7 +126,7 @@ impl Backend {
     /// Which backend this is.
     pub fn kind(&self) -> BackendKind {
         match self {
-            Backend::Local(_) => BackendKind::Local,
+            Backend::Local(_) | Backend::Members(_) => BackendKind::Local,
             Backend::Docker(_) => BackendKind::Docker,
         }
     }
@@ -110,6 +137,43 @@ impl Backend {
         match self {
             Backend::Local(set) => set,
             Backend::Docker(set) => set,
+            Backend::Members(set) => set,
+        }
+    }
+
+    /// Node `n` when it is a cluster member.
+    pub fn cluster(&self, n: usize) -> Option<&ClusterSet> {
+        match self {
+            Backend::Members(set) => set.cluster(n),
+            _ => None,
+        }
+    }
+
+    /// The URL a client uses for node `n` when it does not go through a fault proxy: a
+    /// cluster member's (see [`Setup::clusters`]).
+    pub fn direct_url(&self, n: usize) -> Option<String> {
+        match self {
+            Backend::Members(set) if set.cluster(n).is_some() => Some(set.url(n)),
+            _ => None,
+        }
+    }
+
+    /// Where the observer samples `key` on node `n`: a cluster member's master of the key's
+    /// slot when the run starts (after a failover of that shard it samples the demoted
+    /// master, which answers nothing for the key, and the samples stop), else the node.
+    pub fn observed_at(&self, n: usize, key: &str) -> SocketAddr {
+        match self.cluster(n) {
+            Some(cluster) => cluster.master_of(key).redis().addr(),
+            None => self.nodes().addr(n),
+        }
+    }
+
+    /// What the leftover scan reads on node `n`: every master of a cluster member now,
+    /// else the node.
+    pub fn scanned(&self, n: usize) -> Vec<RedisAt> {
+        match self.cluster(n) {
+            Some(cluster) => cluster.masters().iter().map(|m| m.redis()).collect(),
+            None => vec![self.nodes().redis(n)],
         }
     }
 }

@@ -1,10 +1,11 @@
 //! What a scenario works with: the nodes, one fault proxy per (client, node) link, the
 //! history, and fault helpers that record what they inject.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redlock_client::{LockConfig, LockConfigBuilder, Redlock};
-use redlock_testkit::{ClockControl, LinkFault, Links, Nodes};
+use redlock_testkit::{ClockControl, ClusterSet, Failover, LinkFault, Links, Nodes};
 
 use crate::backend::{Backend, Setup};
 use crate::error::LabError;
@@ -92,6 +93,10 @@ pub struct Lab {
     /// reached a number of acquisitions): scripted schedules may then run more rounds per
     /// run.
     pub soak: bool,
+    /// Whether a shard of a cluster member was failed over: a release its master had not
+    /// passed on to the replica is lost, and leaves the key to its TTL (see
+    /// [`Lab::fail_over`]).
+    pub failed_over: AtomicBool,
 }
 
 impl Lab {
@@ -154,12 +159,19 @@ impl Lab {
         format!("{}{key}", self.prefix)
     }
 
-    /// A client configuration for client `c`: its own links, the lab's TTL and node timeout,
-    /// no automatic renewal (the scenarios decide when a holder extends), fencing as the
-    /// scenario's [`Fencing`] says, and a seed so the retry jitter differs per client.
+    /// A client configuration for client `c`: its own links (a cluster member straight, by
+    /// its URL), the lab's TTL and node timeout, no automatic renewal (the scenarios decide
+    /// when a holder extends), fencing as the scenario's [`Fencing`] says, and a seed so
+    /// the retry jitter differs per client.
     pub fn config(&self, c: usize) -> LockConfigBuilder {
+        let mut urls = self.links.urls(c);
+        for (n, url) in urls.iter_mut().enumerate() {
+            if let Some(direct) = self.backend.direct_url(n) {
+                *url = direct;
+            }
+        }
         LockConfig::builder()
-            .nodes(self.links.urls(c))
+            .nodes(urls)
             .ttl(self.timing.ttl)
             .node_timeout(self.timing.node_timeout)
             .key_prefix(self.prefix.clone())
@@ -235,6 +247,56 @@ impl Lab {
         self.history
             .fault(Some(n), kind, format!("kill {}", self.name(n)));
         Ok(self.nodes().kill(n).await?)
+    }
+
+    /// Cluster member `n`, or an error for a single server.
+    fn cluster(&self, n: usize) -> Result<&ClusterSet, LabError> {
+        self.backend.cluster(n).ok_or_else(|| {
+            LabError::Setup(format!(
+                "{} is a single server, not a cluster member",
+                self.name(n)
+            ))
+        })
+    }
+
+    /// Fails shard `shard` of cluster member `n` over to its replica, as `how` says, and
+    /// returns once the replica is master and the cluster is whole again. A `FORCE` or
+    /// `TAKEOVER` failover loses what the master had not passed on to the replica, so it is
+    /// recorded as key loss; and a lost release leaves its key to its TTL, which the
+    /// leftover scan then waits out ([`Lab::failed_over`]).
+    pub async fn fail_over(&self, n: usize, shard: usize, how: Failover) -> Result<(), LabError> {
+        let kind = match how {
+            Failover::Coordinated => FaultKind::Other,
+            Failover::Force | Failover::Takeover => FaultKind::KeyLoss,
+        };
+        self.history.fault(
+            Some(n),
+            kind,
+            format!("fail {} shard {shard} over ({how:?})", self.name(n)),
+        );
+        self.failed_over.store(true, Ordering::SeqCst);
+        Ok(self.cluster(n)?.fail_over(shard, how).await?)
+    }
+
+    /// Holds back the replication of shard `shard` of cluster member `n`: what its master
+    /// writes from now on stays there (see `ClusterSet::hold_back_replication`).
+    pub async fn hold_back_replication(&self, n: usize, shard: usize) -> Result<(), LabError> {
+        self.history.fault(
+            Some(n),
+            FaultKind::Other,
+            format!("hold back {} shard {shard}'s replication", self.name(n)),
+        );
+        Ok(self.cluster(n)?.hold_back_replication(shard).await?)
+    }
+
+    /// Undoes [`Lab::hold_back_replication`].
+    pub async fn resume_replication(&self, n: usize, shard: usize) -> Result<(), LabError> {
+        self.history.fault(
+            Some(n),
+            FaultKind::Other,
+            format!("resume {} shard {shard}'s replication", self.name(n)),
+        );
+        Ok(self.cluster(n)?.resume_replication(shard).await?)
     }
 
     /// Pauses node `n` (SIGSTOP or `docker pause`).

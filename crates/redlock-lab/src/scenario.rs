@@ -191,6 +191,9 @@ pub async fn run_with(
     let workload = match (scenario.semaphore, scenario.rwlock) {
         (Some(permits), _) => Some(Workload::Semaphore(permits)),
         (None, true) => Some(Workload::RwLock),
+        // With cluster members, plain cycles on the one key: the observer samples it on the
+        // master of its slot, where the mix's other keys are not.
+        (None, false) if !scenario.setup.clusters.is_empty() => Some(Workload::Plain),
         (None, false) => None,
     };
     let options = match workload {
@@ -225,7 +228,7 @@ pub async fn run_with(
         lab,
         observer,
         host_clock,
-    } = Recording::start(scenario, options, backend, links, &addrs);
+    } = Recording::start(scenario, options, backend, links);
     let seeded = match (scenario.expect, scenario.fencing) {
         (Expect::Safe, fencing) if fencing != Fencing::Off => lab.seed_fencing_counters().await,
         _ => Ok(()),
@@ -302,14 +305,13 @@ struct Recording {
 }
 
 impl Recording {
-    /// The lab of `scenario` on `backend`, its clients' links to the nodes at `addrs`: a
-    /// fresh history, the host clock's watch and the observer started.
+    /// The lab of `scenario` on `backend`, with its clients' `links` to the nodes: a fresh
+    /// history, the host clock's watch and the observer started.
     fn start(
         scenario: &Scenario,
         options: &RunOptions,
         backend: Backend,
         links: Links,
-        addrs: &[SocketAddr],
     ) -> Recording {
         let timing = match (options.soak, scenario.soak) {
             (true, Some(soak)) => soak,
@@ -336,7 +338,10 @@ impl Recording {
             keys.push(writers);
             declare_rwlock(&history, &prefix);
         }
-        let observer = Observer::start(&history, addrs, &keys);
+        let observed: Vec<SocketAddr> = (0..scenario.setup.nodes)
+            .map(|n| backend.observed_at(n, &keys[0]))
+            .collect();
+        let observer = Observer::start(&history, &observed, &keys);
         let lab = Lab {
             backend,
             links,
@@ -348,6 +353,7 @@ impl Recording {
             observed: observer.samples(),
             workload: options.workload.clone(),
             soak: options.soak,
+            failed_over: Default::default(),
         };
         Recording {
             lab,
@@ -445,16 +451,27 @@ async fn heal(lab: &Lab) {
 /// waiter's patience (`LockConfig::fair_patience`), which is the promise. So a queue key
 /// with a TTL within the patience is waited for (at most the patience), and what is still
 /// there afterwards, or a queue key without a TTL or with a longer one, is left behind.
+///
+/// After a cluster member's failover ([`Lab::failed_over`]) a lock key within the TTL is
+/// waited for too: a release that the old master had not passed on to its replica is lost
+/// with it, and the key lives on until its TTL, which is the promise there (a release sends
+/// no `WAIT`).
 async fn leftovers_after_fair_queues_expire(lab: &Lab) -> Vec<Leftover> {
     let found = leftovers(lab).await;
     let fair = lab.full_key("fair-");
     let patience = lab.fair_patience();
+    let failed_over = lab.failed_over.load(std::sync::atomic::Ordering::SeqCst);
     let wait = found
         .iter()
-        .filter(|l| l.key.starts_with(&fair))
-        .filter_map(|l| u64::try_from(l.pttl).ok())
-        .map(Duration::from_millis)
-        .filter(|pttl| *pttl <= patience)
+        .filter_map(|l| {
+            let pttl = Duration::from_millis(u64::try_from(l.pttl).ok()?);
+            let expires = if l.key.starts_with(&fair) {
+                pttl <= patience
+            } else {
+                failed_over && pttl <= lab.max_ttl()
+            };
+            expires.then_some(pttl)
+        })
         .max();
     match wait {
         Some(wait) => {
@@ -476,18 +493,20 @@ async fn leftovers(lab: &Lab) -> Vec<Leftover> {
         if !nodes.is_up(n).await {
             continue;
         }
-        let redis = nodes.redis(n);
-        let Ok(keys) = redis.keys(&format!("{}*", lab.prefix)).await else {
-            tracing::warn!(node = %nodes.name(n), "leftover scan failed");
-            continue;
-        };
-        for key in keys.into_iter().filter(|k| !k.starts_with(&counter)) {
-            found.push(Leftover {
-                node: nodes.name(n).to_owned(),
-                value: redis.get(&key).await.ok().flatten(),
-                pttl: redis.pttl(&key).await.unwrap_or(-2),
-                key,
-            });
+        // Every master of a cluster member.
+        for redis in lab.backend.scanned(n) {
+            let Ok(keys) = redis.keys(&format!("{}*", lab.prefix)).await else {
+                tracing::warn!(node = %nodes.name(n), "leftover scan failed");
+                continue;
+            };
+            for key in keys.into_iter().filter(|k| !k.starts_with(&counter)) {
+                found.push(Leftover {
+                    node: nodes.name(n).to_owned(),
+                    value: redis.get(&key).await.ok().flatten(),
+                    pttl: redis.pttl(&key).await.unwrap_or(-2),
+                    key,
+                });
+            }
         }
     }
     found

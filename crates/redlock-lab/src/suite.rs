@@ -40,6 +40,13 @@ pub async fn run_repeated_with(
     let mut results = Vec::new();
     let mut reuse: Option<Backend> = None;
     for s in scenarios {
+        if backend == BackendKind::Docker && !s.setup.clusters.is_empty() {
+            eprintln!(
+                "[lab] {backend}: {} skipped: its cluster members run on local processes only",
+                s.name
+            );
+            continue;
+        }
         for run in 1..=times {
             let label = if times > 1 {
                 format!("{} (run {run}/{times})", s.name)

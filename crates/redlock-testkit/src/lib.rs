@@ -159,7 +159,7 @@ mod set;
 mod urls;
 
 pub use clock::{ClockControl, ClockShim};
-pub use cluster::{ClusterSet, Failover, CLUSTER_SLOTS};
+pub use cluster::{ClusterSet, ClusterShape, Failover, MemberSet, CLUSTER_SLOTS};
 pub use docker::{DockerCluster, DockerOptions, DockerSet};
 pub use error::HarnessError;
 pub use inspect::{RedisAt, INSPECT_TIMEOUT};

@@ -21,10 +21,11 @@ pub(super) const THREE: Setup = Setup {
     nodes: 3,
     persistent: false,
     fake_clock: false,
+    clusters: &[],
 };
 
 /// What a mutual-exclusion break shows: two holders at once, and the update of one lost.
-const OVERLAP: &[&str] = &["overlap", "lost update"];
+pub(super) const OVERLAP: &[&str] = &["overlap", "lost update"];
 /// What a broken token issuer shows: a token lower than one handed out before its
 /// acquisition began, and equal to one handed out before.
 const TOKEN_BACKWARDS: &[&str] = &["fencing token backwards", "fencing token reused"];

@@ -24,6 +24,7 @@ const THREE: Setup = Setup {
     nodes: 3,
     persistent: false,
     fake_clock: false,
+    clusters: &[],
 };
 
 /// Where Redis 7 keeps its multi-part AOF, under its `--dir`.
@@ -150,6 +151,11 @@ pub(super) async fn crash_losing_aof_tail(
             let dir = scratch.path().join(AOF_DIR);
             cut_aof(&dir, token)?;
             docker(&["cp", &format!("{}/.", dir.display()), &inside]).await?;
+        }
+        Backend::Members(_) => {
+            return Err(LabError::Setup(
+                "a crash that cuts an AOF needs single servers, not cluster members".into(),
+            ))
         }
     }
     lab.nodes().restart(n).await?;

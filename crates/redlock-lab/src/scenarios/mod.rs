@@ -1,6 +1,7 @@
 //! The scenario suite: must-pass scenarios (zero violations) and demonstrations (the checker
 //! must report a violation, because each breaks an assumption of Redlock).
 
+mod clusters;
 mod counter_repair;
 
 pub use counter_repair::controls as repair_controls;
@@ -40,7 +41,9 @@ pub fn all() -> Vec<Scenario> {
         .partition(|s| s.expect == crate::scenario::Expect::Safe);
     let mut all = safe::scenarios();
     all.extend(repair_safe);
+    all.extend(clusters::must_pass());
     all.extend(demos::scenarios());
+    all.extend(clusters::demos());
     all.extend(lost_keys::scenarios());
     all.extend(repair_demos);
     all

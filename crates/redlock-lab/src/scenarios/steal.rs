@@ -4,7 +4,7 @@
 //! fenced.
 
 use redlock_client::{LockGuard, Redlock};
-use redlock_testkit::LinkFault;
+use redlock_testkit::{Failover, LinkFault};
 use tokio::time::Instant;
 
 use super::{every_node, seen_empty, seen_without};
@@ -35,6 +35,10 @@ pub(super) enum Break {
     /// Client 0 cannot reach node 2; node 1 crashes within the second after the lock's
     /// write, losing its AOF's unsynced tail (`appendfsync everysec`), and restarts.
     CrashLosingAofTail,
+    /// Nodes 0 and 1 are clusters of one master and a replica, whose replication is held
+    /// back before client 0 takes the lock; both replicas then take over (`TAKEOVER`),
+    /// without the key. One round: each fails both clusters over.
+    ClusterFailovers,
 }
 
 /// Client 0 takes the lock and reads the value; the fault happens; client 1 takes the lock,
@@ -79,8 +83,12 @@ pub(super) async fn hold_then_steal(
     };
     // In a soak, as many rounds as fit in the run time (every round stands alone).
     let until = Instant::now() + lab.timing.run_for;
+    let (rounds_asked, more) = match fault {
+        Break::ClusterFailovers => (1, false),
+        _ => (ROUNDS, lab.soak),
+    };
     let mut round = 0;
-    while round < ROUNDS || (lab.soak && Instant::now() < until) {
+    while round < rounds_asked || (more && Instant::now() < until) {
         round += 1;
         rounds.round(round, &first, &second).await?;
     }
@@ -125,6 +133,11 @@ impl Rounds<'_> {
         let lab = self.lab;
         // Each round starts with the key absent on every node.
         seen_empty(lab).await?;
+        if matches!(self.fault, Break::ClusterFailovers) {
+            for n in [0, 1] {
+                lab.hold_back_replication(n, 0).await?;
+            }
+        }
         let held = first.lock(KEY).await?;
         let token = record_acquired(&lab.history, "client-0", &held);
         let read = self.resource.read(&lab.history).await?;
@@ -153,6 +166,14 @@ impl Rounds<'_> {
             }
             Break::EvictNode1 => {
                 lab.evict(1).await?;
+            }
+            Break::ClusterFailovers => {
+                for n in [0, 1] {
+                    lab.fail_over(n, 0, Failover::Takeover).await?;
+                }
+                for n in [0, 1] {
+                    lab.resume_replication(n, 0).await?;
+                }
             }
             Break::FastClocks => {
                 // Samples sent once the round's SETs have all landed or timed out.

@@ -10,7 +10,10 @@
 //! ([`ClusterSet::move_slot`]) and a shard failed over to its replica
 //! ([`ClusterSet::fail_over`]).
 
+mod members;
 mod topology;
+
+pub use members::{ClusterShape, MemberSet};
 
 pub(crate) use topology::{Peer, Topology};
 

@@ -50,6 +50,7 @@ const FIVE: Setup = Setup {
     nodes: 5,
     persistent: false,
     fake_clock: false,
+    clusters: &[],
 };
 
 /// The soak timing of the scenarios whose rounds wait a TTL out: a 100 ms TTL (a 20 ms node

@@ -30,6 +30,14 @@ fn urls(one: &ClusterSet, two: &ClusterSet, single: &NodeSet) -> Vec<String> {
     vec![one.url(), two.url(), single.urls().remove(0)]
 }
 
+/// Checks that `keys` fall on every master of `cluster` (of three), as the tests of locks
+/// over several slots need.
+fn on_every_master(cluster: &ClusterSet, keys: &[&str]) {
+    let masters: std::collections::BTreeSet<u16> =
+        keys.iter().map(|k| cluster.master_of(k).port()).collect();
+    assert_eq!(masters.len(), 3, "the test keys must fall on every master");
+}
+
 /// Checks that every node acquired `lock` once its round settled, and that each of `keys`
 /// holds its token on the master of its slot in each cluster.
 async fn held_everywhere(lock: &redlock_core::Lock, keys: &[&str], clusters: [&ClusterSet; 2]) {
@@ -82,10 +90,7 @@ async fn release_all_leaving_nothing(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_member_takes_extends_and_releases_every_key_on_the_master_of_its_slot() {
     let (one, two, single) = members().await;
-    // The keys spread over every master of each cluster.
-    let owners: std::collections::BTreeSet<u16> =
-        KEYS.iter().map(|k| one.master_of(k).port()).collect();
-    assert_eq!(owners.len(), 3, "the test keys must fall on every master");
+    on_every_master(&one, &KEYS);
     let c = coordinator_at(urls(&one, &two, &single), NODE_TIMEOUT).await;
     assert_eq!(c.quorum(), 2);
     for key in KEYS {
@@ -368,9 +373,7 @@ async fn the_clients_locks_work_on_cluster_members() {
 async fn a_lock_over_keys_of_several_slots_is_taken_in_one_script_per_slot() {
     let (one, two, single) = members().await;
     let keys = ["a", "b", "c"];
-    let masters: std::collections::BTreeSet<u16> =
-        keys.iter().map(|k| one.master_of(k).port()).collect();
-    assert_eq!(masters.len(), 3, "the test keys must fall on every master");
+    on_every_master(&one, &keys);
     let c = coordinator_at(urls(&one, &two, &single), NODE_TIMEOUT).await;
     let token = || redlock_core::Token::random();
 
@@ -736,9 +739,7 @@ async fn queued_ticket(cluster: &ClusterSet, key: &str, waiter: &str) -> Option<
 async fn a_fair_lock_over_keys_of_several_slots_queues_in_each_slot() {
     let (one, two, single) = members().await;
     let keys = ["a", "b", "c"];
-    let masters: std::collections::BTreeSet<u16> =
-        keys.iter().map(|k| one.master_of(k).port()).collect();
-    assert_eq!(masters.len(), 3, "the test keys must fall on every master");
+    on_every_master(&one, &keys);
     let c = coordinator_at(urls(&one, &two, &single), NODE_TIMEOUT).await;
     let place = |waiter, ticket| redlock_core::support::FairPlace {
         waiter,
@@ -826,9 +827,7 @@ async fn fenced_locks_on_cluster_members_get_increasing_tokens() {
     }
     // Over keys of every master's slots: one share per slot, each reading the counter.
     let across = ["a", "b", "c"];
-    let masters: std::collections::BTreeSet<u16> =
-        across.iter().map(|k| one.master_of(k).port()).collect();
-    assert_eq!(masters.len(), 3, "the test keys must fall on every master");
+    on_every_master(&one, &across);
     let lock = c.acquire_with(fenced(&across)).await.unwrap();
     held_everywhere(&lock, &across, [&one, &two]).await;
     tokens.push(lock.fencing_token().unwrap().get());

@@ -57,6 +57,33 @@ pub(crate) fn by_slot<T: Clone>(items: &[T], key: impl Fn(&T) -> &[u8]) -> Vec<V
     groups.into_iter().map(|(_, group)| group).collect()
 }
 
+/// `keys` laid out as `LockSpec::queued_keys` lays them out (a lock's `n` keys, then
+/// each one's three queue keys, in its slot), split as `LockSpec::slot_shares` splits the
+/// lock: for each share, its keys then their queue keys, in the same layout. Keys of one
+/// slot (a lock of one key, a semaphore's or read-write lock's, whose layouts differ but
+/// whose keys share a tag) stay one list, as they are.
+pub(crate) fn queued_by_slot(keys: &[Key]) -> Vec<Vec<Key>> {
+    let n = keys.len() / 4;
+    let shares = if n > 1 && keys.len() == 4 * n {
+        let indexed: Vec<(usize, &Key)> = keys[..n].iter().enumerate().collect();
+        by_slot(&indexed, |(_, key)| key.as_bytes())
+    } else {
+        Vec::new()
+    };
+    if shares.len() < 2 {
+        return vec![keys.to_vec()];
+    }
+    let share_keys = |share: Vec<(usize, &Key)>| {
+        let mut out = Vec::with_capacity(4 * share.len());
+        out.extend(share.iter().map(|(_, key)| (*key).clone()));
+        for (i, _) in share {
+            out.extend_from_slice(&keys[n + 3 * i..n + 3 * i + 3]);
+        }
+        out
+    };
+    shares.into_iter().map(share_keys).collect()
+}
+
 /// The name of lock key `key`'s companion of `kind` under `prefix`, in `key`'s hash slot:
 /// built by hand rather than with `format!`, since a release names three of them per key.
 /// (`tagged`: the key has a hash tag of its own.)

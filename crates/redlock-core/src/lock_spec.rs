@@ -391,33 +391,6 @@ impl LockSpec {
     }
 }
 
-/// `keys` laid out as `LockSpec::queued_keys` lays them out (a lock's `n` keys, then
-/// each one's three queue keys, in its slot), split as `LockSpec::slot_shares` splits the
-/// lock: for each share, its keys then their queue keys, in the same layout. Keys of one
-/// slot (a lock of one key, a semaphore's or read-write lock's, whose layouts differ but
-/// whose keys share a tag) stay one list, as they are.
-pub(crate) fn queued_by_slot(keys: &[Key]) -> Vec<Vec<Key>> {
-    let n = keys.len() / 4;
-    let shares = if n > 1 && keys.len() == 4 * n {
-        let indexed: Vec<(usize, &Key)> = keys[..n].iter().enumerate().collect();
-        by_slot(&indexed, |(_, key)| key.as_bytes())
-    } else {
-        Vec::new()
-    };
-    if shares.len() < 2 {
-        return vec![keys.to_vec()];
-    }
-    let share_keys = |share: Vec<(usize, &Key)>| {
-        let mut out = Vec::with_capacity(4 * share.len());
-        out.extend(share.iter().map(|(_, key)| (*key).clone()));
-        for (i, _) in share {
-            out.extend_from_slice(&keys[n + 3 * i..n + 3 * i + 3]);
-        }
-        out
-    };
-    shares.into_iter().map(share_keys).collect()
-}
-
 /// A TTL in whole milliseconds, as `PX` and the scripts take it. TTLs are checked to be at
 /// most a year before any round, so this never saturates.
 pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
@@ -451,6 +424,7 @@ pub const NAMED_KEYS: usize = 5;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::queued_by_slot;
 
     /// The undo of a queued acquisition over keys of several slots splits as its shares
     /// were built: each share's keys, then their queue keys, as the share's own undo lays

@@ -7,8 +7,7 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use super::command::Command;
-use crate::layout::by_slot;
-use crate::lock_spec::queued_by_slot;
+use crate::layout::{by_slot, queued_by_slot};
 use crate::report::{NodeOutcome, RoundKind};
 use crate::scripts::Script;
 

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_exit, bare, output};
+use common::{assert_exit, bare, counters, output};
 use redlock_testkit::ClusterSet;
 use serde_json::Value;
 
@@ -97,13 +97,7 @@ async fn fence_shows_and_raises_a_cluster_members_counter() {
         (Some("ok"), Some(42)),
         "{v}"
     );
-    let counters: Vec<_> = v["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["counter"].as_u64())
-        .collect();
-    assert_eq!(counters, [Some(41), Some(41), Some(41)]);
+    assert_eq!(counters(&v), [Some(41), Some(41), Some(41)]);
     assert_eq!(master.get(COUNTER).await.unwrap().as_deref(), Some("41"));
     let out = output(redlock(true).args(echo)).await;
     assert_exit(&out, 0);

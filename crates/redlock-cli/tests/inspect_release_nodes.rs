@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_exit, first_line, output, redlock};
+use common::{assert_exit, counters, first_line, output, redlock};
 use redlock_testkit::NodeSet;
 use serde_json::Value;
 
@@ -222,13 +222,7 @@ async fn fence_shows_the_counters_and_raises_them_after_a_quorum_lost_theirs() {
         (Some("ok"), Some(8)),
         "{v}"
     );
-    let counters: Vec<_> = v["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["counter"].as_u64())
-        .collect();
-    assert_eq!(counters, [Some(7), Some(7), Some(7)]);
+    assert_eq!(counters(&v), [Some(7), Some(7), Some(7)]);
     let out = output(redlock(&set).args([
         "run",
         "--fenced",

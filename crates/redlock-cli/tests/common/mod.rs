@@ -154,3 +154,11 @@ pub fn closed_ports(n: usize) -> Vec<u16> {
         .map(|l| l.local_addr().expect("its address").port())
         .collect()
 }
+
+/// Each node's fencing counter in `fence --json`'s output (`None` for a node without one).
+pub fn counters(fence: &serde_json::Value) -> Vec<Option<u64>> {
+    fence["nodes"]
+        .as_array()
+        .map(|nodes| nodes.iter().map(|n| n["counter"].as_u64()).collect())
+        .unwrap_or_default()
+}

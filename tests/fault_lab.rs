@@ -14,8 +14,8 @@
 use std::process::ExitCode;
 
 use redlock_lab::{
-    docker_requested, repeat_summary, run_backend, run_repeated, scenarios, summary, BackendKind,
-    Expect, Scenario, DOCKER_ENV,
+    docker_requested, repeat_summary, run_backend, run_repeated, scenarios, summary, unexpected,
+    BackendKind, Expect, Scenario, DOCKER_ENV,
 };
 use redlock_testkit::DockerSet;
 
@@ -108,7 +108,11 @@ fn main() -> ExitCode {
     {
         ExitCode::SUCCESS
     } else {
-        eprintln!("fault lab: some runs did not end as expected (see the tables above)");
+        print!(
+            "{}",
+            unexpected(local.iter().chain(&local_demos).chain(&on_docker))
+        );
+        eprintln!("fault lab: some runs did not end as expected (listed above)");
         ExitCode::FAILURE
     }
 }

@@ -66,6 +66,6 @@ pub use scenarios::repair_controls;
 pub use soak::{soak, soak_summary, SoakResult};
 pub use suite::{
     docker_requested, repeat_summary, run_backend, run_repeated, run_repeated_with, summary,
-    DOCKER_ENV,
+    unexpected, DOCKER_ENV,
 };
 pub use workload::{contend, contend_each, outcome_label, record_acquired, release, Tally};

@@ -259,7 +259,7 @@ pub async fn run_with(
 
 impl ScenarioResult {
     /// `scenario`'s result on `kind` before it has run: nothing counted, nothing found.
-    fn empty(kind: BackendKind, scenario: &Scenario) -> ScenarioResult {
+    pub(crate) fn empty(kind: BackendKind, scenario: &Scenario) -> ScenarioResult {
         ScenarioResult {
             name: scenario.name,
             backend: kind,

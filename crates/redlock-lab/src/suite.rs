@@ -181,6 +181,25 @@ pub fn summary<'a>(results: impl IntoIterator<Item = &'a ScenarioResult>) -> Str
     out
 }
 
+/// Every run of `results` that did not end as expected, with its details, or an empty
+/// string when all did. Printed last, so that a log's tail names what failed: the summary's
+/// details come before the repetition table, and cover only each demonstration's first run.
+pub fn unexpected<'a>(results: impl IntoIterator<Item = &'a ScenarioResult>) -> String {
+    let mut out = String::new();
+    for r in results.into_iter().filter(|r| !r.passed()) {
+        let _ = writeln!(
+            out,
+            "\nNOT AS EXPECTED: {} ({}), {} violation(s), expected {}:",
+            r.name,
+            r.backend,
+            r.violations.len(),
+            r.expect
+        );
+        details(&mut out, r);
+    }
+    out
+}
+
 /// What a demonstration broke and must show, the driver's notes, the error, and the
 /// violations found (by category, then the first few).
 fn details(out: &mut String, r: &ScenarioResult) {
@@ -228,5 +247,37 @@ fn details(out: &mut String, r: &ScenarioResult) {
     }
     for v in r.violations.iter().take(8) {
         let _ = writeln!(out, "  - {v}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenarios;
+
+    #[test]
+    fn unexpected_names_each_run_that_did_not_end_as_expected_and_nothing_else() {
+        let all = scenarios();
+        let safe = all.iter().find(|s| s.expect == Expect::Safe).unwrap();
+        let demo = all.iter().find(|s| s.expect != Expect::Safe).unwrap();
+        let passed = ScenarioResult::empty(BackendKind::Local, safe);
+        assert_eq!(unexpected([&passed]), "");
+
+        let mut failed = ScenarioResult::empty(BackendKind::Docker, safe);
+        failed.error = Some("the replica was not promoted".into());
+        // A demonstration that found nothing did not show what it must.
+        let quiet = ScenarioResult::empty(BackendKind::Local, demo);
+        let out = unexpected([&passed, &failed, &quiet]);
+        assert!(
+            out.contains(&format!("NOT AS EXPECTED: {} (docker)", safe.name)),
+            "{out}"
+        );
+        assert!(out.contains("error: the replica was not promoted"), "{out}");
+        assert!(
+            out.contains(&format!("NOT AS EXPECTED: {} (local)", demo.name)),
+            "{out}"
+        );
+        assert!(out.contains("NOT SHOWN"), "{out}");
+        assert_eq!(out.matches("NOT AS EXPECTED").count(), 2, "{out}");
     }
 }

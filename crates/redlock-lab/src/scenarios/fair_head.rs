@@ -136,14 +136,22 @@ async fn fair_head(lab: &Lab, head: Head) -> Result<Outcome, LabError> {
         .saturating_sub(lead_in);
     let others = |client: &str| head == Head::Naive || client != "client-0";
     let (inside, outside) = wins_of(lab, window, skipped, others);
+    let rates = Rates::of(window, span, inside, outside);
     let mut outcome = Outcome {
         notes: vec![format!(
             "locks won per client: {won:?}; the others' wins of the key while the head's \
-             answers came late: {inside}, before and after: {outside}"
+             answers came late: {inside}, before and after: {outside}{}",
+            // The rule's margin, in every run: how near a passing run came to it.
+            rates.map_or(String::new(), |r| format!(
+                " ({:.1}/s against {:.1}/s: {:.2} of it, the rule's floor {LEAST_SHARE})",
+                r.inside,
+                r.outside,
+                r.inside / r.outside
+            ))
         )],
         violations: Vec::new(),
     };
-    if let Some(violation) = stalled(window, span, inside, outside) {
+    if let Some(violation) = rates.and_then(Rates::stalled) {
         outcome.violations.push(violation);
     }
     Ok(outcome)
@@ -219,23 +227,50 @@ fn wins_of(
     (inside, outside)
 }
 
-/// The rule: `inside` wins over `window` come at no less than [`LEAST_SHARE`] of the rate
-/// of `outside` wins over the rest of a run of length `span`.
-fn stalled((from, to): (At, At), span: At, inside: u64, outside: u64) -> Option<Violation> {
-    let window = to.saturating_sub(from).as_secs_f64();
-    let rest = span.saturating_sub(to.saturating_sub(from)).as_secs_f64();
-    if window <= 0.0 || rest <= 0.0 || outside == 0 {
-        return None;
+/// The others' wins per second inside the window and outside it, with the two spans.
+#[derive(Clone, Copy, Debug)]
+struct Rates {
+    inside: f64,
+    outside: f64,
+    window: f64,
+    rest: f64,
+    counts: (u64, u64),
+}
+
+impl Rates {
+    /// `inside` wins over `window` and `outside` wins over the rest of a run of length
+    /// `span`; `None` when either span is empty or nothing was won outside (nothing to
+    /// compare with).
+    fn of((from, to): (At, At), span: At, inside: u64, outside: u64) -> Option<Rates> {
+        let window = to.saturating_sub(from).as_secs_f64();
+        let rest = span.saturating_sub(to.saturating_sub(from)).as_secs_f64();
+        (window > 0.0 && rest > 0.0 && outside > 0).then(|| Rates {
+            inside: inside as f64 / window,
+            outside: outside as f64 / rest,
+            window,
+            rest,
+            counts: (inside, outside),
+        })
     }
-    let (rate_in, rate_out) = (inside as f64 / window, outside as f64 / rest);
-    (rate_in < rate_out * LEAST_SHARE).then(|| {
-        Violation::Rule(format!(
-            "the fair queue stalled behind a head that could not win: the other clients won \
-             the key {rate_in:.1} times a second while its answers came late ({inside} in \
-             {window:.1} s), against {rate_out:.1} before and after ({outside} in {rest:.1} s); \
-             at least {LEAST_SHARE} of that rate was expected"
-        ))
-    })
+
+    /// The rule: the wins inside come at no less than [`LEAST_SHARE`] of the rate outside.
+    fn stalled(self) -> Option<Violation> {
+        let Rates {
+            inside: rate_in,
+            outside: rate_out,
+            window,
+            rest,
+            counts: (inside, outside),
+        } = self;
+        (rate_in < rate_out * LEAST_SHARE).then(|| {
+            Violation::Rule(format!(
+                "the fair queue stalled behind a head that could not win: the other clients won \
+                 the key {rate_in:.1} times a second while its answers came late ({inside} in \
+                 {window:.1} s), against {rate_out:.1} before and after ({outside} in {rest:.1} s); \
+                 at least {LEAST_SHARE} of that rate was expected"
+            ))
+        })
+    }
 }
 
 #[cfg(test)]
@@ -246,13 +281,15 @@ mod tests {
     fn the_rule_compares_the_rates_inside_and_outside_the_window() {
         let window = (Duration::from_secs(1), Duration::from_secs(3));
         let span = Duration::from_secs(6);
+        let stalled = |inside, outside| Rates::of(window, span, inside, outside)?.stalled();
         // 4 s outside at 20/s: 2 s inside need 2 wins (1/s).
-        assert!(stalled(window, span, 2, 80).is_none());
-        let v = stalled(window, span, 1, 80).expect("0.5/s is below a twentieth of 20/s");
+        assert!(stalled(2, 80).is_none());
+        let v = stalled(1, 80).expect("0.5/s is below a twentieth of 20/s");
         assert!(v.to_string().contains("stalled"), "{v}");
         assert!(
-            stalled(window, span, 0, 0).is_none(),
-            "nothing to compare with"
+            v.to_string().contains("(1 in 2.0 s)") && v.to_string().contains("(80 in 4.0 s)"),
+            "{v}"
         );
+        assert!(stalled(0, 0).is_none(), "nothing to compare with");
     }
 }

@@ -100,18 +100,11 @@ fn main() -> ExitCode {
             repeat_summary(&local_demos)
         );
     }
-    if local
-        .iter()
-        .chain(&local_demos)
-        .chain(&on_docker)
-        .all(|r| r.passed())
-    {
+    let failed = unexpected(local.iter().chain(&local_demos).chain(&on_docker));
+    if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
-        print!(
-            "{}",
-            unexpected(local.iter().chain(&local_demos).chain(&on_docker))
-        );
+        print!("{failed}");
         eprintln!("fault lab: some runs did not end as expected (listed above)");
         ExitCode::FAILURE
     }

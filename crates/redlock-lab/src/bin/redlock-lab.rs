@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, ValueEnum};
 use redlock_lab::{
     init_tracing, repeat_summary, run_repeated_with, scenarios, soak, soak_summary, summary,
-    BackendKind, Expect, Mix, RunOptions, Workload,
+    unexpected, BackendKind, Expect, Mix, RunOptions, Workload,
 };
 use redlock_testkit::DockerSet;
 
@@ -155,9 +155,13 @@ async fn run() -> ExitCode {
     } else {
         println!("{}", summary(&results));
     }
-    if results.iter().all(|r| r.passed()) {
+    // Last, so that the end of the output names what failed (a repeated run's table has
+    // no details).
+    let failed = unexpected(&results);
+    if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
+        print!("{failed}");
         ExitCode::FAILURE
     }
 }

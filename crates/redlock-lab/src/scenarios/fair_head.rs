@@ -142,12 +142,14 @@ async fn fair_head(lab: &Lab, head: Head) -> Result<Outcome, LabError> {
             "locks won per client: {won:?}; the others' wins of the key while the head's \
              answers came late: {inside}, before and after: {outside}{}",
             // The rule's margin, in every run: how near a passing run came to it.
-            rates.map_or(String::new(), |r| format!(
-                " ({:.1}/s against {:.1}/s: {:.2} of it, the rule's floor {LEAST_SHARE})",
-                r.inside,
-                r.outside,
-                r.inside / r.outside
-            ))
+            rates.map_or(String::new(), |r| {
+                let (rate_in, rate_out) = r.per_second();
+                format!(
+                    " ({rate_in:.1}/s against {rate_out:.1}/s: {:.2} of it, the rule's floor \
+                     {LEAST_SHARE})",
+                    rate_in / rate_out
+                )
+            })
         )],
         violations: Vec::new(),
     };
@@ -227,14 +229,13 @@ fn wins_of(
     (inside, outside)
 }
 
-/// The others' wins per second inside the window and outside it, with the two spans.
+/// The others' wins inside the window and outside it, and how long each lasted (seconds).
 #[derive(Clone, Copy, Debug)]
 struct Rates {
-    inside: f64,
-    outside: f64,
+    inside: u64,
+    outside: u64,
     window: f64,
     rest: f64,
-    counts: (u64, u64),
 }
 
 impl Rates {
@@ -244,24 +245,31 @@ impl Rates {
     fn of((from, to): (At, At), span: At, inside: u64, outside: u64) -> Option<Rates> {
         let window = to.saturating_sub(from).as_secs_f64();
         let rest = span.saturating_sub(to.saturating_sub(from)).as_secs_f64();
-        (window > 0.0 && rest > 0.0 && outside > 0).then(|| Rates {
-            inside: inside as f64 / window,
-            outside: outside as f64 / rest,
+        (window > 0.0 && rest > 0.0 && outside > 0).then_some(Rates {
+            inside,
+            outside,
             window,
             rest,
-            counts: (inside, outside),
         })
+    }
+
+    /// Wins per second inside the window, and outside it.
+    fn per_second(&self) -> (f64, f64) {
+        (
+            self.inside as f64 / self.window,
+            self.outside as f64 / self.rest,
+        )
     }
 
     /// The rule: the wins inside come at no less than [`LEAST_SHARE`] of the rate outside.
     fn stalled(self) -> Option<Violation> {
         let Rates {
-            inside: rate_in,
-            outside: rate_out,
+            inside,
+            outside,
             window,
             rest,
-            counts: (inside, outside),
         } = self;
+        let (rate_in, rate_out) = self.per_second();
         (rate_in < rate_out * LEAST_SHARE).then(|| {
             Violation::Rule(format!(
                 "the fair queue stalled behind a head that could not win: the other clients won \

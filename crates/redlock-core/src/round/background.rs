@@ -127,7 +127,8 @@ impl Background {
                 .collect();
             self.close(i, cleanups);
         } else {
-            finishing.push(Box::pin(async move { self.finish(i, &answers).await }));
+            // Polled once now; finished at once, it has closed the node.
+            let _ = finishing.push(Box::pin(async move { self.finish(i, &answers).await }));
         }
     }
 

@@ -21,7 +21,6 @@ mod polled;
 mod work;
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use fred::types::Value;
@@ -179,29 +178,23 @@ fn send_all(flight: &mut InFlight, tally: &mut RoundVotes, ttl: Option<Duration>
     let r = flight.round.requests.len();
     let t0 = flight.t0;
     for i in 0..flight.connections.len() {
-        let mut call: Call = Box::pin(
-            {
-                let (connections, round) = (flight.connections.clone(), flight.round.clone());
-                async move {
-                    let answers = (round.command)
-                        .answers(&connections[i], round.kind, ttl, r)
-                        .await;
-                    (i, answers, t0.elapsed())
-                }
-            }
-            .in_current_span(),
-        );
-        // Polling the command once here hands it to the node's connection now, in this
-        // round's order: a command first polled after the round returned could otherwise
-        // send its SET after the caller's next round (a release) had sent its delete,
-        // leaving the key behind until its TTL. (The waker is replaced at the next poll.)
-        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-        match call.as_mut().poll(&mut cx) {
-            Poll::Ready((i, answers, latency)) => {
-                tally.record(&flight.round, i, &answers);
-                flight.answered[i] = Some((answers, latency));
-            }
-            Poll::Pending => flight.calls.push(call),
+        // No span of its own: a call is only ever polled inside the round's span (here, in
+        // the round's task, and in its background work, spawned in that span), and a
+        // wrapper would enter and leave it at each of the call's polls.
+        let (connections, round) = (flight.connections.clone(), flight.round.clone());
+        let call: Call = Box::pin(async move {
+            let answers = (round.command)
+                .answers(&connections[i], round.kind, ttl, r)
+                .await;
+            (i, answers, t0.elapsed())
+        });
+        // Pushing polls the command once, which hands it to the node's connection now, in
+        // this round's order: a command first polled after the round returned could
+        // otherwise send its SET after the caller's next round (a release) had sent its
+        // delete, leaving the key behind until its TTL.
+        if let Some((i, answers, latency)) = flight.calls.push(call) {
+            tally.record(&flight.round, i, &answers);
+            flight.answered[i] = Some((answers, latency));
         }
     }
 }

@@ -1,12 +1,15 @@
-//! Sets of futures polled together on one task's waker: a small one polled whole at each
-//! wake-up (a round's commands, one per node, and its rollbacks), and a larger one whose
-//! futures are polled when they woke it (a cluster member's commands per hash slot). In a
-//! file of its own: it knows nothing of rounds.
+//! Sets of futures polled together on one task: a round's commands (one per node) and its
+//! rollbacks ([`Polled`]), and a cluster member's commands per hash slot ([`Swept`]). Each
+//! future has a waker of its own, which marks it woken and wakes the task polling the set,
+//! so that a wake-up polls the futures that woke it, not every pending one: a round's
+//! pending commands were polled again at each answer of another node (each poll walks the
+//! command's layers down to fred's timer and reply channel), about half of a round's polls.
+//! In a file of its own: it knows nothing of rounds.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -20,16 +23,73 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 /// (a node timeout and a margin).
 const FIRST_TICK_MARGIN: Duration = Duration::from_millis(2);
 
-/// Futures polled together, all on the waker of the task that polls the set: a round's
-/// commands (one per node) and its rollbacks. Every poll polls each pending future, which
-/// for a handful costs less than `FuturesUnordered`'s task allocation for each future
-/// pushed (and its own for each set made), which a round would pay several times per node.
+/// Which of a set's futures woke it since its last poll, and the task to wake: a bit per
+/// future, by its index modulo 64. Futures that share a bit (a set of more than 64) are
+/// polled together: one more poll, never a wake-up lost.
+struct Woken {
+    task: AtomicWaker,
+    bits: AtomicU64,
+}
+
+impl Woken {
+    fn new() -> Arc<Self> {
+        Arc::new(Woken {
+            task: AtomicWaker::new(),
+            bits: AtomicU64::new(0),
+        })
+    }
+
+    /// Registers the task of `cx` as the one to wake, then takes the bits of the futures
+    /// that woke since the last call (registered first: a wake-up in between is then seen
+    /// now or wakes the task again, never lost).
+    fn take(&self, cx: &Context<'_>) -> u64 {
+        self.task.register(cx.waker());
+        self.bits.swap(0, Ordering::AcqRel)
+    }
+}
+
+/// The bit of a set's future number `index`.
+fn bit(index: usize) -> u64 {
+    1 << (index % 64)
+}
+
+/// The waker of one future of a set: it marks the future's bit, then wakes the set's task.
+struct Part {
+    woken: Arc<Woken>,
+    bit: u64,
+}
+
+impl ArcWake for Part {
+    fn wake_by_ref(part: &Arc<Self>) {
+        part.woken.bits.fetch_or(part.bit, Ordering::AcqRel);
+        part.woken.task.wake();
+    }
+}
+
+fn part(woken: &Arc<Woken>, index: usize) -> Waker {
+    futures::task::waker(Arc::new(Part {
+        woken: woken.clone(),
+        bit: bit(index),
+    }))
+}
+
+/// Futures polled together on the task that polls the set, each when it woke the set: a
+/// round's commands (one per node) and its rollbacks. A handful each, so they are kept in
+/// a vector and walked at each wake-up; `FuturesUnordered` would allocate a task for each
+/// future pushed (and its own for each set made), which a round would pay several times
+/// per node. Each future is polled first when it is pushed; the set may then move to
+/// another task (a round's background work), which its next poll registers.
 pub(crate) struct Polled<F: Future + Unpin> {
-    pending: Vec<F>,
+    /// Pending futures, each with its waker and bit.
+    pending: Vec<(F, Waker, u64)>,
     /// Finished, not yet taken, in the order they were found finished.
     ready: VecDeque<F::Output>,
-    /// With [`waking_every`](Self::waking_every): the timer that wakes the polling task.
+    /// With [`waking_every`](Self::waking_every): the timer that wakes the polling task,
+    /// and then every pending future is polled.
     tick: Option<Interval>,
+    /// Made at the first push: a set that stays empty allocates nothing.
+    woken: Option<Arc<Woken>>,
+    pushed: usize,
 }
 
 impl<F: Future + Unpin> Polled<F> {
@@ -43,11 +103,13 @@ impl<F: Future + Unpin> Polled<F> {
             pending: Vec::with_capacity(n),
             ready: VecDeque::with_capacity(n),
             tick: None,
+            woken: None,
+            pushed: 0,
         }
     }
 
     /// A set for up to `n` futures that wakes the task polling it at least every
-    /// `period` while any is pending, so that each is polled that often: for futures that
+    /// `period` while any is pending, and then polls every pending one: for futures that
     /// check a deadline of their own when polled, instead of each setting a timer (a
     /// round's commands, see `connection::Sending::InRound`). One timer for the set.
     ///
@@ -67,25 +129,53 @@ impl<F: Future + Unpin> Polled<F> {
         }
     }
 
-    pub(crate) fn push(&mut self, future: F) {
-        self.pending.push(future);
+    /// Polls `future` once now, with its own waker (a round's command is handed to its
+    /// node's connection by it, in the order the commands are pushed): its output if it
+    /// finished at once, else it is kept, and polled again when it wakes the set.
+    pub(crate) fn push(&mut self, mut future: F) -> Option<F::Output> {
+        let woken = self.woken.get_or_insert_with(Woken::new);
+        let index = self.pushed;
+        self.pushed += 1;
+        let waker = part(woken, index);
+        match Pin::new(&mut future).poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(output) => Some(output),
+            Poll::Pending => {
+                self.pending.push((future, waker, bit(index)));
+                None
+            }
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.pending.is_empty() && self.ready.is_empty()
     }
 
-    /// Polls every pending future (so that each is registered with this task's waker,
-    /// also right after the set moved to another task), then yields one finished
-    /// output; `None` once none is left.
+    /// Yields one finished output; `None` once none is left. An output already found
+    /// finished is yielded without polling anything. Otherwise it polls the futures that
+    /// woke the set since its last poll (every pending one when the set's tick fired),
+    /// after registering this task as the one their wakers wake.
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
-        if let Some(tick) = self.tick.as_mut().filter(|_| !self.pending.is_empty()) {
+        if let Some(output) = self.ready.pop_front() {
+            return Poll::Ready(Some(output));
+        }
+        let Some(woken) = self.woken.as_ref().filter(|_| !self.pending.is_empty()) else {
+            return Poll::Ready(None);
+        };
+        let mut bits = woken.take(cx);
+        if let Some(tick) = self.tick.as_mut() {
             // Until it is pending again, so that it wakes this task at the next tick.
-            while tick.poll_tick(cx).is_ready() {}
+            while tick.poll_tick(cx).is_ready() {
+                bits = u64::MAX;
+            }
         }
         let mut i = 0;
         while i < self.pending.len() {
-            match Pin::new(&mut self.pending[i]).poll(cx) {
+            let (future, waker, bit) = &mut self.pending[i];
+            if *bit & bits == 0 {
+                i += 1;
+                continue;
+            }
+            match Pin::new(future).poll(&mut Context::from_waker(waker)) {
                 Poll::Ready(output) => {
                     self.ready.push_back(output);
                     drop(self.pending.swap_remove(i));
@@ -107,55 +197,22 @@ impl<F: Future + Unpin> Polled<F> {
 
 /// Many futures polled together on the task that polls the set, each only once it woke
 /// the set, or every one at a wake-up that none of them made (the first poll, a
-/// [`waking_every`](Polled::waking_every) tick of the round): a [`Polled`] polls every
-/// pending future at each wake-up, which for a `PerSlot` command's parts (up to a round's
-/// requests) would cost the square of their number; and futures that check a deadline of
-/// their own when polled (see `connection::Sending::InRound`) are still polled at each
-/// tick.
+/// [`waking_every`](Polled::waking_every) tick of the round): a `PerSlot` command's parts
+/// (up to a round's requests), all of whose outputs are wanted together; futures that
+/// check a deadline of their own when polled (see `connection::Sending::InRound`) are
+/// still polled at each tick.
 pub(crate) struct Swept<F: Future + Unpin> {
     futures: Vec<F>,
     outputs: Vec<Option<F::Output>>,
-    /// Each future's waker: it marks the future woken, then wakes the set's task.
+    /// Each future's waker.
     wakers: Vec<Waker>,
     woken: Arc<Woken>,
 }
 
-/// Which of a [`Swept`] set's futures woke it since its last poll, and the task to wake.
-struct Woken {
-    task: AtomicWaker,
-    any: AtomicBool,
-    each: Vec<AtomicBool>,
-}
-
-/// The waker of a [`Swept`] set's future number `index`.
-struct Part {
-    woken: Arc<Woken>,
-    index: usize,
-}
-
-impl ArcWake for Part {
-    fn wake_by_ref(part: &Arc<Self>) {
-        part.woken.each[part.index].store(true, Ordering::Release);
-        part.woken.any.store(true, Ordering::Release);
-        part.woken.task.wake();
-    }
-}
-
 impl<F: Future + Unpin> Swept<F> {
     pub(crate) fn new(futures: Vec<F>) -> Self {
-        let woken = Arc::new(Woken {
-            task: AtomicWaker::new(),
-            any: AtomicBool::new(false),
-            each: futures.iter().map(|_| AtomicBool::new(false)).collect(),
-        });
-        let wakers = (0..futures.len())
-            .map(|index| {
-                futures::task::waker(Arc::new(Part {
-                    woken: woken.clone(),
-                    index,
-                }))
-            })
-            .collect();
+        let woken = Woken::new();
+        let wakers = (0..futures.len()).map(|i| part(&woken, i)).collect();
         Swept {
             outputs: futures.iter().map(|_| None).collect(),
             futures,
@@ -167,15 +224,14 @@ impl<F: Future + Unpin> Swept<F> {
     /// Polls the futures that woke the set (every pending one when none did); every
     /// output, in the futures' order, once all are finished.
     pub(crate) fn poll_all(&mut self, cx: &mut Context<'_>) -> Poll<Vec<F::Output>> {
-        self.woken.task.register(cx.waker());
-        let sweep = !self.woken.any.swap(false, Ordering::AcqRel);
+        let bits = self.woken.take(cx);
+        let sweep = bits == 0;
         let mut pending = false;
         for (i, (future, output)) in self.futures.iter_mut().zip(&mut self.outputs).enumerate() {
             if output.is_some() {
                 continue;
             }
-            let woken = self.woken.each[i].swap(false, Ordering::AcqRel);
-            if !(sweep || woken) {
+            if !(sweep || bits & bit(i) != 0) {
                 pending = true;
                 continue;
             }
@@ -197,9 +253,6 @@ mod tests {
 
     use super::*;
 
-    /// A set first polled on one task (a round, with a no-op waker) and then driven by
-    /// another (the background task) is woken by whichever future finishes, the last one
-    /// pushed too: each poll registers every pending future with the current waker.
     /// A future that only checks a deadline when polled (as a round's command checks its
     /// backstop) and never wakes its task itself is polled again, and finishes, at the
     /// set's first wake-up after its deadline: a round with a command that fred never ends
@@ -216,7 +269,7 @@ mod tests {
             }
         });
         let mut set = Polled::waking_every(1, Duration::from_millis(100));
-        set.push(Box::pin(overdue));
+        assert!(set.push(Box::pin(overdue)).is_none());
         // Bounded, so that a set that never wakes fails here instead of hanging.
         let finished = tokio::time::timeout(Duration::from_secs(10), set.next()).await;
         assert_eq!(finished, Ok(Some(())));
@@ -243,7 +296,7 @@ mod tests {
                 Poll::Pending
             }
         });
-        set.push(Box::pin(due));
+        assert!(set.push(Box::pin(due)).is_none());
         let finished = tokio::time::timeout(Duration::from_secs(10), set.next()).await;
         assert_eq!(finished, Ok(Some(())));
         let took = start.elapsed();
@@ -293,6 +346,50 @@ mod tests {
         assert_eq!(set.poll_all(&mut cx), Poll::Ready(vec![0, 1, 2]));
     }
 
+    /// A set's wake-up polls only the futures that woke it, every pending one at its
+    /// tick, and an output already found finished is taken without polling anything.
+    #[tokio::test(start_paused = true)]
+    async fn a_set_polls_the_futures_that_woke_it_and_every_one_at_its_tick() {
+        use std::sync::atomic::AtomicUsize;
+        let polls: Arc<Vec<AtomicUsize>> = Arc::new((0..3).map(|_| AtomicUsize::new(0)).collect());
+        let counts = || -> Vec<usize> { polls.iter().map(|p| p.load(Ordering::SeqCst)).collect() };
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..3)
+            .map(|_| tokio::sync::oneshot::channel::<usize>())
+            .unzip();
+        let period = Duration::from_millis(100);
+        let mut set = Polled::waking_every(3, period);
+        for (i, mut receiver) in receivers.into_iter().enumerate() {
+            let polls = polls.clone();
+            let future = std::future::poll_fn(move |cx: &mut Context<'_>| {
+                polls[i].fetch_add(1, Ordering::SeqCst);
+                Pin::new(&mut receiver).poll(cx).map(Result::unwrap)
+            });
+            assert!(set.push(Box::pin(future)).is_none());
+        }
+        assert_eq!(counts(), [1, 1, 1], "each polled once when pushed");
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        assert!(set.poll_next(&mut cx).is_pending());
+        assert_eq!(counts(), [1, 1, 1], "none woke: none polled");
+        let mut senders: Vec<_> = senders.into_iter().map(Some).collect();
+        senders[0].take().unwrap().send(0).unwrap();
+        senders[2].take().unwrap().send(2).unwrap();
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(0)));
+        assert_eq!(counts(), [2, 1, 2], "only the two that woke");
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(2)));
+        assert_eq!(counts(), [2, 1, 2], "the second output was found already");
+        assert!(set.poll_next(&mut cx).is_pending());
+        assert_eq!(counts(), [2, 1, 2]);
+        tokio::time::advance(period + FIRST_TICK_MARGIN).await;
+        assert!(set.poll_next(&mut cx).is_pending());
+        assert_eq!(counts(), [2, 2, 2], "the tick polls every pending one");
+        senders[1].take().unwrap().send(1).unwrap();
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(1)));
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(None));
+    }
+
+    /// A set first polled on one task (a round) and then driven by another (the
+    /// background task) is woken by whichever future finishes, the last one pushed too:
+    /// each poll registers the polling task as the one its futures' wakers wake.
     #[tokio::test]
     async fn a_set_moved_to_another_task_is_woken_by_any_of_its_futures() {
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..3)
@@ -300,7 +397,7 @@ mod tests {
             .unzip();
         let mut set = Polled::with_capacity(3);
         for receiver in receivers {
-            set.push(receiver);
+            assert!(set.push(receiver).is_none());
         }
         let mut cx = Context::from_waker(futures::task::noop_waker_ref());
         assert!(set.poll_next(&mut cx).is_pending());

@@ -51,10 +51,16 @@ impl BackgroundWork {
 pub(crate) struct WorkGuard(Arc<watch::Sender<usize>>);
 
 impl Drop for WorkGuard {
+    /// Notifies only at the return to zero, and only while somebody waits (a receiver
+    /// exists only inside [`BackgroundWork::idle`]): most rounds' work drains with nobody
+    /// waiting, and the notification took most of this drop. A waiter that subscribes
+    /// after the count's change reads the new count first, so it misses nothing (the
+    /// change and its subscription are ordered by the channel's lock).
     fn drop(&mut self) {
-        self.0.send_if_modified(|n| {
+        let sender = &self.0;
+        sender.send_if_modified(|n| {
             *n -= 1;
-            *n == 0
+            *n == 0 && sender.receiver_count() > 0
         });
     }
 }

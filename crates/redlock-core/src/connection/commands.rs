@@ -51,14 +51,17 @@ impl Connection {
         // fred's own `SET`, not a custom command: fred builds a custom command's frame by
         // splitting its name and copying each part, two allocations more per command.
         // Its `NX` and `PX` are static arguments: no copy per command.
-        let set = self.cmd.set::<Value, _, _>(
-            key,
-            token,
-            Some(Expiration::PX(ttl_ms)),
-            Some(SetOptions::NX),
-            false,
+        // The slot first, so that fred's future is made in it (see `boxed`).
+        let set = boxed(
+            Box::new_uninit(),
+            self.cmd.set::<Value, _, _>(
+                key,
+                token,
+                Some(Expiration::PX(ttl_ms)),
+                Some(SetOptions::NX),
+                false,
+            ),
         );
-        let set = boxed(Box::new_uninit(), set);
         self.bounded(set, "SET", Sending::InRound).await
     }
 

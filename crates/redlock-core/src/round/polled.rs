@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -73,6 +73,68 @@ fn part(woken: &Arc<Woken>, index: usize) -> Waker {
     }))
 }
 
+/// A [`Polled`] set's wakers: its [`Woken`], and a waker per future by index, made as
+/// futures are pushed. Kept when the set is dropped, for the next set made ([`KEPT`]): a
+/// round's commands and its rollbacks each need a waker per future, and making them anew
+/// cost six allocations per round (about 4k instructions per uncontended lock and
+/// release).
+struct Wakers {
+    woken: Arc<Woken>,
+    parts: Vec<Waker>,
+}
+
+impl Wakers {
+    fn new() -> Self {
+        Wakers {
+            woken: Woken::new(),
+            parts: Vec::new(),
+        }
+    }
+
+    /// The waker of future number `index`.
+    fn part(&mut self, index: usize) -> &Waker {
+        while self.parts.len() <= index {
+            let next = part(&self.woken, self.parts.len());
+            self.parts.push(next);
+        }
+        &self.parts[index]
+    }
+}
+
+/// Dropped sets' [`Wakers`], for the next sets made. One list for the process, not one
+/// per thread: a round's set is made on its caller's thread and dropped on the thread of
+/// its background work, so lists per thread filled on one side and stayed empty on the
+/// other. The lock is held for a push or a pop, twice per round.
+struct Kept(Mutex<Vec<Wakers>>);
+
+/// How many sets' [`Wakers`] are kept: more than enough for the rounds that end at any
+/// one moment; a set beyond them makes its own.
+const KEPT_AT_MOST: usize = 64;
+
+static KEPT: Kept = Kept(Mutex::new(Vec::new()));
+
+impl Kept {
+    /// Wakers kept, else new ones.
+    fn take(&self) -> Wakers {
+        let kept = self.0.lock().ok().and_then(|mut kept| kept.pop());
+        kept.unwrap_or_else(Wakers::new)
+    }
+
+    /// Keeps `wakers` for the next set, cleared: no task to wake, no future marked. A
+    /// waker of theirs still held somewhere (fred keeps a command's waker until its reply
+    /// channel is gone) can only wake that next set for nothing: a poll of a future that
+    /// is not ready, never a wake-up lost.
+    fn keep(&self, wakers: Wakers) {
+        drop(wakers.woken.task.take());
+        wakers.woken.bits.store(0, Ordering::Release);
+        if let Ok(mut kept) = self.0.lock() {
+            if kept.len() < KEPT_AT_MOST {
+                kept.push(wakers);
+            }
+        }
+    }
+}
+
 /// Futures polled together on the task that polls the set, each when it woke the set: a
 /// round's commands (one per node) and its rollbacks. A handful each, so they are kept in
 /// a vector and walked at each wake-up; `FuturesUnordered` would allocate a task for each
@@ -80,16 +142,26 @@ fn part(woken: &Arc<Woken>, index: usize) -> Waker {
 /// per node. Each future is polled first when it is pushed; the set may then move to
 /// another task (a round's background work), which its next poll registers.
 pub(crate) struct Polled<F: Future + Unpin> {
-    /// Pending futures, each with its waker and bit.
-    pending: Vec<(F, Waker, u64)>,
+    /// Pending futures, each with its index (its waker's in `wakers`).
+    pending: Vec<(F, usize)>,
     /// Finished, not yet taken, in the order they were found finished.
     ready: VecDeque<F::Output>,
     /// With [`waking_every`](Self::waking_every): the timer that wakes the polling task,
     /// and then every pending future is polled.
     tick: Option<Interval>,
-    /// Made at the first push: a set that stays empty allocates nothing.
-    woken: Option<Arc<Woken>>,
+    /// Taken at the first push: a set that stays empty takes none.
+    wakers: Option<Wakers>,
     pushed: usize,
+}
+
+impl<F: Future + Unpin> Drop for Polled<F> {
+    fn drop(&mut self) {
+        // The futures first: they hold clones of the wakers.
+        self.pending.clear();
+        if let Some(wakers) = self.wakers.take() {
+            KEPT.keep(wakers);
+        }
+    }
 }
 
 impl<F: Future + Unpin> Polled<F> {
@@ -103,7 +175,7 @@ impl<F: Future + Unpin> Polled<F> {
             pending: Vec::with_capacity(n),
             ready: VecDeque::with_capacity(n),
             tick: None,
-            woken: None,
+            wakers: None,
             pushed: 0,
         }
     }
@@ -123,24 +195,22 @@ impl<F: Future + Unpin> Polled<F> {
         let first = Instant::now() + period + FIRST_TICK_MARGIN;
         let mut tick = tokio::time::interval_at(first, period);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        Polled {
-            tick: Some(tick),
-            ..Polled::with_capacity(n)
-        }
+        let mut set = Polled::with_capacity(n);
+        set.tick = Some(tick);
+        set
     }
 
     /// Polls `future` once now, with its own waker (a round's command is handed to its
     /// node's connection by it, in the order the commands are pushed): its output if it
     /// finished at once, else it is kept, and polled again when it wakes the set.
     pub(crate) fn push(&mut self, mut future: F) -> Option<F::Output> {
-        let woken = self.woken.get_or_insert_with(Woken::new);
         let index = self.pushed;
         self.pushed += 1;
-        let waker = part(woken, index);
-        match Pin::new(&mut future).poll(&mut Context::from_waker(&waker)) {
+        let waker = self.wakers.get_or_insert_with(|| KEPT.take()).part(index);
+        match Pin::new(&mut future).poll(&mut Context::from_waker(waker)) {
             Poll::Ready(output) => Some(output),
             Poll::Pending => {
-                self.pending.push((future, waker, bit(index)));
+                self.pending.push((future, index));
                 None
             }
         }
@@ -158,10 +228,10 @@ impl<F: Future + Unpin> Polled<F> {
         if let Some(output) = self.ready.pop_front() {
             return Poll::Ready(Some(output));
         }
-        let Some(woken) = self.woken.as_ref().filter(|_| !self.pending.is_empty()) else {
+        let Some(wakers) = self.wakers.as_ref().filter(|_| !self.pending.is_empty()) else {
             return Poll::Ready(None);
         };
-        let mut bits = woken.take(cx);
+        let mut bits = wakers.woken.take(cx);
         if let Some(tick) = self.tick.as_mut() {
             // Until it is pending again, so that it wakes this task at the next tick.
             while tick.poll_tick(cx).is_ready() {
@@ -170,12 +240,12 @@ impl<F: Future + Unpin> Polled<F> {
         }
         let mut i = 0;
         while i < self.pending.len() {
-            let (future, waker, bit) = &mut self.pending[i];
-            if *bit & bits == 0 {
+            let (future, index) = &mut self.pending[i];
+            if bit(*index) & bits == 0 {
                 i += 1;
                 continue;
             }
-            match Pin::new(future).poll(&mut Context::from_waker(waker)) {
+            match Pin::new(future).poll(&mut Context::from_waker(&wakers.parts[*index])) {
                 Poll::Ready(output) => {
                     self.ready.push_back(output);
                     drop(self.pending.swap_remove(i));
@@ -384,6 +454,50 @@ mod tests {
         assert_eq!(counts(), [2, 2, 2], "the tick polls every pending one");
         senders[1].take().unwrap().send(1).unwrap();
         assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(1)));
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(None));
+    }
+
+    /// Kept wakers serve the next set, cleared; a waker of the old set still held
+    /// somewhere wakes the new one for nothing (a poll of a future that is not ready), and
+    /// the new set's own wake-ups still come through.
+    #[test]
+    fn kept_wakers_serve_the_next_set_and_an_old_waker_only_costs_a_poll() {
+        use std::sync::atomic::AtomicUsize;
+        // A list of its own: the process's is shared with the tests running beside.
+        let kept = Kept(Mutex::new(Vec::new()));
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        let mut old = kept.take();
+        let stale = old.part(0).clone();
+        stale.wake_by_ref();
+        let woken = old.woken.clone();
+        kept.keep(old);
+        assert_eq!(woken.bits.load(Ordering::SeqCst), 0, "kept cleared");
+
+        let polls = Arc::new(AtomicUsize::new(0));
+        let (sender, mut receiver) = tokio::sync::oneshot::channel::<usize>();
+        let counted = polls.clone();
+        let future = std::future::poll_fn(move |cx: &mut Context<'_>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Pin::new(&mut receiver).poll(cx).map(Result::unwrap)
+        });
+        let mut set = Polled::with_capacity(1);
+        set.wakers = Some(kept.take());
+        assert!(
+            Arc::ptr_eq(&set.wakers.as_ref().unwrap().woken, &woken),
+            "reused"
+        );
+        assert!(set.push(Box::pin(future)).is_none());
+        assert!(set.poll_next(&mut cx).is_pending());
+        assert_eq!(polls.load(Ordering::SeqCst), 1);
+        stale.wake();
+        assert!(set.poll_next(&mut cx).is_pending());
+        assert_eq!(
+            polls.load(Ordering::SeqCst),
+            2,
+            "woken for nothing: one poll"
+        );
+        sender.send(7).unwrap();
+        assert_eq!(set.poll_next(&mut cx), Poll::Ready(Some(7)));
         assert_eq!(set.poll_next(&mut cx), Poll::Ready(None));
     }
 

@@ -1,9 +1,9 @@
 //! Sets of futures polled together on one task: a round's commands (one per node) and its
 //! rollbacks ([`Polled`]), and a cluster member's commands per hash slot ([`Swept`]). Each
 //! future has a waker of its own, which marks it woken and wakes the task polling the set,
-//! so that a wake-up polls the futures that woke it, not every pending one: a round's
-//! pending commands were polled again at each answer of another node (each poll walks the
-//! command's layers down to fred's timer and reply channel), about half of a round's polls.
+//! so that a wake-up polls the futures that woke it, not every pending one: polling every
+//! pending command again at each other node's answer would be about half of a round's
+//! polls, each walking the command's layers down to fred's timer and reply channel.
 //! In a file of its own: it knows nothing of rounds.
 
 use std::collections::VecDeque;

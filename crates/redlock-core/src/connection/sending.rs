@@ -145,11 +145,10 @@ pub(crate) enum Sending {
     /// round, where a timer per command took about 4 % of the instructions of an
     /// uncontended lock and release (ten timers, two per node; see
     /// `docs/benchmarks.md`). A command that fred's timeout did not end is ended by the
-    /// first tick after its backstop (a tick polls every pending command, where other
-    /// wake-ups poll only the commands that woke the set): the first comes a moment after
-    /// one backstop, past the backstops of commands sent right after the set was made, so
-    /// that is usually the first; a command sent later is at most one backstop late. The
-    /// parts of a `Command::PerSlot` are all polled at each tick too (`Swept`).
+    /// first wake-up after its backstop: the first comes a moment after one backstop,
+    /// past the backstops of commands sent right after the set was made, so that is
+    /// usually the first; a command sent later is at most one backstop late. The parts
+    /// of a `Command::PerSlot` are polled at each wake-up too (`Swept`).
     InRound,
     /// Any other command (a node's identity and health, a fencing repair's steps): fred's
     /// timeout, and the backstop as a timer of its own.

@@ -127,8 +127,7 @@ impl Background {
                 .collect();
             self.close(i, cleanups);
         } else {
-            // Polled once now; finished at once, it has closed the node.
-            let _ = finishing.push(Box::pin(async move { self.finish(i, &answers).await }));
+            finishing.push(Box::pin(async move { self.finish(i, &answers).await }));
         }
     }
 

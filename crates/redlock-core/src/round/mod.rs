@@ -21,6 +21,7 @@ mod polled;
 mod work;
 
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use fred::types::Value;
@@ -182,19 +183,23 @@ fn send_all(flight: &mut InFlight, tally: &mut RoundVotes, ttl: Option<Duration>
         // the round's task, and in its background work, spawned in that span), and a
         // wrapper would enter and leave it at each of the call's polls.
         let (connections, round) = (flight.connections.clone(), flight.round.clone());
-        let call: Call = Box::pin(async move {
+        let mut call: Call = Box::pin(async move {
             let answers = (round.command)
                 .answers(&connections[i], round.kind, ttl, r)
                 .await;
             (i, answers, t0.elapsed())
         });
-        // Pushing polls the command once, which hands it to the node's connection now, in
-        // this round's order: a command first polled after the round returned could
-        // otherwise send its SET after the caller's next round (a release) had sent its
-        // delete, leaving the key behind until its TTL.
-        if let Some((i, answers, latency)) = flight.calls.push(call) {
-            tally.record(&flight.round, i, &answers);
-            flight.answered[i] = Some((answers, latency));
+        // Polling the command once here hands it to the node's connection now, in this
+        // round's order: a command first polled after the round returned could otherwise
+        // send its SET after the caller's next round (a release) had sent its delete,
+        // leaving the key behind until its TTL. (The waker is replaced at the next poll.)
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        match call.as_mut().poll(&mut cx) {
+            Poll::Ready((i, answers, latency)) => {
+                tally.record(&flight.round, i, &answers);
+                flight.answered[i] = Some((answers, latency));
+            }
+            Poll::Pending => flight.calls.push(call),
         }
     }
 }

@@ -64,3 +64,39 @@ impl Drop for WorkGuard {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A waiter already in `idle` when the last piece of work ends is woken (the count
+    /// notifies a waiter at zero), and one that comes after it returns at once (it reads
+    /// the count, which changed without a notification).
+    #[tokio::test]
+    async fn idle_returns_when_the_work_drains_whether_it_waited_first_or_came_after() {
+        let work = BackgroundWork::new(tokio::runtime::Handle::current());
+        let (first, second) = (work.enter(), work.enter());
+        let waiting = tokio::spawn({
+            let work = work.clone();
+            async move { work.idle().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "idle returned with work left");
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "idle returned with one piece left");
+        drop(second);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("a waiter in idle was not woken when the work drained")
+            .unwrap();
+
+        let third = work.enter();
+        drop(third);
+        tokio::time::timeout(Duration::from_secs(5), work.idle())
+            .await
+            .expect("idle after the work drained with nobody waiting did not return");
+    }
+}
